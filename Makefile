@@ -1,0 +1,35 @@
+# Two commands set everything up: `make demo` and `make test` (each installs what it needs).
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+TOOLS := .tools
+VENV := .venv
+UV := $(TOOLS)/bin/uv
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+
+.PHONY: install demo test bench lint clean
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet uv==$(UV_VERSION)
+
+# The lock file pins every version; --frozen refuses to install anything else.
+$(VENV)/.installed: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --extra dev --compile-bytecode --python $(PYTHON)
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/judgeflow evaluate examples/rag_eval.jsonl --judge-model judgeflow/offline \
+		--output ./results --suite demo
+
+test: install
+	$(VENV)/bin/pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(TOOLS) $(VENV) results .pytest_cache

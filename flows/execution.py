@@ -1,0 +1,68 @@
+"""Running chunk tasks through a bounded window, staging and tallying results as they finish."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+
+from prefect.utilities.annotations import quote
+
+from judges.llm import LLMSettings, Usage
+from judges.metrics import MetricsAccumulator
+from judges.plan import JudgePlan
+from judges.rows import EvalRow
+from tasks.judge import failed_chunk_records, judge_chunk
+from tasks.staging import ResultStaging
+
+TARGET_TASK_RUNS = 200
+MIN_CHUNK_SIZE = 8
+CHUNKS_IN_FLIGHT = 4
+
+
+def auto_chunk_size(row_count: int) -> int:
+    """Rows per task: a run gets tens to a few hundred task runs, never one per row."""
+    return max(MIN_CHUNK_SIZE, math.ceil(row_count / TARGET_TASK_RUNS))
+
+
+def split(rows: Sequence[EvalRow], size: int) -> list[list[EvalRow]]:
+    return [list(rows[start : start + size]) for start in range(0, len(rows), size)]
+
+
+async def judge_all(
+    rows: Sequence[EvalRow],
+    plan: JudgePlan,
+    settings: LLMSettings,
+    chunk_size: int,
+    cache_url: str | None,
+    storage_options: dict,
+    staging: ResultStaging,
+    accumulator: MetricsAccumulator,
+) -> Usage:
+    """Judge every chunk (a few at a time), staging each chunk's records as it completes.
+
+    A chunk whose task fails after its retries still yields a record per row, each judge
+    field carrying the failure, so that no row is lost.
+    """
+    usage = Usage()
+    window = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
+
+    async def run_one(index: int, chunk: list[EvalRow]) -> None:
+        async with window:
+            state = await judge_chunk(
+                index, quote(chunk), quote(plan), settings, cache_url, storage_options,
+                return_state=True,
+            )
+        if state.is_completed():
+            result = await state.aresult()
+            records = result.records
+            usage.add(result.usage)
+        else:
+            error = state.message or "task failed"
+            records = failed_chunk_records(chunk, plan, error)
+        staging.write_chunk(index, records)
+        for record in records:
+            accumulator.add(record)
+
+    await asyncio.gather(*(run_one(i, c) for i, c in enumerate(split(rows, chunk_size))))
+    return usage

@@ -1,0 +1,97 @@
+"""Parameters of the flows, as pydantic models: the Prefect UI renders them as forms."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from judges.llm import LLMSettings
+
+# Run ids and suite names become path segments: nothing that could climb out of the prefix.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_safe_name(value: str, what: str) -> str:
+    if not SAFE_NAME.match(value) or ".." in value:
+        raise ValueError(
+            f"{what} {value!r} must be 1-128 characters of letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, without '..'"
+        )
+    return value
+
+
+class JudgeModel(BaseModel):
+    """The judge model and how to call it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        description="litellm model string, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-sonnet-"
+        "20241022, hosted_vllm/llama-3; 'judgeflow/offline' for the offline heuristic judge",
+    )
+    api_base: str | None = Field(None, description="Endpoint override (vLLM, proxy, gateway)")
+    api_key_env: str | None = Field(
+        None, description="Environment variable that holds the API key (the key itself never "
+        "goes in a parameter); default: the provider's usual variable, e.g. OPENAI_API_KEY",
+    )
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
+    concurrency: int = Field(8, ge=1, le=512, description="Judge calls in flight at once")
+    rpm: int | None = Field(None, ge=1, description="Requests per minute cap (None: no cap)")
+    max_attempts: int = Field(5, ge=1, le=20, description="Attempts per call on 429/5xx/timeout")
+    timeout_seconds: float = Field(120, gt=0, description="Timeout of one call")
+    backoff_seconds: float = Field(1.0, ge=0, description="First retry delay (doubles, jittered)")
+
+    def settings(self) -> LLMSettings:
+        return LLMSettings(**self.model_dump())
+
+
+class EvaluateParams(BaseModel):
+    """One evaluation run: where the set is, which judge, where results go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str | None = Field(
+        None, description="Evaluation set URL: local path, file://, s3://... (.jsonl .json .csv "
+        ".parquet)",
+    )
+    rows: list[dict[str, Any]] | None = Field(
+        None, description="Rows given inline instead of a data URL (Databricks schema)"
+    )
+    judge: JudgeModel = Field(description="The judge model")
+    output: str = Field("./results", description="Where runs are published (path or s3://...)")
+    suite: str = Field("default", description="Suite name: results go to {output}/{suite}/{run}")
+    run_id: str | None = Field(None, description="Run id (default: UTC timestamp)")
+    judges: list[str] | None = Field(
+        None, description="Judges to run (default: every judge whose inputs the set has)"
+    )
+    chunk_size: int | None = Field(
+        None, ge=1, le=10_000, description="Rows per task run (default: sized to ~200 tasks)"
+    )
+    on_invalid: Literal["fail", "skip"] = Field(
+        "fail", description="fail: reject the whole set on any invalid row; skip: set them aside"
+    )
+    cache: str | None = Field(
+        None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
+    )
+    use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict, description="fsspec options for s3:// (e.g. endpoint_url)"
+    )
+
+    @field_validator("suite")
+    @classmethod
+    def _suite_is_safe(cls, value: str) -> str:
+        return check_safe_name(value, "suite")
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id_is_safe(cls, value: str | None) -> str | None:
+        return None if value is None else check_safe_name(value, "run_id")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EvaluateParams:
+        if (self.data is None) == (self.rows is None):
+            raise ValueError("give exactly one of data (a URL) or rows (inline)")
+        return self

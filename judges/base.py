@@ -1,0 +1,122 @@
+"""What a judge is: a frozen spec, its prompt template and its output model."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+from pydantic import BaseModel, ConfigDict, Field
+
+from judges.rows import Chunk, EvalRow
+
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+SYSTEM_TEMPLATE = "_system.j2"
+
+# Evaluated text must not be able to close (or open) a block: neutralise any tag
+# that looks like ours inside the content.
+_DELIMITER_LOOKALIKE = re.compile(r"<(\s*/?\s*untrusted-)", re.IGNORECASE)
+
+
+def untrusted(text: object, label: str) -> str:
+    """Wrap evaluated text in a block that the text itself cannot close."""
+    body = _DELIMITER_LOOKALIKE.sub(r"&lt;\1", "" if text is None else str(text))
+    return f"<untrusted-{label}>\n{body}\n</untrusted-{label}>"
+
+
+@cache
+def prompt_environment() -> jinja2.Environment:
+    """The one jinja2 environment for prompts: strict, and no HTML escaping (prompts are text)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(PROMPTS_DIR),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=False,
+    )
+    env.filters["untrusted"] = untrusted
+    return env
+
+
+@cache
+def template_hash(name: str) -> str:
+    """sha256 over a template and the shared partials it may include."""
+    digest = hashlib.sha256()
+    for path in sorted(PROMPTS_DIR.glob("_*.j2")) + [PROMPTS_DIR / name]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class BinaryVerdict(BaseModel):
+    """A yes/no judgment with its reasoning: the reply every binary judge must give."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rationale: str = Field(description="One or two sentences explaining the verdict")
+    rating: Literal["yes", "no"] = Field(description='"yes" or "no", as the instructions define')
+
+
+JudgeKind = Literal["answer", "retrieval", "deterministic"]
+Requirement = Literal["response", "expected", "context", "expected_context"]
+
+REQUIREMENT_TESTS: dict[str, Callable[[EvalRow], bool]] = {
+    "response": lambda row: row.response is not None,
+    "expected": lambda row: row.has_expected,
+    "context": lambda row: bool(row.chunks_with_content),
+    "expected_context": lambda row: bool(row.expected_retrieved_context),
+}
+REQUIREMENT_COLUMNS: dict[str, str] = {
+    "response": "response (or trace)",
+    "expected": "expected_response or expected_facts",
+    "context": "retrieved_context[].content (or trace)",
+    "expected_context": "expected_retrieved_context[].doc_uri",
+}
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """A built-in or custom LLM judge.
+
+    Attributes:
+        name: the judge's name in output fields.
+        kind: "answer" writes response/llm_judged/..., "retrieval" retrieval/llm_judged/...
+        per_chunk: one call per retrieved chunk (ratings arrays and precision) or one per row.
+        requires: inputs a row must have to be judged.
+        template: the prompt template file under prompts/.
+        version: bumped whenever the prompt's meaning changes.
+        aggregate: "percentage" or "average" for the rating's run-level metric.
+    """
+
+    name: str
+    kind: JudgeKind
+    requires: tuple[Requirement, ...]
+    template: str
+    version: int = 1
+    per_chunk: bool = False
+    aggregate: Literal["percentage", "average"] = "percentage"
+
+    @property
+    def prefix(self) -> str:
+        area = "response" if self.kind == "answer" else "retrieval"
+        return f"{area}/llm_judged/{self.name}"
+
+    def applies_to(self, row: EvalRow) -> bool:
+        return all(REQUIREMENT_TESTS[need](row) for need in self.requires)
+
+    def missing_inputs(self) -> str:
+        return " and ".join(REQUIREMENT_COLUMNS[need] for need in self.requires)
+
+    def render(self, row: EvalRow, chunk: Chunk | None = None) -> list[dict]:
+        """The chat messages for one call: the shared system prompt and this judge's prompt."""
+        env = prompt_environment()
+        user = env.get_template(self.template).render(row=row, chunk=chunk)
+        system = env.get_template(SYSTEM_TEMPLATE).render()
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    @property
+    def prompt_hash(self) -> str:
+        return template_hash(self.template)

@@ -1,0 +1,52 @@
+"""Content-addressed cache of judge replies under any fsspec URL.
+
+The key is what changes a reply and nothing else: model identity and sampling parameters,
+the rendered messages, the prompt template hash, and the sample index (so that the N samples
+of a strictness vote never collapse into one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import fsspec
+
+
+def cache_key(
+    identity: dict, messages: list[dict], template_hash: str, sample_index: int = 0
+) -> str:
+    payload = json.dumps(
+        {
+            "identity": identity,
+            "messages": messages,
+            "template": template_hash,
+            "sample": sample_index,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class ReplyCache:
+    """Stores the raw text of replies that parsed, one small JSON file per key."""
+
+    def __init__(self, url: str, storage_options: dict | None = None):
+        self._fs, self._root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+
+    def _path(self, key: str) -> str:
+        return f"{self._root.rstrip('/')}/{key[:2]}/{key}.json"
+
+    def get(self, key: str) -> str | None:
+        try:
+            with self._fs.open(self._path(key), "r") as handle:
+                return json.load(handle)["reply"]
+        except (FileNotFoundError, KeyError, json.JSONDecodeError):
+            return None
+
+    def put(self, key: str, reply: str) -> None:
+        path = self._path(key)
+        self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with self._fs.open(path, "w") as handle:
+            json.dump({"reply": reply}, handle)

@@ -1,0 +1,169 @@
+"""Judging a chunk of rows: every call of every judge concurrent, under the process bounds."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel
+
+from judges.base import BinaryVerdict, JudgeSpec
+from judges.cache import ReplyCache, cache_key
+from judges.llm import LLMCallError, LLMClient, Usage
+from judges.parsing import ReplyParseError, parse_reply
+from judges.plan import JudgePlan
+from judges.rows import Chunk, EvalRow
+
+REASK = (
+    "Your previous reply could not be used: {error}. Reply again with exactly one JSON "
+    "object in the required format and nothing else."
+)
+
+
+@dataclass
+class JudgeContext:
+    """What a chunk's calls share: the model client, the reply cache and the usage tally."""
+
+    client: LLMClient
+    cache: ReplyCache | None
+    usage: Usage
+
+
+class CallOutcome(NamedTuple):
+    verdict: Any | None
+    error: str | None
+
+
+async def judged_call(
+    ctx: JudgeContext,
+    messages: list[dict],
+    template_hash: str,
+    output_model: type[BaseModel] = BinaryVerdict,
+    sample_index: int = 0,
+) -> CallOutcome:
+    """One judgment: cached reply, or a model call, parsed, re-asked once if unparseable."""
+    key = cache_key(ctx.client.settings.call_identity(), messages, template_hash, sample_index)
+    if ctx.cache is not None:
+        cached = await asyncio.to_thread(ctx.cache.get, key)
+        if cached is not None:
+            try:
+                verdict = parse_reply(cached, output_model)
+            except ReplyParseError:
+                verdict = None  # stored under an older output model: ask again
+            if verdict is not None:
+                ctx.usage.cache_hits += 1
+                return CallOutcome(verdict, None)
+    try:
+        reply, verdict = await _ask_with_one_reask(ctx, messages, output_model)
+    except (LLMCallError, ReplyParseError) as error:
+        return CallOutcome(None, str(error))
+    if ctx.cache is not None:
+        await asyncio.to_thread(ctx.cache.put, key, reply)
+    return CallOutcome(verdict, None)
+
+
+async def _ask_with_one_reask(
+    ctx: JudgeContext, messages: list[dict], output_model: type[BaseModel]
+) -> tuple[str, BaseModel]:
+    completion = await ctx.client.complete(messages, ctx.usage, output_model)
+    try:
+        return completion.text, parse_reply(completion.text, output_model)
+    except ReplyParseError as first_error:
+        follow_up = [
+            *messages,
+            {"role": "assistant", "content": completion.text},
+            {"role": "user", "content": REASK.format(error=first_error)},
+        ]
+    completion = await ctx.client.complete(follow_up, ctx.usage, output_model)
+    try:
+        return completion.text, parse_reply(completion.text, output_model)
+    except ReplyParseError as second_error:
+        raise ReplyParseError(f"unparseable judge reply after one re-ask: {second_error}") from None
+
+
+async def _judge_once(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk=None) -> dict:
+    outcome = await judged_call(ctx, spec.render(row, chunk), spec.prompt_hash)
+    verdict = outcome.verdict
+    return {
+        f"{spec.prefix}/rating": verdict.rating if verdict else None,
+        f"{spec.prefix}/rationale": verdict.rationale if verdict else None,
+        f"{spec.prefix}/error_message": outcome.error,
+    }
+
+
+async def _judge_chunk_one(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk: Chunk):
+    if not chunk.content:
+        return {"rating": None, "rationale": None, "error": "chunk has no content to judge"}
+    fields = await _judge_once(ctx, spec, row, chunk)
+    return {
+        "rating": fields[f"{spec.prefix}/rating"],
+        "rationale": fields[f"{spec.prefix}/rationale"],
+        "error": fields[f"{spec.prefix}/error_message"],
+    }
+
+
+async def _judge_per_chunk(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> dict:
+    chunks = row.retrieved_context or []
+    results = await asyncio.gather(*(_judge_chunk_one(ctx, spec, row, c) for c in chunks))
+    ratings = [r["rating"] for r in results]
+    judged = [rating for rating in ratings if rating is not None]
+    return {
+        f"{spec.prefix}/ratings": ratings,
+        f"{spec.prefix}/rationales": [r["rationale"] for r in results],
+        f"{spec.prefix}/error_messages": [r["error"] for r in results],
+        # Chunks whose call failed are left out of the precision, not counted as irrelevant.
+        f"{spec.prefix}/precision": judged.count("yes") / len(judged) if judged else None,
+    }
+
+
+def empty_fields(spec: JudgeSpec) -> dict:
+    """The judge's fields for a row it did not judge (its inputs are missing)."""
+    if spec.per_chunk:
+        names = ("ratings", "rationales", "error_messages", "precision")
+    else:
+        names = ("rating", "rationale", "error_message")
+    return {f"{spec.prefix}/{name}": None for name in names}
+
+
+async def _judge_fields(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> dict:
+    if not spec.applies_to(row):
+        return empty_fields(spec)
+    if spec.per_chunk:
+        return await _judge_per_chunk(ctx, spec, row)
+    return await _judge_once(ctx, spec, row)
+
+
+def input_fields(row: EvalRow) -> dict:
+    """The row's inputs as they appear in results (Databricks names)."""
+    return {
+        "row_index": row.row_index,
+        "request_id": row.request_id,
+        "request": row.request,
+        "response": row.response,
+        "expected_facts": row.expected_facts,
+        "expected_response": row.expected_response,
+        "retrieved_context": _chunks(row.retrieved_context),
+        "expected_retrieved_context": _chunks(row.expected_retrieved_context),
+        **row.extra,
+    }
+
+
+def _chunks(chunks: list[Chunk] | None) -> list[dict] | None:
+    return None if chunks is None else [c.model_dump() for c in chunks]
+
+
+async def judge_row(ctx: JudgeContext, plan: JudgePlan, row: EvalRow) -> dict:
+    """The result record of one row: its inputs, then every planned judge's and metric's fields."""
+    per_judge = await asyncio.gather(*(_judge_fields(ctx, spec, row) for spec in plan.judges))
+    record = input_fields(row)
+    for fields in per_judge:
+        record.update(fields)
+    for metric in plan.metrics:
+        record[metric.field] = metric.compute(row)
+    return record
+
+
+async def judge_rows(ctx: JudgeContext, plan: JudgePlan, rows: list[EvalRow]) -> list[dict]:
+    """Result records for `rows`, in input order."""
+    return list(await asyncio.gather(*(judge_row(ctx, plan, row) for row in rows)))

@@ -1,0 +1,294 @@
+"""The one door to models: litellm's async API with bounded concurrency, RPM pacing and retries.
+
+litellm's own retries are off (num_retries=0, max_retries=0) so that ours, which honour
+Retry-After and add jitter, are the only ones and do not multiply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+# litellm fetches a price map from the internet on import unless told not to.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import litellm  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
+
+from judges import offline  # noqa: E402
+
+OFFLINE_PROVIDER = "judgeflow"
+OFFLINE_MODEL = f"{OFFLINE_PROVIDER}/offline"
+MAX_RETRY_AFTER_SECONDS = 120.0
+
+# Printed "give feedback" banners on every exception would drown the run's own log.
+litellm.suppress_debug_info = True
+
+_TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    litellm.RateLimitError,
+    litellm.Timeout,
+    litellm.APIConnectionError,
+    litellm.InternalServerError,
+    litellm.ServiceUnavailableError,
+    litellm.BadGatewayError,
+)
+
+
+class LLMSettings(BaseModel):
+    """How to reach the judge model; everything that can change its output or its pace."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(description="litellm model string, e.g. openai/gpt-4o-mini")
+    api_base: str | None = Field(None, description="Endpoint override (vLLM, proxy, loopback)")
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable holding the API key (never the key)"
+    )
+    temperature: float = Field(0.0, description="Sampling temperature of judge calls")
+    max_tokens: int | None = Field(None, description="Cap on reply tokens")
+    timeout_seconds: float = Field(120.0, gt=0, description="Per-call timeout")
+    max_attempts: int = Field(5, ge=1, description="Attempts per call for transient errors")
+    backoff_seconds: float = Field(1.0, ge=0, description="First retry delay; doubles each time")
+    max_backoff_seconds: float = Field(30.0, ge=0, description="Cap on one retry delay")
+    concurrency: int = Field(8, ge=1, description="Calls in flight at once in this process")
+    rpm: int | None = Field(None, ge=1, description="Requests per minute for this model")
+
+    @property
+    def is_offline(self) -> bool:
+        return self.model == OFFLINE_MODEL
+
+    def call_identity(self) -> dict:
+        """What identifies the model and its sampling, for cache keys and manifests."""
+        return {
+            "model": self.model,
+            "api_base": self.api_base,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+
+
+class Completion(NamedTuple):
+    text: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+class LLMCallError(RuntimeError):
+    """A call that failed for good: retries exhausted or a non-transient error."""
+
+
+@dataclass
+class Usage:
+    """Calls, retries and tokens spent; summed per chunk and then per run."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    failures: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, other: Usage) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+class RatePacer:
+    """Spaces request starts 60/rpm seconds apart, across every event loop of the process."""
+
+    def __init__(self, rpm: int | None):
+        self._interval = 60.0 / rpm if rpm else 0.0
+        self._next_start = 0.0
+        self._lock = threading.Lock()
+
+    async def wait_turn(self) -> None:
+        if not self._interval:
+            return
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next_start)
+            self._next_start = start + self._interval
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
+@dataclass
+class ProcessLimits:
+    """Concurrency and RPM bounds shared by every chunk running in this process."""
+
+    concurrency: int
+    pacer: RatePacer
+    _semaphores: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+
+    def semaphore(self) -> asyncio.Semaphore:
+        # asyncio primitives belong to one loop; a chunk run in another loop gets its own.
+        loop = asyncio.get_running_loop()
+        if loop not in self._semaphores:
+            self._semaphores[loop] = asyncio.Semaphore(self.concurrency)
+        return self._semaphores[loop]
+
+
+_limits_lock = threading.Lock()
+_process_limits: dict[tuple, ProcessLimits] = {}
+
+
+def limits_for(settings: LLMSettings) -> ProcessLimits:
+    """The process-wide limits for one model endpoint (created on first use)."""
+    key = (settings.model, settings.api_base, settings.concurrency, settings.rpm)
+    with _limits_lock:
+        if key not in _process_limits:
+            _process_limits[key] = ProcessLimits(settings.concurrency, RatePacer(settings.rpm))
+        return _process_limits[key]
+
+
+def retry_after_seconds(error: Exception) -> float | None:
+    """The server's Retry-After (seconds form), if the error carries one."""
+    # litellm keeps the provider's headers on litellm_response_headers; its `response` is rebuilt.
+    candidates = (
+        getattr(error, "litellm_response_headers", None),
+        getattr(getattr(error, "response", None), "headers", None),
+        getattr(error, "headers", None),
+    )
+    value = next((h.get("retry-after") for h in candidates if h and h.get("retry-after")), None)
+    try:
+        return min(float(value), MAX_RETRY_AFTER_SECONDS) if value is not None else None
+    except ValueError:
+        return None  # an HTTP-date Retry-After; fall back to our own backoff
+
+
+def is_transient(error: Exception) -> bool:
+    if isinstance(error, _TRANSIENT_ERRORS):
+        return True
+    status = getattr(error, "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+def backoff_delay(settings: LLMSettings, attempt: int, error: Exception) -> float:
+    """Exponential backoff with jitter, never shorter than the server's Retry-After."""
+    base = min(settings.max_backoff_seconds, settings.backoff_seconds * 2 ** (attempt - 1))
+    jittered = base * random.uniform(0.5, 1.0)
+    hinted = retry_after_seconds(error)
+    return max(jittered, hinted) if hinted is not None else jittered
+
+
+class LLMClient:
+    """Async chat completions for one judge model, bounded by the process-wide limits."""
+
+    def __init__(self, settings: LLMSettings):
+        self.settings = settings
+        self._limits = limits_for(settings)
+
+    async def complete(
+        self, messages: list[dict], usage: Usage, response_format: type[BaseModel] | None = None
+    ) -> Completion:
+        """One chat completion, retried on transient errors.
+
+        Raises:
+            LLMCallError: when the error is not transient or the attempts are used up.
+        """
+        for attempt in range(1, self.settings.max_attempts + 1):
+            try:
+                completion = await self._attempt(messages, response_format)
+            except Exception as error:  # noqa: BLE001 - classified right below
+                if not is_transient(error) or attempt == self.settings.max_attempts:
+                    usage.failures += 1
+                    raise LLMCallError(_describe(error, attempt)) from None
+                usage.retries += 1
+                await asyncio.sleep(backoff_delay(self.settings, attempt, error))
+                continue
+            usage.calls += 1
+            usage.input_tokens += completion.input_tokens
+            usage.output_tokens += completion.output_tokens
+            usage.cost_usd += completion.cost_usd
+            return completion
+        raise AssertionError("unreachable")
+
+    async def _attempt(
+        self, messages: list[dict], response_format: type[BaseModel] | None
+    ) -> Completion:
+        async with self._limits.semaphore():
+            await self._limits.pacer.wait_turn()
+            response = await litellm.acompletion(**self._request(messages, response_format))
+        return _to_completion(response)
+
+    def _request(self, messages: list[dict], response_format: type[BaseModel] | None) -> dict:
+        request = {
+            "model": self.settings.model,
+            "messages": messages,
+            "temperature": self.settings.temperature,
+            "timeout": self.settings.timeout_seconds,
+            "num_retries": 0,
+            "max_retries": 0,
+            "drop_params": True,
+        }
+        if self.settings.api_base:
+            request["api_base"] = self.settings.api_base
+        if self.settings.max_tokens:
+            request["max_tokens"] = self.settings.max_tokens
+        if self.settings.api_key_env:
+            request["api_key"] = os.environ.get(self.settings.api_key_env)
+        if response_format is not None and _supports_schema(self.settings.model):
+            request["response_format"] = response_format
+        return request
+
+
+def _supports_schema(model: str) -> bool:
+    try:
+        return bool(litellm.supports_response_schema(model=model))
+    except Exception:  # noqa: BLE001 - unknown models simply get no schema
+        return False
+
+
+def _to_completion(response) -> Completion:
+    text = response.choices[0].message.content or ""
+    usage = getattr(response, "usage", None)
+    try:
+        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+    except Exception:  # noqa: BLE001 - unpriced models (local, fake) cost nothing known
+        cost = 0.0
+    return Completion(
+        text=text,
+        input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost_usd=cost,
+    )
+
+
+def _describe(error: Exception, attempt: int) -> str:
+    # Provider messages never contain the key, but the class name and status are what matter.
+    status = getattr(error, "status_code", None)
+    reason = str(error).splitlines()[0][:300] if str(error) else ""
+    status_text = f" (HTTP {status})" if status else ""
+    return f"{type(error).__name__}{status_text} after {attempt} attempt(s): {reason}"
+
+
+class _OfflineProvider(litellm.CustomLLM):
+    """Exposes the deterministic offline judge as the litellm model `judgeflow/offline`."""
+
+    def completion(self, model: str, messages: list, *args, **kwargs):
+        text = offline.answer(messages)
+        return litellm.ModelResponse(
+            choices=[{"message": {"role": "assistant", "content": text}}],
+            model=OFFLINE_MODEL,
+            usage={"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        )
+
+    async def acompletion(self, model: str, messages: list, *args, **kwargs):
+        return self.completion(model, messages)
+
+
+# Registered once at import: a provider name, not a per-call setting.
+litellm.custom_provider_map = [
+    entry for entry in litellm.custom_provider_map if entry.get("provider") != OFFLINE_PROVIDER
+] + [{"provider": OFFLINE_PROVIDER, "custom_handler": _OfflineProvider()}]

@@ -1,0 +1,59 @@
+"""The normalised evaluation row every judge reads (Databricks Agent Evaluation schema)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Chunk(BaseModel):
+    """One retrieved (or expected) chunk: its text and the document it came from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    doc_uri: str = Field(description="URI of the source document")
+    content: str | None = Field(None, description="Text of the chunk")
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    role: str
+    content: str
+
+
+class EvalRow(BaseModel):
+    """A validated input row, request normalised to messages, trace facts folded in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    row_index: int = Field(description="0-based position in the input set")
+    request_id: str
+    request: Any = Field(description="The request exactly as given")
+    messages: list[Message] = Field(description="The request as OpenAI chat messages")
+    response: str | None = None
+    expected_facts: list[str] | None = None
+    expected_response: str | None = None
+    retrieved_context: list[Chunk] | None = None
+    expected_retrieved_context: list[Chunk] | None = None
+    total_token_count: int | None = None
+    total_input_token_count: int | None = None
+    total_output_token_count: int | None = None
+    latency_seconds: float | None = None
+    extra: dict[str, Any] = Field(default_factory=dict, description="Columns passed through")
+
+    @property
+    def request_text(self) -> str:
+        """The request as a judge reads it: the last user turn, earlier turns labelled."""
+        if len(self.messages) == 1:
+            return self.messages[0].content
+        return "\n".join(f"{m.role}: {m.content}" for m in self.messages)
+
+    @property
+    def has_expected(self) -> bool:
+        return self.expected_facts is not None or self.expected_response is not None
+
+    @property
+    def chunks_with_content(self) -> list[Chunk]:
+        return [c for c in self.retrieved_context or [] if c.content]

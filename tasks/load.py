@@ -1,0 +1,25 @@
+"""Prefect tasks that read and validate the evaluation set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.sources import RawTable, read_table, table_from_rows
+from tasks.validation import ValidatedSet, validate_table
+
+
+@task(name="load-dataset", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
+def load_dataset(
+    data: str | None, rows: list[dict[str, Any]] | None, storage_options: dict
+) -> RawTable:
+    """Read the set from its URL (retried: remote reads fail transiently) or from inline rows."""
+    return table_from_rows(rows) if data is None else read_table(data, storage_options)
+
+
+@task(name="validate-dataset", cache_policy=NO_CACHE)
+def validate_dataset(table: RawTable, responses_generated: bool = False) -> ValidatedSet:
+    """Check every row with Pandera; normalise the valid ones."""
+    return validate_table(table, responses_generated)

@@ -1,0 +1,35 @@
+"""Chunk results staged on local disk as chunks finish, so no run holds every row in memory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class ResultStaging:
+    """One JSONL file per chunk in a private temporary folder, read back in chunk order."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="judgeflow-staging-"))
+
+    def _path(self, index: int) -> Path:
+        return self.folder / f"chunk-{index:06d}.jsonl"
+
+    def write_chunk(self, index: int, records: list[dict]) -> None:
+        lines = (json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records)
+        self._path(index).write_text("".join(lines), encoding="utf-8")
+
+    def chunk_files(self) -> list[Path]:
+        return sorted(self.folder.glob("chunk-*.jsonl"))
+
+    def iter_records(self) -> Iterator[dict]:
+        for path in self.chunk_files():
+            with path.open(encoding="utf-8") as handle:
+                for line in handle:
+                    yield json.loads(line)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)

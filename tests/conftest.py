@@ -1,0 +1,59 @@
+"""Fakes at process boundaries only: a loopback OpenAI-compatible server, the Prefect API."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+# A recognisable fake key: tests assert it never shows up in outputs or logs.
+FAKE_API_KEY = "sk-judgeflow-test-SECRET-4242"
+os.environ["OPENAI_API_KEY"] = FAKE_API_KEY
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+import pytest  # noqa: E402
+
+from tests.fake_llm import FakeLLMServer, Reply  # noqa: E402
+
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(self, address):
+    """Refuse any connection that would leave the machine."""
+    if self.family in (socket.AF_INET, socket.AF_INET6):
+        host = address[0]
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        if not loopback:
+            raise ConnectionRefusedError(f"tests may only reach loopback, not {host!r}")
+    return _real_connect(self, address)
+
+
+socket.socket.connect = _loopback_only
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefect_api():
+    """One real (ephemeral) Prefect API for the whole session."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="session")
+def llm_server():
+    server = FakeLLMServer(lambda body: Reply(content='{"rationale": "ok", "rating": "yes"}'))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_llm(llm_server):
+    """The loopback judge server, emptied of earlier requests; set `.script` to script it."""
+    llm_server.reset()
+    return llm_server

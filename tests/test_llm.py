@@ -1,0 +1,109 @@
+"""The model layer against a real HTTP server on loopback: retries, Retry-After, usage."""
+
+import asyncio
+import time
+
+import pytest
+
+from judges.llm import LLMCallError, LLMClient, LLMSettings, Usage
+from tests.fake_llm import Reply
+
+VERDICT = '{"rationale": "ok", "rating": "yes"}'
+
+
+def _settings(server, **overrides):
+    values = {"model": "openai/fake-judge", "api_base": server.api_base, "max_attempts": 4,
+              "backoff_seconds": 0.05, "timeout_seconds": 10}
+    return LLMSettings(**{**values, **overrides})
+
+
+def _scripted(replies):
+    """Replies in order, then the last one forever."""
+    queue = list(replies)
+
+    def script(body):
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    return script
+
+
+def _complete(settings, usage=None):
+    usage = usage or Usage()
+    messages = [{"role": "user", "content": "judge this"}]
+    completion = asyncio.run(LLMClient(settings).complete(messages, usage))
+    return completion, usage
+
+
+def test_500_then_success_is_retried(fake_llm):
+    fake_llm.script = _scripted([Reply(status=500), Reply(status=503), Reply(VERDICT)])
+    completion, usage = _complete(_settings(fake_llm))
+    assert completion.text == VERDICT
+    assert len(fake_llm.requests) == 3 and usage.retries == 2 and usage.calls == 1
+
+
+def test_429_waits_for_retry_after(fake_llm):
+    times = []
+
+    def script(body):
+        times.append(time.monotonic())
+        return Reply(status=429, headers={"Retry-After": "1"}) if len(times) == 1 else Reply(VERDICT)
+
+    fake_llm.script = script
+    completion, _ = _complete(_settings(fake_llm))
+    assert completion.text == VERDICT
+    assert times[1] - times[0] >= 0.95  # honoured the server's 1 s, not our 0.05 s backoff
+
+
+def test_exhausted_retries_raise_with_the_cause(fake_llm):
+    fake_llm.script = lambda body: Reply(status=500)
+    with pytest.raises(LLMCallError, match="4 attempt"):
+        _complete(_settings(fake_llm))
+    assert len(fake_llm.requests) == 4
+
+
+def test_client_errors_are_not_retried(fake_llm):
+    fake_llm.script = lambda body: Reply(status=400, content="bad request")
+    with pytest.raises(LLMCallError):
+        _complete(_settings(fake_llm))
+    assert len(fake_llm.requests) == 1
+
+
+def test_usage_counts_tokens(fake_llm):
+    fake_llm.script = lambda body: Reply(VERDICT, prompt_tokens=120, completion_tokens=30)
+    _, usage = _complete(_settings(fake_llm))
+    assert (usage.input_tokens, usage.output_tokens) == (120, 30)
+
+
+def test_concurrency_bound_holds(fake_llm):
+    in_flight, peak = [0], [0]
+
+    import threading
+
+    lock = threading.Lock()
+
+    def script(body):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        time.sleep(0.05)
+        with lock:
+            in_flight[0] -= 1
+        return Reply(VERDICT)
+
+    fake_llm.script = script
+    client = LLMClient(_settings(fake_llm, concurrency=3))
+
+    async def many():
+        usage = Usage()
+        msgs = [{"role": "user", "content": "x"}]
+        await asyncio.gather(*(client.complete(msgs, usage) for _ in range(12)))
+
+    asyncio.run(many())
+    assert peak[0] <= 3 and len(fake_llm.requests) == 12
+
+
+def test_offline_model_needs_no_server():
+    settings = LLMSettings(model="judgeflow/offline")
+    messages = [{"role": "user", "content": "Assessment: safety\n<untrusted-response>\nhello\n</untrusted-response>"}]
+    completion = asyncio.run(LLMClient(settings).complete(messages, Usage()))
+    assert '"rating": "yes"' in completion.text
