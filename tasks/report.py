@@ -236,9 +236,9 @@ def chart_bars(aggregates: Iterable[Aggregate], width: float = 100.0) -> list[Ba
 
 def pairwise_view(pairwise: Mapping[str, Any]) -> dict[str, Any]:
     """The win / tie / loss bar (pairs, reconciled over both passes) and the headline numbers."""
-    parts = [("B", "candidate (B) wins", "win"), ("tie", "tie", "tie"),
-             ("A", "baseline (A) wins", "loss"), ("error", "error", "err")]
-    counts = {key: int(pairwise.get(f"pairs_{key}") or 0) for key, _, _ in parts}
+    parts = [("pairs_b", "candidate (B) wins", "win"), ("pairs_tie", "tie", "tie"),
+             ("pairs_a", "baseline (A) wins", "loss"), ("pairs_error", "error", "err")]
+    counts = {key: int(pairwise.get(key) or 0) for key, _, _ in parts}
     total = sum(counts.values())
     segments, x = [], 0.0
     for key, label, css in parts:
@@ -305,7 +305,10 @@ def _row_verdicts(record: Mapping[str, Any], used: set[str]) -> list[Verdict]:
     return verdicts
 
 
-def _chunk_judges(record: Mapping[str, Any], used: set[str]) -> list[tuple[str, str, list, list, list]]:
+ChunkJudge = tuple[str, str, list, list, list]  # label, prefix, ratings, rationales, errors
+
+
+def _chunk_judges(record: Mapping[str, Any], used: set[str]) -> list[ChunkJudge]:
     """Per-chunk judges: `<prefix>/ratings|rationales|error_messages` as parallel lists."""
     judges = []
     for key in list(record):
