@@ -18,13 +18,18 @@ from rich.table import Table  # noqa: E402
 from flows.evaluate import evaluate  # noqa: E402
 from flows.manifest import OFFLINE_NOTICE  # noqa: E402
 from flows.params import EvaluateParams, JudgeModel  # noqa: E402
+from judges.aspect_critic import AspectError  # noqa: E402
+from judges.custom import CustomJudgeError  # noqa: E402
 from judges.plan import JudgeSelectionError  # noqa: E402
 from tasks.sources import DatasetReadError  # noqa: E402
 from tasks.validation import InvalidDatasetError  # noqa: E402
 
 EXIT_INVALID = 2  # invalid input or configuration: nothing was judged or published
 EXIT_FAILED = 1  # the run itself failed (e.g. publishing)
-CONFIG_ERRORS = (InvalidDatasetError, DatasetReadError, JudgeSelectionError, ValidationError)
+CONFIG_ERRORS = (
+    InvalidDatasetError, DatasetReadError, JudgeSelectionError, ValidationError,
+    CustomJudgeError, AspectError,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console(stderr=True)
@@ -88,14 +93,20 @@ def evaluate_command(
     chunk_size: Annotated[int | None, typer.Option(help="Rows per task run")] = None,
     on_invalid: Annotated[str, typer.Option(help="fail | skip")] = "fail",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Ignore the judge reply cache")] = False,
+    custom_judges: Annotated[str | None, typer.Option(help="YAML/JSON file of custom judges")] = None,
+    aspect: Annotated[list[str] | None, typer.Option(help="Aspect critic NAME=DEFINITION or a predefined NAME (repeatable)")] = None,
+    strictness: Annotated[int, typer.Option(help="Samples per aspect critic (odd; majority vote)")] = 1,
+    temperature: Annotated[float, typer.Option(help="Judge sampling temperature")] = 0.0,
 ) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""
     judge = build_params(JudgeModel, model=judge_model, api_base=api_base,
-                         api_key_env=api_key_env, concurrency=concurrency, rpm=rpm)
+                         api_key_env=api_key_env, concurrency=concurrency, rpm=rpm,
+                         temperature=temperature)
     params = build_params(
         EvaluateParams, data=data, judge=judge, output=output, suite=suite, run_id=run_id,
         judges=_split(judges), chunk_size=chunk_size, on_invalid=on_invalid,
-        use_cache=not no_cache,
+        use_cache=not no_cache, custom_judges=custom_judges, aspects=aspect or [],
+        strictness=strictness,
     )
     print_summary(run_flow(evaluate, params))
 

@@ -11,8 +11,12 @@ from prefect import flow, get_run_logger
 from flows.execution import auto_chunk_size, judge_all
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.params import EvaluateParams
+from judges.aspect_critic import make_aspect
+from judges.base import JudgeSpec
+from judges.custom import build_custom_judge, fields_present, load_custom_judges
 from judges.metrics import MetricsAccumulator
 from judges.plan import plan_judges
+from judges.rows import EvalRow
 from tasks.artifacts import publish_artifacts
 from tasks.load import load_dataset, validate_dataset
 from tasks.outputs import RunLocation
@@ -40,6 +44,16 @@ def rejected_rows(table: RawTable, validated: ValidatedSet) -> list[dict]:
     return [by_row[i] for i in sorted(by_row)]
 
 
+def extra_judges(params: EvaluateParams, rows: list[EvalRow]) -> list[JudgeSpec]:
+    """Custom judges (checked against the set's fields before any call) and aspect critics."""
+    judges: list[JudgeSpec] = []
+    if params.custom_judges:
+        available = fields_present(rows)
+        judges += [build_custom_judge(d, available) for d in load_custom_judges(params.custom_judges)]
+    judges += [make_aspect(spec, params.strictness) for spec in params.aspects]
+    return judges
+
+
 @flow(name="evaluate", log_prints=True)
 async def evaluate(params: EvaluateParams) -> dict:
     """Run every applicable judge over an evaluation set and publish the results."""
@@ -57,7 +71,7 @@ async def evaluate(params: EvaluateParams) -> dict:
     whole_set_broken = any(p.row_index is None for p in validated.problems)
     if validated.problems and (params.on_invalid == "fail" or whole_set_broken):
         raise InvalidDatasetError(validated.problems, validated.total)
-    plan = plan_judges(validated.rows, params.judges)
+    plan = plan_judges(validated.rows, params.judges, extra_judges(params, validated.rows))
     for skipped in plan.skipped:
         logger.info("skipped %s: %s", skipped.name, skipped.reason)
     loaded = time.perf_counter()

@@ -66,6 +66,15 @@ class EvaluateParams(BaseModel):
     judges: list[str] | None = Field(
         None, description="Judges to run (default: every judge whose inputs the set has)"
     )
+    custom_judges: str | None = Field(
+        None, description="YAML/JSON file of custom judges (name, assessment_type, instructions)"
+    )
+    aspects: list[str] = Field(
+        default_factory=list,
+        description="Aspect critics: NAME=DEFINITION, or a predefined name (harmfulness, "
+        "maliciousness, coherence, correctness, conciseness)",
+    )
+    strictness: int = Field(1, ge=1, le=15, description="Samples per aspect (odd): majority vote")
     chunk_size: int | None = Field(
         None, ge=1, le=10_000, description="Rows per task run (default: sized to ~200 tasks)"
     )
@@ -89,6 +98,13 @@ class EvaluateParams(BaseModel):
     @classmethod
     def _run_id_is_safe(cls, value: str | None) -> str | None:
         return None if value is None else check_safe_name(value, "run_id")
+
+    @field_validator("strictness")
+    @classmethod
+    def _strictness_is_odd(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise ValueError(f"strictness must be odd so that a majority exists, got {value}")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> EvaluateParams:

@@ -104,16 +104,26 @@ class JudgeSpec:
         area = "response" if self.kind == "answer" else "retrieval"
         return f"{area}/llm_judged/{self.name}"
 
+    def output_fields(self) -> tuple[str, ...]:
+        """The per-row fields this judge writes, under its prefix."""
+        if self.per_chunk:
+            return ("ratings", "rationales", "error_messages", "precision")
+        return ("rating", "rationale", "error_message")
+
     def applies_to(self, row: EvalRow) -> bool:
         return all(REQUIREMENT_TESTS[need](row) for need in self.requires)
 
     def missing_inputs(self) -> str:
         return " and ".join(REQUIREMENT_COLUMNS[need] for need in self.requires)
 
+    def template_context(self, row: EvalRow, chunk: Chunk | None) -> dict:
+        """The variables this judge's template is rendered with."""
+        return {"row": row, "chunk": chunk}
+
     def render(self, row: EvalRow, chunk: Chunk | None = None) -> list[dict]:
         """The chat messages for one call: the shared system prompt and this judge's prompt."""
         env = prompt_environment()
-        user = env.get_template(self.template).render(row=row, chunk=chunk)
+        user = env.get_template(self.template).render(**self.template_context(row, chunk))
         system = env.get_template(SYSTEM_TEMPLATE).render()
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
+from judges.aspect_critic import AspectCritic, majority
 from judges.base import BinaryVerdict, JudgeSpec
 from judges.cache import ReplyCache, cache_key
 from judges.llm import LLMCallError, LLMClient, Usage
@@ -119,11 +120,29 @@ async def _judge_per_chunk(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> 
 
 def empty_fields(spec: JudgeSpec) -> dict:
     """The judge's fields for a row it did not judge (its inputs are missing)."""
-    if spec.per_chunk:
-        names = ("ratings", "rationales", "error_messages", "precision")
-    else:
-        names = ("rating", "rationale", "error_message")
-    return {f"{spec.prefix}/{name}": None for name in names}
+    return {f"{spec.prefix}/{name}": None for name in spec.output_fields()}
+
+
+async def _judge_by_vote(ctx: JudgeContext, spec: AspectCritic, row: EvalRow) -> dict:
+    """`strictness` independent samples of one prompt, and their majority."""
+    messages = spec.render(row)
+    outcomes = await asyncio.gather(*(
+        judged_call(ctx, messages, spec.prompt_hash, sample_index=index)
+        for index in range(spec.strictness)
+    ))
+    verdicts = [o.verdict.rating if o.verdict else None for o in outcomes]
+    winner = majority(verdicts)
+    rationale = next(
+        (o.verdict.rationale for o in outcomes if o.verdict and o.verdict.rating == winner), None
+    )
+    problems = "; ".join(o.error for o in outcomes if o.error)
+    error = None if winner else (problems or f"no majority among the samples {verdicts}")
+    return {
+        f"{spec.prefix}/rating": winner,
+        f"{spec.prefix}/rationale": rationale,
+        f"{spec.prefix}/error_message": error,
+        f"{spec.prefix}/verdicts": verdicts,
+    }
 
 
 async def _judge_fields(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> dict:
@@ -131,6 +150,8 @@ async def _judge_fields(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> dic
         return empty_fields(spec)
     if spec.per_chunk:
         return await _judge_per_chunk(ctx, spec, row)
+    if isinstance(spec, AspectCritic):
+        return await _judge_by_vote(ctx, spec, row)
     return await _judge_once(ctx, spec, row)
 
 

@@ -47,20 +47,20 @@ def plan_judges(
     Raises:
         JudgeSelectionError: a requested name is unknown.
     """
-    available: dict[str, JudgeSpec | MetricSpec] = {
-        **BUILTIN_JUDGES,
-        **{j.name: j for j in extra_judges},
-        **DETERMINISTIC_METRICS,
-    }
-    unknown = [name for name in requested or () if name not in available]
+    builtin: dict[str, JudgeSpec | MetricSpec] = {**BUILTIN_JUDGES, **DETERMINISTIC_METRICS}
+    prefixes = {j.prefix for j in BUILTIN_JUDGES.values()}
+    clashes = [j.name for j in extra_judges if j.prefix in prefixes]
+    if clashes:
+        raise JudgeSelectionError(f"custom judge name(s) {clashes} clash with built-in judges")
+    extra_names = {j.name for j in extra_judges}
+    unknown = [n for n in requested or () if n not in builtin and n not in extra_names]
     if unknown:
-        raise JudgeSelectionError(
-            f"unknown judge(s) {', '.join(map(repr, unknown))}; known: {', '.join(available)}"
-        )
-    names = list(requested) if requested else list(available)
+        known = ", ".join([*builtin, *extra_names])
+        raise JudgeSelectionError(f"unknown judge(s) {', '.join(map(repr, unknown))}; known: {known}")
+    chosen = [builtin[n] for n in (requested or builtin) if n in builtin]
+    # Custom judges and aspects were asked for by defining them: they always run.
     judges, metrics, skipped = [], [], []
-    for name in names:
-        spec = available[name]
+    for spec in [*chosen, *extra_judges]:
         if isinstance(spec, JudgeSpec):
             runs = any(spec.applies_to(row) for row in rows)
             needs = spec.missing_inputs()
@@ -70,5 +70,5 @@ def plan_judges(
         if runs:
             (judges if isinstance(spec, JudgeSpec) else metrics).append(spec)
         else:
-            skipped.append(SkippedJudge(name, f"no row has {needs}"))
+            skipped.append(SkippedJudge(spec.name, f"no row has {needs}"))
     return JudgePlan(tuple(judges), tuple(metrics), tuple(skipped))
