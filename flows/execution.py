@@ -12,6 +12,7 @@ from judges.llm import LLMSettings, Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan
 from judges.rows import EvalRow
+from tasks.generate import generate_chunk
 from tasks.judge import failed_chunk_records, judge_chunk
 from tasks.staging import ResultStaging
 
@@ -66,3 +67,19 @@ async def judge_all(
 
     await asyncio.gather(*(run_one(i, c) for i, c in enumerate(split(rows, chunk_size))))
     return usage
+
+
+async def generate_all(
+    rows: Sequence[EvalRow], settings: LLMSettings, chunk_size: int
+) -> tuple[list[EvalRow], Usage]:
+    """Rows with the candidate's responses, in input order (a few chunks in flight)."""
+    usage, window = Usage(), asyncio.Semaphore(CHUNKS_IN_FLIGHT)
+
+    async def run_one(chunk: list[EvalRow]) -> list[EvalRow]:
+        async with window:
+            generated, chunk_usage = await generate_chunk(quote(chunk), settings)
+        usage.add(chunk_usage)
+        return generated
+
+    chunks = await asyncio.gather(*(run_one(c) for c in split(rows, chunk_size)))
+    return [row for chunk in chunks for row in chunk], usage

@@ -47,6 +47,23 @@ class JudgeModel(BaseModel):
         return LLMSettings(**self.model_dump())
 
 
+class CandidateModel(BaseModel):
+    """The system under evaluation, when judgeflow generates its responses."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="litellm model string of the candidate, e.g. openai/my-ft")
+    api_base: str | None = Field(None, description="The candidate's endpoint")
+    api_key_env: str | None = Field(None, description="Env variable holding its API key")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
+    max_tokens: int | None = Field(None, ge=1, description="Cap on response tokens")
+    concurrency: int = Field(8, ge=1, le=512, description="Generation calls in flight")
+    rpm: int | None = Field(None, ge=1, description="Requests per minute cap")
+
+    def settings(self) -> LLMSettings:
+        return LLMSettings(**self.model_dump())
+
+
 class EvaluateParams(BaseModel):
     """One evaluation run: where the set is, which judge, where results go."""
 
@@ -60,6 +77,9 @@ class EvaluateParams(BaseModel):
         None, description="Rows given inline instead of a data URL (Databricks schema)"
     )
     judge: JudgeModel = Field(description="The judge model")
+    candidate: CandidateModel | None = Field(
+        None, description="Generate responses with this model for rows that have none"
+    )
     output: str = Field("./results", description="Where runs are published (path or s3://...)")
     suite: str = Field("default", description="Suite name: results go to {output}/{suite}/{run}")
     run_id: str | None = Field(None, description="Run id (default: UTC timestamp)")

@@ -41,7 +41,8 @@ def plan_judges(
 
     Args:
         rows: the validated rows.
-        requested: judge or metric names to run (None: every applicable built-in).
+        requested: LLM judges to run (None: every applicable built-in); deterministic
+            metrics always run where their inputs exist.
         extra_judges: custom judges defined for this run.
 
     Raises:
@@ -57,7 +58,9 @@ def plan_judges(
     if unknown:
         known = ", ".join([*builtin, *extra_names])
         raise JudgeSelectionError(f"unknown judge(s) {', '.join(map(repr, unknown))}; known: {known}")
-    chosen = [builtin[n] for n in (requested or builtin) if n in builtin]
+    # Deterministic metrics cost nothing: they are computed wherever their inputs exist.
+    chosen = [BUILTIN_JUDGES[n] for n in (requested or BUILTIN_JUDGES) if n in BUILTIN_JUDGES]
+    chosen += list(DETERMINISTIC_METRICS.values())
     # Custom judges and aspects were asked for by defining them: they always run.
     judges, metrics, skipped = [], [], []
     for spec in [*chosen, *extra_judges]:

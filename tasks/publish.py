@@ -47,6 +47,7 @@ def publish_run(
     manifest: dict,
     rejected: list[dict],
     pairwise: dict | None = None,
+    baseline_deltas: list[dict] | None = None,
 ) -> dict[str, str]:
     """Write results, metrics and report, then manifest.json, then latest.json.
 
@@ -64,6 +65,7 @@ def publish_run(
         records=staging.iter_records(),
         rejected=rejected,
         pairwise=pairwise,
+        baseline_deltas=baseline_deltas,
     ).encode()
     publisher.write_run_file("report.html", lambda handle: handle.write(html))
     manifest = {**manifest, "files": [*DATA_FILES, "manifest.json"]}

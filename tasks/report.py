@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -49,11 +50,20 @@ class Bar(NamedTuple):
     """One horizontal bar of the per-judge chart, in SVG user units."""
 
     label: str
+    full_label: str
     value_text: str
     y: int
     width: float
     low: float | None
     high: float | None
+
+
+class Number(NamedTuple):
+    """A per-row number: its field name, a short label and its formatted value."""
+
+    name: str
+    label: str
+    text: str
 
 
 class Message(NamedTuple):
@@ -99,7 +109,7 @@ class RowView(NamedTuple):
     chunks: list[Chunk]
     expected_docs: list[str]
     verdicts: list[Verdict]
-    numbers: list[tuple[str, str]]
+    numbers: list[Number]
     pair: Mapping[str, Any] | None
     pair_passes: list[PairPass]
     other: list[tuple[str, str]]
@@ -143,7 +153,7 @@ def fmt_num(value: float | int | None, digits: int = 3) -> str:
         return "—"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, int) or float(value).is_integer() and abs(value) >= 1_000:
+    if isinstance(value, numbers.Integral) or float(value).is_integer() and abs(value) >= 1_000:
         return f"{int(value):,}"
     return f"{value:,.{digits}f}"
 
@@ -160,7 +170,23 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def _missing(value: Any) -> bool:
-    return value is None or isinstance(value, float) and math.isnan(value)
+    return value is None or isinstance(value, numbers.Real) and math.isnan(value)
+
+
+def _count(value: Any) -> int | None:
+    """A count as int, whether it arrived as int, numpy int or a float like 4.0."""
+    if isinstance(value, numbers.Real) and not _missing(value) and float(value).is_integer():
+        return int(value)
+    return None
+
+
+def _as_list(value: Any) -> list:
+    """Lists as they are; tuples and arrays (records read back from Parquet) as lists."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    return value.tolist() if hasattr(value, "tolist") else []
 
 
 # --------------------------------------------------------------------------- aggregates
@@ -177,13 +203,14 @@ def aggregate_rows(metrics: Mapping[str, Any]) -> list[Aggregate]:
     for name, value in metrics.items():
         if name.startswith("rows/") or name.endswith(("/rated_count", "/error_count")):
             continue
-        if not (value is None or isinstance(value, int | float)):
+        if not (value is None or isinstance(value, numbers.Real)):
             continue  # a nested block (e.g. pairwise) has its own section
         base = _judge_base(name)
-        rated, errors = metrics.get(f"{base}/rated_count"), metrics.get(f"{base}/error_count")
+        rated = _count(metrics.get(f"{base}/rated_count"))
+        errors = _count(metrics.get(f"{base}/error_count"))
         kind = _kind(name)
         interval = None
-        if kind == "rate" and not _missing(value) and isinstance(rated, int) and rated > 0:
+        if kind == "rate" and not _missing(value) and rated:
             interval = wilson_interval(min(rated, max(0, round(value * rated))), rated)
         rows.append(Aggregate(name, _label(base), kind, value, interval, rated, errors))
     return rows
@@ -224,7 +251,9 @@ def chart_bars(aggregates: Iterable[Aggregate], width: float = 100.0) -> list[Ba
             continue
         low, high = agg.interval or (None, None)
         bars.append(Bar(
-            label=agg.label,
+            # The label column is fixed; a long custom judge name keeps its full text in <title>.
+            label=agg.label if len(agg.label) <= 28 else agg.label[:27] + "…",
+            full_label=agg.label,
             value_text=fmt_metric(agg),
             y=len(bars) * 30,
             width=round(agg.value * width, 2),
@@ -316,13 +345,13 @@ def _chunk_judges(record: Mapping[str, Any], used: set[str]) -> list[ChunkJudge]
             base = key[: -len("/ratings")]
             names = [key, f"{base}/rationales", f"{base}/error_messages"]
             used.update(names)
-            lists = [record.get(name) or [] for name in names]
+            lists = [_as_list(record.get(name)) for name in names]
             judges.append((_label(base), base, *lists))
     return judges
 
 
 def _chunks(record: Mapping[str, Any], judges: list, expected: set[str]) -> list[Chunk]:
-    retrieved = record.get("retrieved_context") or []
+    retrieved = _as_list(record.get("retrieved_context"))
     count = max([len(retrieved), *(len(j[2]) for j in judges)], default=0)
     chunks = []
     for i in range(count):
@@ -338,14 +367,14 @@ def _chunks(record: Mapping[str, Any], judges: list, expected: set[str]) -> list
 
 
 def _at(values: Any, i: int) -> Any:
-    return values[i] if isinstance(values, list) and i < len(values) else None
+    return values[i] if i < len(values) else None
 
 
 def _str_or_none(value: Any) -> str | None:
-    return None if value is None or value == "" else _text(value)
+    return None if _missing(value) or isinstance(value, str) and not value else _text(value)
 
 
-def _numbers(record: Mapping[str, Any], judges: list, used: set[str]) -> list[tuple[str, str]]:
+def _numbers(record: Mapping[str, Any], judges: list, used: set[str]) -> list[Number]:
     """Per-row numbers: chunk precision, document recall, tokens and latency."""
     keys = [f"{base}/precision" for _, base, *_ in judges]
     keys += [k for k in record if k.startswith(("agent/", "retrieval/ground_truth/"))]
@@ -353,9 +382,12 @@ def _numbers(record: Mapping[str, Any], judges: list, used: set[str]) -> list[tu
     for key in keys:
         used.add(key)
         value = record.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            digits = 3 if key.endswith(("/precision", "document_recall")) else 2
-            out.append((key, fmt_num(value, digits)))
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and not _missing(value):
+            unit = key.endswith(("/precision", "document_recall"))
+            # "chunk relevance precision", not a bare "precision" per retrieval judge.
+            label = _label(key[: -len("/precision")]) + " precision" if key.endswith(
+                "/precision") else _label(key)
+            out.append(Number(key, label, fmt_num(value, 3 if unit else 2)))
     return out
 
 
@@ -369,7 +401,7 @@ def _pair(record: Mapping[str, Any], used: set[str]) -> tuple[dict | None, list[
     for name in ("forward", "backward"):
         own = {k[len(name) + 1:]: v for k, v in fields.items() if k.startswith(f"{name}/")}
         if own:
-            criteria = [c for c in own.pop("criteria", None) or [] if isinstance(c, Mapping)]
+            criteria = [c for c in _as_list(own.pop("criteria", None)) if isinstance(c, Mapping)]
             passes.append(PairPass(name, own, criteria))
     pair = {k: v for k, v in fields.items() if "/" not in k}
     return pair, passes
@@ -399,7 +431,7 @@ def row_view(record: Mapping[str, Any], position: int) -> RowView:
     verdicts = _row_verdicts(record, used)
     chunk_judges = _chunk_judges(record, used)
     expected_docs = [
-        _text(c.get("doc_uri")) for c in record.get("expected_retrieved_context") or []
+        _text(c.get("doc_uri")) for c in _as_list(record.get("expected_retrieved_context"))
         if isinstance(c, Mapping)
     ]
     chunks = _chunks(record, chunk_judges, set(expected_docs))
@@ -414,7 +446,7 @@ def row_view(record: Mapping[str, Any], position: int) -> RowView:
         preview=_preview(messages, request),
         messages=messages,
         response=_str_or_none(record.get("response")),
-        expected_facts=[_text(f) for f in facts] if isinstance(facts, list) else [],
+        expected_facts=[_text(f) for f in _as_list(facts)],
         expected_response=_str_or_none(record.get("expected_response")),
         chunks=chunks,
         expected_docs=expected_docs,

@@ -127,3 +127,40 @@ def test_cache_makes_a_rerun_free_and_secrets_stay_out(fake_llm, tmp_path):
             assert FAKE_API_KEY not in path.read_text(errors="ignore"), path
     # the key did reach the provider, as it should
     assert any(FAKE_API_KEY in " ".join(h.values()) for h in fake_llm.headers_seen)
+
+
+def test_candidate_model_generates_missing_responses(fake_llm, tmp_path):
+    from flows.params import CandidateModel
+
+    judge = PlantedJudge()
+
+    def script(body):
+        text = body["messages"][-1]["content"]
+        if "Assessment:" in str(body["messages"]):
+            return judge(body)
+        if "explode" in text:
+            from tests.fake_llm import Reply
+
+            return Reply(status=500)
+        from tests.fake_llm import Reply
+
+        return Reply(f"Answer to: {text}", prompt_tokens=11, completion_tokens=7)
+
+    fake_llm.script = script
+    rows = [{"request_id": "g1", "request": "What is RAG?"},
+            {"request_id": "g2", "request": "Please explode"},
+            {"request_id": "g3", "request": "Given", "response": "already answered"}]
+    candidate = CandidateModel(model="openai/candidate", api_base=fake_llm.api_base)
+    params = _params(fake_llm, tmp_path, rows=rows, candidate=candidate,
+                     judges=["relevance_to_query"])
+    params.judge.max_attempts = 2
+    _run(params)
+    _, metrics, records = _published(tmp_path)
+    by_id = {r["request_id"]: r for r in records}
+    assert by_id["g1"]["response"] == "Answer to: What is RAG?"
+    assert by_id["g1"]["agent/total_token_count"] == 18
+    assert by_id["g1"]["agent/latency_seconds"] > 0
+    assert by_id["g3"]["response"] == "already answered"
+    assert "500" in by_id["g2"]["agent/generation_error"]
+    assert metrics["agent/generation_error_count"] == 1
+    assert metrics["response/llm_judged/relevance_to_query/rated_count"] == 2

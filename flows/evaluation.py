@@ -1,0 +1,168 @@
+"""The phases of an evaluation, shared by the `evaluate` and `regression` flows.
+
+prepare (load, validate, plan) → generate responses (optional) → judge (chunked, staged) →
+publish. Each phase is a plain function over typed values; the flows only sequence them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from prefect import get_run_logger
+
+from flows.execution import auto_chunk_size, generate_all, judge_all
+from flows.manifest import OFFLINE_NOTICE, build_manifest
+from flows.params import EvaluateParams
+from judges.aspect_critic import make_aspect
+from judges.base import JudgeSpec
+from judges.custom import build_custom_judge, fields_present, load_custom_judges
+from judges.llm import Usage
+from judges.metrics import MetricsAccumulator
+from judges.plan import JudgePlan, plan_judges
+from judges.rows import EvalRow
+from tasks.generate import GENERATION_ERROR
+from tasks.load import load_dataset, validate_dataset
+from tasks.outputs import RunLocation
+from tasks.publish import publish_run
+from tasks.sources import RawTable
+from tasks.staging import ResultStaging
+from tasks.validation import InvalidDatasetError, ValidatedSet
+
+
+@dataclass
+class PreparedSet:
+    table: RawTable
+    validated: ValidatedSet
+    rows: list[EvalRow]
+
+
+@dataclass
+class JudgedRun:
+    plan: JudgePlan
+    staging: ResultStaging
+    metrics: dict
+    usage: Usage
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def extra_judges(params: EvaluateParams, rows: list[EvalRow]) -> list[JudgeSpec]:
+    """Custom judges (checked against the set's fields before any call) and aspect critics."""
+    judges: list[JudgeSpec] = []
+    if params.custom_judges:
+        available = fields_present(rows)
+        definitions = load_custom_judges(params.custom_judges)
+        judges += [build_custom_judge(d, available) for d in definitions]
+    judges += [make_aspect(spec, params.strictness) for spec in params.aspects]
+    return judges
+
+
+def rejected_rows(table: RawTable, validated: ValidatedSet) -> list[dict]:
+    """Each rejected row once: its problems and the record exactly as given."""
+    by_row: dict[int, dict] = {}
+    for problem in validated.problems:
+        entry = by_row.setdefault(problem.row_index, {
+            "row_index": problem.row_index,
+            "request_id": problem.request_id,
+            "problems": [],
+            "record": table.records[problem.row_index],
+        })
+        entry["problems"].append({"column": problem.column, "problem": problem.problem})
+    return [by_row[i] for i in sorted(by_row)]
+
+
+def prepare(params: EvaluateParams) -> PreparedSet:
+    """Load and validate the set; raise on invalid rows unless they may be skipped."""
+    table = load_dataset(params.data, params.rows, params.storage_options)
+    validated = validate_dataset(table, responses_generated=params.candidate is not None)
+    whole_set_broken = any(p.row_index is None for p in validated.problems)
+    if validated.problems and (params.on_invalid == "fail" or whole_set_broken):
+        raise InvalidDatasetError(validated.problems, validated.total)
+    return PreparedSet(table, validated, validated.rows)
+
+
+async def generate_responses(params: EvaluateParams, prepared: PreparedSet) -> Usage:
+    """Ask the candidate model for every row that has no response (Databricks' `model`)."""
+    if params.candidate is None:
+        return Usage()
+    rows, usage = await generate_all(
+        prepared.rows, params.candidate.settings(),
+        params.chunk_size or auto_chunk_size(len(prepared.rows)),
+    )
+    prepared.rows = rows
+    return usage
+
+
+def _cache_url(params: EvaluateParams) -> str | None:
+    if not params.use_cache:
+        return None
+    return params.cache or f"{params.output.rstrip('/')}/.judgeflow-cache"
+
+
+async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
+    """Plan the judges and run them over every row, staging results as chunks finish."""
+    logger = get_run_logger()
+    rows = prepared.rows
+    plan = plan_judges(rows, params.judges, extra_judges(params, rows))
+    for skipped in plan.skipped:
+        logger.info("skipped %s: %s", skipped.name, skipped.reason)
+    staging, accumulator = ResultStaging(), MetricsAccumulator(plan)
+    started = time.perf_counter()
+    try:
+        usage = await judge_all(
+            rows, plan, params.judge.settings(), params.chunk_size or auto_chunk_size(len(rows)),
+            _cache_url(params), params.storage_options, staging, accumulator,
+        )
+    except BaseException:
+        staging.cleanup()
+        raise
+    validated = prepared.validated
+    metrics = {
+        **accumulator.result(),
+        "rows/total": validated.total,
+        "rows/judged": len(rows),
+        "rows/rejected": len(validated.rejected_indices),
+    }
+    if params.candidate is not None:
+        metrics["agent/generation_error_count"] = sum(GENERATION_ERROR in r.extra for r in rows)
+    return JudgedRun(plan, staging, metrics, usage,
+                     {"judge_seconds": time.perf_counter() - started})
+
+
+def publish(
+    params: EvaluateParams,
+    location: RunLocation,
+    prepared: PreparedSet,
+    judged: JudgedRun,
+    started_at: datetime,
+    extra_sections: dict | None = None,
+) -> tuple[dict, dict[str, str]]:
+    """Write the run's files (manifest last); returns the manifest and the file URLs."""
+    settings = params.judge.settings()
+    counts = {f"rows_{key[len('rows/'):]}": value
+              for key, value in judged.metrics.items() if key.startswith("rows/")}
+    manifest = build_manifest(
+        kind="evaluate", suite=location.suite, run_id=location.run_id,
+        source=params.data or "inline rows", counts=counts, settings=settings,
+        plan=judged.plan, usage=judged.usage, started_at=started_at,
+        finished_at=datetime.now(UTC), timings=judged.timings,
+        config=params.model_dump(mode="json", exclude={"rows", "storage_options"}),
+    )
+    manifest.update(extra_sections or {})
+    if params.candidate is not None:
+        manifest["candidate"] = params.candidate.model_dump(mode="json")
+    try:
+        urls = publish_run(
+            location, judged.staging, judged.metrics, manifest,
+            rejected_rows(prepared.table, prepared.validated),
+            baseline_deltas=(extra_sections or {}).get("regression", {}).get("deltas"),
+        )
+    finally:
+        judged.staging.cleanup()
+    return manifest, urls
+
+
+def warn_if_offline(params: EvaluateParams) -> None:
+    if params.judge.settings().is_offline:
+        get_run_logger().warning(OFFLINE_NOTICE)
