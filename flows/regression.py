@@ -1,0 +1,122 @@
+"""The `regression` flow: tonight's candidate against the baseline run, with gates.
+
+It evaluates the candidate (generating its responses when a candidate model is given),
+computes per-metric deltas against the baseline run (the suite's latest.json or a named run),
+applies the gates file, publishes the run with the deltas in its report, and then ends Failed,
+naming every breached gate, after emitting `judgeflow.regression.detected`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from prefect import flow, get_run_logger
+from prefect.events import emit_event
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from flows.evaluate import new_run_id, run_summary
+from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
+from flows.params import CandidateModel, EvaluateParams, JudgeModel, check_safe_name
+from tasks.artifacts import publish_artifacts
+from tasks.outputs import RunLocation
+from tasks.regression import apply_gates, load_gates, metric_deltas, read_json
+
+REGRESSION_EVENT = "judgeflow.regression.detected"
+
+
+class RegressionDetected(RuntimeError):
+    """At least one gate was breached; the run is published, the flow run fails."""
+
+
+class RegressionParams(BaseModel):
+    """A nightly (or post-deploy) regression run of one suite."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    suite: str = Field("nightly", description="Suite: the baseline is this suite's latest run")
+    data: str = Field(description="Evaluation set URL (path, file://, s3://)")
+    candidate: CandidateModel | None = Field(
+        None, description="Model that answers the requests (None: the set has responses)"
+    )
+    baseline: str = Field("latest", description="'latest' or the run id to compare against")
+    judge: JudgeModel = Field(description="The judge model")
+    output: str = Field("./results", description="Where runs are published")
+    gates: str | None = Field(
+        "deployments/gates.yaml", description="YAML file of gates (thresholds per metric)"
+    )
+    judges: list[str] | None = Field(None, description="Judges to run (default: all applicable)")
+    run_id: str | None = Field(None, description="Run id (default: UTC timestamp)")
+    use_cache: bool = Field(True, description="Reuse cached judge replies")
+    storage_options: dict = Field(default_factory=dict, description="fsspec options for s3://")
+
+    @field_validator("suite")
+    @classmethod
+    def _suite_is_safe(cls, value: str) -> str:
+        return check_safe_name(value, "suite")
+
+    @field_validator("baseline")
+    @classmethod
+    def _baseline_is_safe(cls, value: str) -> str:
+        return check_safe_name(value, "baseline")
+
+    def evaluation(self) -> EvaluateParams:
+        return EvaluateParams(
+            data=self.data, judge=self.judge, candidate=self.candidate, output=self.output,
+            suite=self.suite, run_id=self.run_id, judges=self.judges, use_cache=self.use_cache,
+            storage_options=self.storage_options,
+        )
+
+
+def find_baseline(params: RegressionParams) -> tuple[str, dict] | None:
+    """(run id, metrics) of the baseline run, or None when the suite has no run yet."""
+    suite = RunLocation(params.output, params.suite, "latest", params.storage_options)
+    run_id = params.baseline
+    if run_id == "latest":
+        pointer = read_json(suite.fs.unstrip_protocol(f"{suite.suite_dir}/latest.json"),
+                            params.storage_options)
+        if pointer is None:
+            return None
+        run_id = check_safe_name(pointer["run_id"], "baseline run_id")
+    run = RunLocation(params.output, params.suite, run_id, params.storage_options)
+    if read_json(run.url("manifest.json"), params.storage_options) is None:
+        raise FileNotFoundError(f"baseline run {run.url()} is incomplete or missing")
+    return run_id, read_json(run.url("metrics.json"), params.storage_options) or {}
+
+
+@flow(name="regression", log_prints=True)
+async def regression(params: RegressionParams) -> dict:
+    """Evaluate the candidate, compare with the baseline, publish, fail on breached gates."""
+    logger = get_run_logger()
+    started_at = datetime.now(UTC)
+    evaluation = params.evaluation()
+    warn_if_offline(evaluation)
+    gates = load_gates(params.gates, params.storage_options)
+    baseline = find_baseline(params)  # read before this run replaces latest.json
+    location = RunLocation(params.output, params.suite,
+                           params.run_id or new_run_id(started_at), params.storage_options)
+    prepared = prepare(evaluation)
+    await generate_responses(evaluation, prepared)
+    judged = await judge(evaluation, prepared)
+    deltas = metric_deltas(baseline[1], judged.metrics) if baseline else []
+    breaches = apply_gates(gates, judged.metrics, deltas)
+    section = {"regression": {
+        "baseline_run_id": baseline[0] if baseline else None,
+        "deltas": deltas, "gates": [g.model_dump(exclude_none=True) for g in gates],
+        "breaches": breaches, "passed": not breaches,
+    }}
+    manifest, urls = publish(evaluation, location, prepared, judged, started_at, section)
+    publish_artifacts(manifest, judged.metrics, urls)
+    if breaches:
+        emit_event(
+            event=REGRESSION_EVENT,
+            resource={"prefect.resource.id": f"judgeflow.suite.{params.suite}",
+                      "prefect.resource.name": params.suite},
+            payload={"run_id": location.run_id, "report": urls["report.html"],
+                     "breaches": breaches, "deltas": deltas},
+        )
+        raise RegressionDetected(
+            f"{len(breaches)} gate(s) breached in suite {params.suite!r} (report: "
+            f"{urls['report.html']}):\n" + "\n".join(f"  - {b}" for b in breaches)
+        )
+    logger.info("no gate breached; report: %s", urls["report.html"])
+    return {**run_summary(location, manifest, judged.metrics, urls), "deltas": deltas}
