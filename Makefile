@@ -33,3 +33,6 @@ lint: install
 
 clean:
 	rm -rf $(TOOLS) $(VENV) results .pytest_cache
+
+bench: install
+	$(VENV)/bin/python bench/throughput.py

@@ -37,6 +37,7 @@ def prompt_environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=False,
+        auto_reload=False,  # templates don't change under a running process: no stat per call
     )
     env.filters["untrusted"] = untrusted
     return env

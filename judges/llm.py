@@ -7,6 +7,7 @@ Retry-After and add jitter, are the only ones and do not multiply.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import threading
@@ -220,7 +221,7 @@ class LLMClient:
         async with self._limits.semaphore():
             await self._limits.pacer.wait_turn()
             response = await litellm.acompletion(**self._request(messages, response_format))
-        return _to_completion(response)
+        return _to_completion(response, self.settings.model)
 
     def _request(self, messages: list[dict], response_format: type[BaseModel] | None) -> dict:
         request = {
@@ -243,20 +244,34 @@ class LLMClient:
         return request
 
 
+@functools.cache
 def _supports_schema(model: str) -> bool:
+    # Looked up once per model: litellm's model-info search costs milliseconds per call.
     try:
         return bool(litellm.supports_response_schema(model=model))
     except Exception:  # noqa: BLE001 - unknown models simply get no schema
         return False
 
 
-def _to_completion(response) -> Completion:
+@functools.cache
+def _is_priced(model: str) -> bool:
+    """Whether litellm's price map knows the model (asked once; unknown ones cost nothing)."""
+    try:
+        info = litellm.get_model_info(model=model)
+    except Exception:  # noqa: BLE001 - unknown to the map
+        return False
+    return bool(info.get("input_cost_per_token") or info.get("output_cost_per_token"))
+
+
+def _to_completion(response, model: str) -> Completion:
     text = response.choices[0].message.content or ""
     usage = getattr(response, "usage", None)
-    try:
-        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
-    except Exception:  # noqa: BLE001 - unpriced models (local, fake) cost nothing known
-        cost = 0.0
+    cost = 0.0
+    if _is_priced(model):
+        try:
+            cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+        except Exception:  # noqa: BLE001 - a price lookup never fails a judgment
+            cost = 0.0
     return Completion(
         text=text,
         input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),

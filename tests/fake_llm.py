@@ -101,6 +101,8 @@ class FakeLLMServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real providers do
+
             def log_message(self, *args) -> None:  # keep test output clean
                 pass
 
