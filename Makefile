@@ -24,6 +24,8 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/judgeflow evaluate examples/rag_eval.jsonl --judge-model judgeflow/offline \
 		--output ./results --suite demo
+	$(VENV)/bin/judgeflow compare examples/pairs.jsonl --judge-model judgeflow/offline \
+		--output ./results --suite demo-compare
 
 test: install
 	$(VENV)/bin/pytest

@@ -23,6 +23,7 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import multiprocessing  # noqa: E402

@@ -9,12 +9,15 @@ from typing import Annotated
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # The ephemeral API's telemetry write races its own start-up on SQLite ("database is locked").
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The temporary API starts in ~10 s on 2 busy cores; Prefect's default 20 s wait is too tight.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 import typer  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from flows.compare_cli import compare_command  # noqa: E402
 from flows.evaluate import evaluate  # noqa: E402
 from flows.manifest import OFFLINE_NOTICE  # noqa: E402
 from flows.params import EvaluateParams, JudgeModel  # noqa: E402
@@ -109,6 +112,9 @@ def evaluate_command(
         strictness=strictness,
     )
     print_summary(run_flow(evaluate, params))
+
+
+app.command(name="compare")(compare_command)
 
 
 def main() -> None:

@@ -137,6 +137,7 @@ def publish(
     judged: JudgedRun,
     started_at: datetime,
     extra_sections: dict | None = None,
+    pairwise: dict | None = None,
 ) -> tuple[dict, dict[str, str]]:
     """Write the run's files (manifest last); returns the manifest and the file URLs."""
     settings = params.judge.settings()
@@ -156,6 +157,7 @@ def publish(
         urls = publish_run(
             location, judged.staging, judged.metrics, manifest,
             rejected_rows(prepared.table, prepared.validated),
+            pairwise=pairwise,
             baseline_deltas=(extra_sections or {}).get("regression", {}).get("deltas"),
         )
     finally:

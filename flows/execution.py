@@ -20,7 +20,6 @@ TARGET_TASK_RUNS = 200
 # Prefect costs tens of ms per task run; below ~50 rows a chunk that overhead shows (make bench).
 MIN_CHUNK_SIZE = 50
 MAX_CHUNKS_IN_FLIGHT = 8
-CHUNKS_IN_FLIGHT = 4  # fixed window still used by flows/compare.py
 
 
 def auto_chunk_size(row_count: int) -> int:

@@ -9,13 +9,22 @@ naming every breached gate, after emitting `judgeflow.regression.detected`.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flows.evaluate import new_run_id, run_summary
-from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
+from flows.compare import CompareParams, compare
+from flows.evaluation import (
+    JudgedRun,
+    generate_responses,
+    judge,
+    prepare,
+    publish,
+    warn_if_offline,
+)
 from flows.params import CandidateModel, EvaluateParams, JudgeModel, check_safe_name
 from tasks.artifacts import publish_artifacts
 from tasks.outputs import RunLocation
@@ -45,6 +54,9 @@ class RegressionParams(BaseModel):
         "deployments/gates.yaml", description="YAML file of gates (thresholds per metric)"
     )
     judges: list[str] | None = Field(None, description="Judges to run (default: all applicable)")
+    pairwise: bool = Field(
+        True, description="Also judge baseline vs candidate responses head to head (both orders)"
+    )
     run_id: str | None = Field(None, description="Run id (default: UTC timestamp)")
     use_cache: bool = Field(True, description="Reuse cached judge replies")
     storage_options: dict = Field(default_factory=dict, description="fsspec options for s3://")
@@ -67,8 +79,14 @@ class RegressionParams(BaseModel):
         )
 
 
-def find_baseline(params: RegressionParams) -> tuple[str, dict] | None:
-    """(run id, metrics) of the baseline run, or None when the suite has no run yet."""
+class Baseline(NamedTuple):
+    run_id: str
+    url: str
+    metrics: dict
+
+
+def find_baseline(params: RegressionParams) -> Baseline | None:
+    """The baseline run (id, folder URL, metrics), or None when the suite has no run yet."""
     suite = RunLocation(params.output, params.suite, "latest", params.storage_options)
     run_id = params.baseline
     if run_id == "latest":
@@ -80,7 +98,23 @@ def find_baseline(params: RegressionParams) -> tuple[str, dict] | None:
     run = RunLocation(params.output, params.suite, run_id, params.storage_options)
     if read_json(run.url("manifest.json"), params.storage_options) is None:
         raise FileNotFoundError(f"baseline run {run.url()} is incomplete or missing")
-    return run_id, read_json(run.url("metrics.json"), params.storage_options) or {}
+    return Baseline(run_id, run.url(), read_json(run.url("metrics.json"), params.storage_options) or {})
+
+
+async def head_to_head(params: RegressionParams, baseline: Baseline, judged: JudgedRun,
+                       run_id: str) -> dict:
+    """Pairwise rubric judgment of baseline vs candidate responses, published as its own run.
+
+    Rows that lack a response on either side are listed by the compare run, not judged.
+    """
+    candidate_results = judged.staging.export_jsonl("candidate-results.jsonl")
+    summary = await compare(CompareParams(
+        baseline=baseline.url, candidate=str(candidate_results), judge=params.judge,
+        output=params.output, suite=f"{params.suite}-pairwise", run_id=run_id,
+        on_invalid="skip", use_cache=params.use_cache, storage_options=params.storage_options,
+    ))
+    metrics = {k: v for k, v in summary["metrics"].items() if not k.startswith("rows/")}
+    return {"run_id": summary["run_id"], "run_url": summary["run_url"], "metrics": metrics}
 
 
 @flow(name="regression", log_prints=True)
@@ -97,14 +131,21 @@ async def regression(params: RegressionParams) -> dict:
     prepared = prepare(evaluation)
     await generate_responses(evaluation, prepared)
     judged = await judge(evaluation, prepared)
-    deltas = metric_deltas(baseline[1], judged.metrics) if baseline else []
-    breaches = apply_gates(gates, judged.metrics, deltas)
+    pairwise = None
+    if baseline and params.pairwise:
+        pairwise = await head_to_head(params, baseline, judged, location.run_id)
+    deltas = metric_deltas(baseline.metrics, judged.metrics) if baseline else []
+    # Pairwise names (winrate, …) never collide with Databricks names; gates may use either.
+    gated_values = {**(pairwise["metrics"] if pairwise else {}), **judged.metrics}
+    breaches = apply_gates(gates, gated_values, deltas)
     section = {"regression": {
-        "baseline_run_id": baseline[0] if baseline else None,
+        "baseline_run_id": baseline.run_id if baseline else None,
+        "pairwise_run": pairwise and {"run_id": pairwise["run_id"], "url": pairwise["run_url"]},
         "deltas": deltas, "gates": [g.model_dump(exclude_none=True) for g in gates],
         "breaches": breaches, "passed": not breaches,
     }}
-    manifest, urls = publish(evaluation, location, prepared, judged, started_at, section)
+    manifest, urls = publish(evaluation, location, prepared, judged, started_at, section,
+                             pairwise=pairwise and pairwise["metrics"])
     publish_artifacts(manifest, judged.metrics, urls)
     if breaches:
         emit_event(

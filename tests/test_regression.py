@@ -31,7 +31,7 @@ def _params(server, tmp_path, bad: int, run_id: str) -> RegressionParams:
     judge = JudgeModel(model="openai/planted", api_base=server.api_base, backoff_seconds=0.05)
     return RegressionParams(suite="nightly", data=str(data), judge=judge, run_id=run_id,
                             output=str(tmp_path / "out"), gates=str(gates),
-                            judges=["correctness", "safety"], use_cache=False)
+                            judges=["correctness", "safety"], use_cache=False, pairwise=False)
 
 
 def _events(name: str) -> list[dict]:
@@ -94,3 +94,29 @@ def test_two_proportion_test_and_gate_logic():
     assert breaches == ["winrate = 0.4000 is below the minimum 0.45"]
     with pytest.raises(ValueError):
         Gate(metric="x")
+
+
+def test_pairwise_head_to_head_gates_the_win_rate(tmp_path):
+    """Offline judge: tonight's answers lose the head-to-head, so the win-rate gate breaches."""
+    good = [{"request_id": f"q{i}", "request": f"How do I rotate API key number {i}?",
+             "response": f"Create a second API key {i}, deploy it, then revoke the old key {i}."}
+            for i in range(6)]
+    bad = [{**row, "response": "Please contact support."} for row in good]
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("gates:\n  - metric: winrate\n    min: 0.45\n")
+    judge = JudgeModel(model="judgeflow/offline")
+
+    def params(rows, run_id):
+        data = tmp_path / f"{run_id}.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return RegressionParams(suite="ph", data=str(data), judge=judge, run_id=run_id,
+                                output=str(tmp_path / "out"), gates=str(gates),
+                                judges=["relevance_to_query"])
+
+    asyncio.run(regression(params(good, "base")))
+    state = asyncio.run(regression(params(bad, "cand"), return_state=True))
+    assert state.is_failed() and "winrate" in state.message
+    manifest = json.loads((tmp_path / "out/ph/cand/manifest.json").read_text())
+    assert manifest["regression"]["pairwise_run"]["run_id"] == "cand"
+    pair_metrics = json.loads((tmp_path / "out/ph-pairwise/cand/metrics.json").read_text())
+    assert pair_metrics["pairs_a"] == 6 and pair_metrics["winrate"] == 0.0
