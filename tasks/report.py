@@ -536,7 +536,8 @@ def render_report(
     Returns:
         The HTML document.
     """
-    aggregates = aggregate_rows(metrics)
+    # Pairwise aggregates have their own section; listing them again as "means" would mislead.
+    aggregates = aggregate_rows({k: v for k, v in metrics.items() if k not in (pairwise or {})})
     rows, rows_total, rows_failing = _rows(records, max_rows)
     judge = manifest.get("judge") or {}
     return _ENV.get_template(TEMPLATE_NAME).render(
@@ -550,6 +551,7 @@ def render_report(
         aggregates=aggregates,
         bars=chart_bars(aggregates),
         pairwise=pairwise_view(pairwise) if pairwise else None,
+        swap_notice=(manifest.get("pairwise") or {}).get("swap_notice"),
         deltas=list(baseline_deltas or []),
         skipped=list(manifest.get("skipped_judges") or []),
         rejected=_rejected_view(rejected or []),
