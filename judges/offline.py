@@ -34,6 +34,7 @@ from judges.pairwise import normalised_score
 
 _ASSESSMENT = re.compile(r"^Assessment:\s*(\S+)", re.MULTILINE)
 _BLOCK = re.compile(r"<untrusted-([\w-]+)>\n(.*?)\n</untrusted-\1>", re.DOTALL)
+_NEUTRALISED = re.compile(r"&lt;(\s*/?\s*untrusted-)", re.IGNORECASE)  # undo judges.base.untrusted
 _WORD = re.compile(r"[a-z0-9]{3,}")
 _STOP_WORDS = frozenset(
     "the and for are but not you all any can had her was one our out has have with this that "
@@ -69,7 +70,7 @@ def coverage(target: str, source: str) -> float:
 def _blocks(prompt: str) -> dict[str, list[str]]:
     blocks: dict[str, list[str]] = {}
     for label, body in _BLOCK.findall(prompt):
-        blocks.setdefault(label, []).append(body.replace("&lt;", "<"))
+        blocks.setdefault(label, []).append(_NEUTRALISED.sub(r"<\1", body))
     return blocks
 
 
