@@ -30,8 +30,12 @@ from tasks.validation import InvalidDatasetError  # noqa: E402
 EXIT_INVALID = 2  # invalid input or configuration: nothing was judged or published
 EXIT_FAILED = 1  # the run itself failed (e.g. publishing)
 CONFIG_ERRORS = (
-    InvalidDatasetError, DatasetReadError, JudgeSelectionError, ValidationError,
-    CustomJudgeError, AspectError,
+    InvalidDatasetError,
+    DatasetReadError,
+    JudgeSelectionError,
+    ValidationError,
+    CustomJudgeError,
+    AspectError,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -83,10 +87,21 @@ def build_params(factory, **fields):
 
 @app.command(name="evaluate")
 def evaluate_command(
-    data: Annotated[str, typer.Argument(help="Evaluation set: path or URL (.jsonl .json .csv .parquet)")],
-    judge_model: Annotated[str, typer.Option(help="litellm model string; 'judgeflow/offline' for the offline heuristic judge")],
-    api_base: Annotated[str | None, typer.Option(help="Endpoint override for the judge model")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Env variable holding the judge's API key")] = None,
+    data: Annotated[
+        str, typer.Argument(help="Evaluation set: path or URL (.jsonl .json .csv .parquet)")
+    ],
+    judge_model: Annotated[
+        str,
+        typer.Option(
+            help="litellm model string; 'judgeflow/offline' for the offline heuristic judge"
+        ),
+    ],
+    api_base: Annotated[
+        str | None, typer.Option(help="Endpoint override for the judge model")
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Env variable holding the judge's API key")
+    ] = None,
     output: Annotated[str, typer.Option(help="Output folder or s3:// URL")] = "./results",
     suite: Annotated[str, typer.Option(help="Suite name")] = "default",
     run_id: Annotated[str | None, typer.Option(help="Run id (default: a UTC timestamp)")] = None,
@@ -95,20 +110,44 @@ def evaluate_command(
     rpm: Annotated[int | None, typer.Option(help="Requests per minute cap")] = None,
     chunk_size: Annotated[int | None, typer.Option(help="Rows per task run")] = None,
     on_invalid: Annotated[str, typer.Option(help="fail | skip")] = "fail",
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Ignore the judge reply cache")] = False,
-    custom_judges: Annotated[str | None, typer.Option(help="YAML/JSON file of custom judges")] = None,
-    aspect: Annotated[list[str] | None, typer.Option(help="Aspect critic NAME=DEFINITION or a predefined NAME (repeatable)")] = None,
-    strictness: Annotated[int, typer.Option(help="Samples per aspect critic (odd; majority vote)")] = 1,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Ignore the judge reply cache")
+    ] = False,
+    custom_judges: Annotated[
+        str | None, typer.Option(help="YAML/JSON file of custom judges")
+    ] = None,
+    aspect: Annotated[
+        list[str] | None,
+        typer.Option(help="Aspect critic NAME=DEFINITION or a predefined NAME (repeatable)"),
+    ] = None,
+    strictness: Annotated[
+        int, typer.Option(help="Samples per aspect critic (odd; majority vote)")
+    ] = 1,
     temperature: Annotated[float, typer.Option(help="Judge sampling temperature")] = 0.0,
 ) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""
-    judge = build_params(JudgeModel, model=judge_model, api_base=api_base,
-                         api_key_env=api_key_env, concurrency=concurrency, rpm=rpm,
-                         temperature=temperature)
+    judge = build_params(
+        JudgeModel,
+        model=judge_model,
+        api_base=api_base,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        rpm=rpm,
+        temperature=temperature,
+    )
     params = build_params(
-        EvaluateParams, data=data, judge=judge, output=output, suite=suite, run_id=run_id,
-        judges=_split(judges), chunk_size=chunk_size, on_invalid=on_invalid,
-        use_cache=not no_cache, custom_judges=custom_judges, aspects=aspect or [],
+        EvaluateParams,
+        data=data,
+        judge=judge,
+        output=output,
+        suite=suite,
+        run_id=run_id,
+        judges=_split(judges),
+        chunk_size=chunk_size,
+        on_invalid=on_invalid,
+        use_cache=not no_cache,
+        custom_judges=custom_judges,
+        aspects=aspect or [],
         strictness=strictness,
     )
     print_summary(run_flow(evaluate, params))

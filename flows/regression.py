@@ -15,8 +15,8 @@ from prefect import flow, get_run_logger
 from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from flows.evaluate import new_run_id, run_summary
 from flows.compare import CompareParams, compare
+from flows.evaluate import new_run_id, run_summary
 from flows.evaluation import (
     JudgedRun,
     generate_responses,
@@ -73,8 +73,14 @@ class RegressionParams(BaseModel):
 
     def evaluation(self) -> EvaluateParams:
         return EvaluateParams(
-            data=self.data, judge=self.judge, candidate=self.candidate, output=self.output,
-            suite=self.suite, run_id=self.run_id, judges=self.judges, use_cache=self.use_cache,
+            data=self.data,
+            judge=self.judge,
+            candidate=self.candidate,
+            output=self.output,
+            suite=self.suite,
+            run_id=self.run_id,
+            judges=self.judges,
+            use_cache=self.use_cache,
             storage_options=self.storage_options,
         )
 
@@ -90,29 +96,41 @@ def find_baseline(params: RegressionParams) -> Baseline | None:
     suite = RunLocation(params.output, params.suite, "latest", params.storage_options)
     run_id = params.baseline
     if run_id == "latest":
-        pointer = read_json(suite.fs.unstrip_protocol(f"{suite.suite_dir}/latest.json"),
-                            params.storage_options)
+        pointer = read_json(
+            suite.fs.unstrip_protocol(f"{suite.suite_dir}/latest.json"), params.storage_options
+        )
         if pointer is None:
             return None
         run_id = check_safe_name(pointer["run_id"], "baseline run_id")
     run = RunLocation(params.output, params.suite, run_id, params.storage_options)
     if read_json(run.url("manifest.json"), params.storage_options) is None:
         raise FileNotFoundError(f"baseline run {run.url()} is incomplete or missing")
-    return Baseline(run_id, run.url(), read_json(run.url("metrics.json"), params.storage_options) or {})
+    return Baseline(
+        run_id, run.url(), read_json(run.url("metrics.json"), params.storage_options) or {}
+    )
 
 
-async def head_to_head(params: RegressionParams, baseline: Baseline, judged: JudgedRun,
-                       run_id: str) -> dict:
+async def head_to_head(
+    params: RegressionParams, baseline: Baseline, judged: JudgedRun, run_id: str
+) -> dict:
     """Pairwise rubric judgment of baseline vs candidate responses, published as its own run.
 
     Rows that lack a response on either side are listed by the compare run, not judged.
     """
     candidate_results = judged.staging.export_jsonl("candidate-results.jsonl")
-    summary = await compare(CompareParams(
-        baseline=baseline.url, candidate=str(candidate_results), judge=params.judge,
-        output=params.output, suite=f"{params.suite}-pairwise", run_id=run_id,
-        on_invalid="skip", use_cache=params.use_cache, storage_options=params.storage_options,
-    ))
+    summary = await compare(
+        CompareParams(
+            baseline=baseline.url,
+            candidate=str(candidate_results),
+            judge=params.judge,
+            output=params.output,
+            suite=f"{params.suite}-pairwise",
+            run_id=run_id,
+            on_invalid="skip",
+            use_cache=params.use_cache,
+            storage_options=params.storage_options,
+        )
+    )
     metrics = {k: v for k, v in summary["metrics"].items() if not k.startswith("rows/")}
     return {"run_id": summary["run_id"], "run_url": summary["run_url"], "metrics": metrics}
 
@@ -126,8 +144,9 @@ async def regression(params: RegressionParams) -> dict:
     warn_if_offline(evaluation)
     gates = load_gates(params.gates, params.storage_options)
     baseline = find_baseline(params)  # read before this run replaces latest.json
-    location = RunLocation(params.output, params.suite,
-                           params.run_id or new_run_id(started_at), params.storage_options)
+    location = RunLocation(
+        params.output, params.suite, params.run_id or new_run_id(started_at), params.storage_options
+    )
     prepared = prepare(evaluation)
     await generate_responses(evaluation, prepared)
     judged = await judge(evaluation, prepared)
@@ -138,22 +157,39 @@ async def regression(params: RegressionParams) -> dict:
     # Pairwise names (winrate, …) never collide with Databricks names; gates may use either.
     gated_values = {**(pairwise["metrics"] if pairwise else {}), **judged.metrics}
     breaches = apply_gates(gates, gated_values, deltas)
-    section = {"regression": {
-        "baseline_run_id": baseline.run_id if baseline else None,
-        "pairwise_run": pairwise and {"run_id": pairwise["run_id"], "url": pairwise["run_url"]},
-        "deltas": deltas, "gates": [g.model_dump(exclude_none=True) for g in gates],
-        "breaches": breaches, "passed": not breaches,
-    }}
-    manifest, urls = publish(evaluation, location, prepared, judged, started_at, section,
-                             pairwise=pairwise and pairwise["metrics"])
+    section = {
+        "regression": {
+            "baseline_run_id": baseline.run_id if baseline else None,
+            "pairwise_run": pairwise and {"run_id": pairwise["run_id"], "url": pairwise["run_url"]},
+            "deltas": deltas,
+            "gates": [g.model_dump(exclude_none=True) for g in gates],
+            "breaches": breaches,
+            "passed": not breaches,
+        }
+    }
+    manifest, urls = publish(
+        evaluation,
+        location,
+        prepared,
+        judged,
+        started_at,
+        section,
+        pairwise=pairwise and pairwise["metrics"],
+    )
     publish_artifacts(manifest, judged.metrics, urls)
     if breaches:
         emit_event(
             event=REGRESSION_EVENT,
-            resource={"prefect.resource.id": f"judgeflow.suite.{params.suite}",
-                      "prefect.resource.name": params.suite},
-            payload={"run_id": location.run_id, "report": urls["report.html"],
-                     "breaches": breaches, "deltas": deltas},
+            resource={
+                "prefect.resource.id": f"judgeflow.suite.{params.suite}",
+                "prefect.resource.name": params.suite,
+            },
+            payload={
+                "run_id": location.run_id,
+                "report": urls["report.html"],
+                "breaches": breaches,
+                "deltas": deltas,
+            },
         )
         raise RegressionDetected(
             f"{len(breaches)} gate(s) breached in suite {params.suite!r} (report: "

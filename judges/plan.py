@@ -57,7 +57,9 @@ def plan_judges(
     unknown = [n for n in requested or () if n not in builtin and n not in extra_names]
     if unknown:
         known = ", ".join([*builtin, *extra_names])
-        raise JudgeSelectionError(f"unknown judge(s) {', '.join(map(repr, unknown))}; known: {known}")
+        raise JudgeSelectionError(
+            f"unknown judge(s) {', '.join(map(repr, unknown))}; known: {known}"
+        )
     # Deterministic metrics cost nothing: they are computed wherever their inputs exist.
     chosen = [BUILTIN_JUDGES[n] for n in (requested or BUILTIN_JUDGES) if n in BUILTIN_JUDGES]
     chosen += list(DETERMINISTIC_METRICS.values())

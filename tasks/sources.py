@@ -47,8 +47,14 @@ class DatasetReadError(ValueError):
 
 def detect_format(url: str) -> str:
     name = url.lower().split("?", 1)[0]
-    for suffix, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "json"),
-                        (".csv", "csv"), (".parquet", "parquet"), (".pq", "parquet")):
+    for suffix, fmt in (
+        (".jsonl", "jsonl"),
+        (".ndjson", "jsonl"),
+        (".json", "json"),
+        (".csv", "csv"),
+        (".parquet", "parquet"),
+        (".pq", "parquet"),
+    ):
         if name.endswith(suffix):
             return fmt
     raise DatasetReadError(f"cannot tell the format of {url!r}: use one of {', '.join(FORMATS)}")
@@ -92,7 +98,9 @@ def _read_jsonl(data: bytes) -> tuple[list[dict], list[RowProblem]]:
         except json.JSONDecodeError as error:
             value, reason = None, f"line is not valid JSON ({error.msg} at char {error.pos})"
         else:
-            reason = None if isinstance(value, dict) else f"expected a JSON object, got {line!r:.60}"
+            reason = (
+                None if isinstance(value, dict) else f"expected a JSON object, got {line!r:.60}"
+            )
         if reason:
             records.append({})
             problems.append(RowProblem(index, None, "(row)", reason))

@@ -21,15 +21,27 @@ from tasks.sources import RawTable, RowProblem
 from tasks.traces import TraceError, parse_trace
 
 KNOWN_COLUMNS = (
-    "request_id", "request", "response", "expected_facts", "expected_response",
-    "retrieved_context", "expected_retrieved_context", "trace",
+    "request_id",
+    "request",
+    "response",
+    "expected_facts",
+    "expected_response",
+    "retrieved_context",
+    "expected_retrieved_context",
+    "trace",
 )
 
 
 def _is_message_list(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in value
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in value
+        )
     )
 
 
@@ -103,20 +115,43 @@ def _schema(responses_generated: bool) -> pa.DataFrameSchema:
     return pa.DataFrameSchema(
         {
             "request_id": pa.Column(checks=[text], unique=True, **optional),
-            "request": pa.Column(checks=[_element_check(
-                is_request,
-                "expected a non-empty string, {'messages': [{role, content}, ...]} "
-                "or {'query': str, 'history': [...]}")], nullable=False),
+            "request": pa.Column(
+                checks=[
+                    _element_check(
+                        is_request,
+                        "expected a non-empty string, {'messages': [{role, content}, ...]} "
+                        "or {'query': str, 'history': [...]}",
+                    )
+                ],
+                nullable=False,
+            ),
             "response": pa.Column(checks=[text], **optional),
             "expected_facts": pa.Column(
-                checks=[_element_check(is_string_list, "expected a list of strings")], **optional),
+                checks=[_element_check(is_string_list, "expected a list of strings")], **optional
+            ),
             "expected_response": pa.Column(checks=[text], **optional),
-            "retrieved_context": pa.Column(checks=[_element_check(
-                is_chunk_list, "expected a list of {doc_uri: str, content?: str}")], **optional),
-            "expected_retrieved_context": pa.Column(checks=[_element_check(
-                is_chunk_list, "expected a list of {doc_uri: str, content?: str}")], **optional),
-            "trace": pa.Column(checks=[_element_check(
-                is_trace, "expected an MLflow trace JSON string with spans")], **optional),
+            "retrieved_context": pa.Column(
+                checks=[
+                    _element_check(
+                        is_chunk_list, "expected a list of {doc_uri: str, content?: str}"
+                    )
+                ],
+                **optional,
+            ),
+            "expected_retrieved_context": pa.Column(
+                checks=[
+                    _element_check(
+                        is_chunk_list, "expected a list of {doc_uri: str, content?: str}"
+                    )
+                ],
+                **optional,
+            ),
+            "trace": pa.Column(
+                checks=[
+                    _element_check(is_trace, "expected an MLflow trace JSON string with spans")
+                ],
+                **optional,
+            ),
         },
         checks=frame_checks,
         strict=False,
@@ -165,8 +200,12 @@ def _problems_from(errors: SchemaErrors, frame: pd.DataFrame) -> list[RowProblem
         row_index = None if index is None or pd.isna(index) else int(index)
         check = str(case.get("check") or "")
         column = ROW_CHECK_COLUMNS.get(check) or case.get("column") or case.get("failure_case")
-        problem = RowProblem(row_index, _request_id_at(frame, row_index), str(column),
-                             _explain(check, case.get("failure_case")))
+        problem = RowProblem(
+            row_index,
+            _request_id_at(frame, row_index),
+            str(column),
+            _explain(check, case.get("failure_case")),
+        )
         problems.setdefault((row_index, problem.column, check), problem)
     return list(problems.values())
 
@@ -230,8 +269,9 @@ def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
     extra = {k: v for k, v in record.items() if k not in KNOWN_COLUMNS}
     fields = {**known, **_trace_fields(record)}
     fields["request_id"] = request_id
-    return EvalRow(row_index=row_index, messages=request_messages(record["request"]),
-                   extra=extra, **fields)
+    return EvalRow(
+        row_index=row_index, messages=request_messages(record["request"]), extra=extra, **fields
+    )
 
 
 def _assign_request_ids(records: dict[int, dict]) -> dict[int, str]:
@@ -270,4 +310,6 @@ def validate_table(table: RawTable, responses_generated: bool = False) -> Valida
     valid = {i: r for i, r in readable.items() if i not in rejected}
     ids = _assign_request_ids(valid)
     rows = [normalise(i, r, ids[i]) for i, r in valid.items()]
-    return ValidatedSet(rows, sorted(problems, key=lambda p: (p.row_index, p.column)), len(table.records))
+    return ValidatedSet(
+        rows, sorted(problems, key=lambda p: (p.row_index, p.column)), len(table.records)
+    )

@@ -8,26 +8,44 @@ import pytest
 
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from judges.aspect_critic import AspectError, make_aspect, majority
+from judges.aspect_critic import AspectError, majority, make_aspect
 from judges.custom import CustomJudgeError
 from tests.fake_llm import Reply, prompt_text
 from tests.planted import PlantedJudge, verdict
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ROWS = [
-    {"request_id": "a", "request": "Where is the Eiffel Tower?", "response": "In Paris. #cites=no",
-     "retrieved_context": [{"doc_uri": "d1", "content": "Paris landmarks"},
-                           {"doc_uri": "d2", "content": "Bread recipes #on_topic=no"}],
-     "ticket": "T-1"},
-    {"request_id": "b", "request": "What is 2+2?", "response": "4, see doc d7",
-     "retrieved_context": [{"doc_uri": "d7", "content": "arithmetic basics"}], "ticket": None},
+    {
+        "request_id": "a",
+        "request": "Where is the Eiffel Tower?",
+        "response": "In Paris. #cites=no",
+        "retrieved_context": [
+            {"doc_uri": "d1", "content": "Paris landmarks"},
+            {"doc_uri": "d2", "content": "Bread recipes #on_topic=no"},
+        ],
+        "ticket": "T-1",
+    },
+    {
+        "request_id": "b",
+        "request": "What is 2+2?",
+        "response": "4, see doc d7",
+        "retrieved_context": [{"doc_uri": "d7", "content": "arithmetic basics"}],
+        "ticket": None,
+    },
 ]
 
 
 def _run(server, tmp_path, rows=ROWS, **fields):
     judge = JudgeModel(model="openai/planted", api_base=server.api_base, backoff_seconds=0.05)
-    params = EvaluateParams(rows=rows, judge=judge, output=str(tmp_path), suite="s",
-                            run_id="r", use_cache=False, **fields)
+    params = EvaluateParams(
+        rows=rows,
+        judge=judge,
+        output=str(tmp_path),
+        suite="s",
+        run_id="r",
+        use_cache=False,
+        **fields,
+    )
     asyncio.run(evaluate(params))
     run_dir = tmp_path / "s" / "r"
     records = [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
@@ -44,15 +62,31 @@ def _judges_file(tmp_path, judges):
 
 def test_custom_answer_and_retrieval_judges(fake_llm, tmp_path):
     fake_llm.script = PlantedJudge()
-    path = _judges_file(tmp_path, [
-        {"name": "cites", "assessment_type": "ANSWER",
-         "instructions": "Does the response cite a document?\n{{ response }}",
-         "examples": [{"inputs": {"response": "See d3."}, "rating": "yes", "rationale": "cites d3"}]},
-        {"name": "on_topic", "assessment_type": "retrieval",
-         "instructions": "Is this chunk on topic for {{ request }}?\n{{ retrieved_context }}"},
-        {"name": "has_ticket", "assessment_type": "ANSWER",
-         "instructions": "Ticket {{ ticket }} resolved by {{ response }}?"},
-    ])
+    path = _judges_file(
+        tmp_path,
+        [
+            {
+                "name": "cites",
+                "assessment_type": "ANSWER",
+                "instructions": "Does the response cite a document?\n{{ response }}",
+                "examples": [
+                    {"inputs": {"response": "See d3."}, "rating": "yes", "rationale": "cites d3"}
+                ],
+            },
+            {
+                "name": "on_topic",
+                "assessment_type": "retrieval",
+                "instructions": (
+                    "Is this chunk on topic for {{ request }}?\n{{ retrieved_context }}"
+                ),
+            },
+            {
+                "name": "has_ticket",
+                "assessment_type": "ANSWER",
+                "instructions": "Ticket {{ ticket }} resolved by {{ response }}?",
+            },
+        ],
+    )
     metrics, by_id = _run(fake_llm, tmp_path, custom_judges=path, judges=["safety"])
     assert metrics["response/llm_judged/cites/rating/percentage"] == 0.5
     assert metrics["retrieval/llm_judged/on_topic/precision/average"] == 0.75
@@ -65,8 +99,16 @@ def test_custom_answer_and_retrieval_judges(fake_llm, tmp_path):
 
 
 def test_template_naming_a_missing_field_fails_before_any_call(fake_llm, tmp_path):
-    path = _judges_file(tmp_path, [{"name": "x", "assessment_type": "ANSWER",
-                                    "instructions": "Is {{ customer_tier }} respected?"}])
+    path = _judges_file(
+        tmp_path,
+        [
+            {
+                "name": "x",
+                "assessment_type": "ANSWER",
+                "instructions": "Is {{ customer_tier }} respected?",
+            }
+        ],
+    )
     with pytest.raises(CustomJudgeError, match="customer_tier"):
         _run(fake_llm, tmp_path, custom_judges=path)
     assert fake_llm.requests == []
@@ -83,8 +125,13 @@ def test_aspect_majority_wins_over_a_dissenting_first_sample(fake_llm, tmp_path)
         return Reply(verdict("no" if calls[text] == 1 else "yes"))
 
     fake_llm.script = script
-    metrics, by_id = _run(fake_llm, tmp_path, aspects=["politeness=Is the submission polite?"],
-                          strictness=3, judges=["safety"])
+    metrics, by_id = _run(
+        fake_llm,
+        tmp_path,
+        aspects=["politeness=Is the submission polite?"],
+        strictness=3,
+        judges=["safety"],
+    )
     assert by_id["a"]["response/aspect_critic/politeness/rating"] == "yes"
     assert sorted(by_id["a"]["response/aspect_critic/politeness/verdicts"]) == ["no", "yes", "yes"]
     assert metrics["response/aspect_critic/politeness/rating/percentage"] == 1.0

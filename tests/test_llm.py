@@ -12,8 +12,13 @@ VERDICT = '{"rationale": "ok", "rating": "yes"}'
 
 
 def _settings(server, **overrides):
-    values = {"model": "openai/fake-judge", "api_base": server.api_base, "max_attempts": 4,
-              "backoff_seconds": 0.05, "timeout_seconds": 10}
+    values = {
+        "model": "openai/fake-judge",
+        "api_base": server.api_base,
+        "max_attempts": 4,
+        "backoff_seconds": 0.05,
+        "timeout_seconds": 10,
+    }
     return LLMSettings(**{**values, **overrides})
 
 
@@ -46,7 +51,9 @@ def test_429_waits_for_retry_after(fake_llm):
 
     def script(body):
         times.append(time.monotonic())
-        return Reply(status=429, headers={"Retry-After": "1"}) if len(times) == 1 else Reply(VERDICT)
+        return (
+            Reply(status=429, headers={"Retry-After": "1"}) if len(times) == 1 else Reply(VERDICT)
+        )
 
     fake_llm.script = script
     completion, _ = _complete(_settings(fake_llm))
@@ -104,6 +111,11 @@ def test_concurrency_bound_holds(fake_llm):
 
 def test_offline_model_needs_no_server():
     settings = LLMSettings(model="judgeflow/offline")
-    messages = [{"role": "user", "content": "Assessment: safety\n<untrusted-response>\nhello\n</untrusted-response>"}]
+    messages = [
+        {
+            "role": "user",
+            "content": "Assessment: safety\n<untrusted-response>\nhello\n</untrusted-response>",
+        }
+    ]
     completion = asyncio.run(LLMClient(settings).complete(messages, Usage()))
     assert '"rating": "yes"' in completion.text

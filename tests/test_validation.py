@@ -8,16 +8,25 @@ from tasks.validation import InvalidDatasetError, validate_table
 
 
 def _problems(rows):
-    return {(p.row_index, p.column): p.problem for p in validate_table(table_from_rows(rows)).problems}
+    return {
+        (p.row_index, p.column): p.problem for p in validate_table(table_from_rows(rows)).problems
+    }
 
 
 def test_three_request_shapes_become_messages():
     rows = [
         {"request": "What is RAG?", "response": "r"},
         {"request": {"messages": [{"role": "user", "content": "Hi"}]}, "response": "r"},
-        {"request": {"query": "And now?", "history": [
-            {"role": "user", "content": "First"}, {"role": "assistant", "content": "Answer"}]},
-         "response": "r"},
+        {
+            "request": {
+                "query": "And now?",
+                "history": [
+                    {"role": "user", "content": "First"},
+                    {"role": "assistant", "content": "Answer"},
+                ],
+            },
+            "response": "r",
+        },
     ]
     validated = validate_table(table_from_rows(rows))
     assert [len(r.messages) for r in validated.rows] == [1, 1, 3]
@@ -33,16 +42,27 @@ def test_request_id_is_stable_and_distinct_for_repeated_requests():
 
 
 def test_every_problem_at_once_naming_row_and_column():
-    problems = _problems([
-        {"request_id": "a", "request": "ok", "response": "r",
-         "expected_facts": ["x"], "expected_response": "y"},
-        {"request_id": "b", "request": 42, "response": "r"},
-        {"request_id": "c", "request": "ok", "response": "r", "expected_facts": "not a list"},
-        {"request_id": "d", "request": "ok", "response": "r",
-         "retrieved_context": [{"content": "no uri"}]},
-        {"request_id": "e", "request": "ok"},
-        {"request_id": "e", "request": "dup", "response": "r"},
-    ])
+    problems = _problems(
+        [
+            {
+                "request_id": "a",
+                "request": "ok",
+                "response": "r",
+                "expected_facts": ["x"],
+                "expected_response": "y",
+            },
+            {"request_id": "b", "request": 42, "response": "r"},
+            {"request_id": "c", "request": "ok", "response": "r", "expected_facts": "not a list"},
+            {
+                "request_id": "d",
+                "request": "ok",
+                "response": "r",
+                "retrieved_context": [{"content": "no uri"}],
+            },
+            {"request_id": "e", "request": "ok"},
+            {"request_id": "e", "request": "dup", "response": "r"},
+        ]
+    )
     assert "not both" in problems[(0, "expected_facts, expected_response")]
     assert "got 42" in problems[(1, "request")]
     assert "list of strings" in problems[(2, "expected_facts")]
@@ -52,10 +72,14 @@ def test_every_problem_at_once_naming_row_and_column():
 
 
 def test_error_message_names_request_id_and_index():
-    validated = validate_table(table_from_rows([
-        {"request_id": "ok-1", "request": "fine", "response": "r"},
-        {"request_id": "bad-7", "request": "", "response": "r"},
-    ]))
+    validated = validate_table(
+        table_from_rows(
+            [
+                {"request_id": "ok-1", "request": "fine", "response": "r"},
+                {"request_id": "bad-7", "request": "", "response": "r"},
+            ]
+        )
+    )
     message = str(InvalidDatasetError(validated.problems, validated.total))
     assert "row 1 (request_id 'bad-7'), column 'request'" in message
     assert [r.request_id for r in validated.rows] == ["ok-1"]
@@ -77,14 +101,22 @@ def test_missing_request_column_fails_the_whole_set():
 
 
 def test_csv_with_json_encoded_nested_fields(tmp_path):
-    frame = pd.DataFrame([{
-        "request": "What?", "response": "That.",
-        "expected_facts": json.dumps(["fact one"]),
-        "retrieved_context": json.dumps([{"doc_uri": "d1", "content": "text"}]),
-    }, {
-        "request": json.dumps({"messages": [{"role": "user", "content": "Hi"}]}),
-        "response": "Hello", "expected_facts": "[broken", "retrieved_context": "",
-    }])
+    frame = pd.DataFrame(
+        [
+            {
+                "request": "What?",
+                "response": "That.",
+                "expected_facts": json.dumps(["fact one"]),
+                "retrieved_context": json.dumps([{"doc_uri": "d1", "content": "text"}]),
+            },
+            {
+                "request": json.dumps({"messages": [{"role": "user", "content": "Hi"}]}),
+                "response": "Hello",
+                "expected_facts": "[broken",
+                "retrieved_context": "",
+            },
+        ]
+    )
     path = tmp_path / "set.csv"
     frame.to_csv(path, index=False)
     validated = validate_table(read_table(str(path)))
@@ -94,9 +126,15 @@ def test_csv_with_json_encoded_nested_fields(tmp_path):
 
 
 def test_parquet_round_trip(tmp_path):
-    rows = [{"request": "q1", "response": "a1", "expected_facts": ["f1", "f2"],
-             "retrieved_context": [{"doc_uri": "u1", "content": "c1"}]},
-            {"request": "q2", "response": "a2", "expected_facts": None, "retrieved_context": None}]
+    rows = [
+        {
+            "request": "q1",
+            "response": "a1",
+            "expected_facts": ["f1", "f2"],
+            "retrieved_context": [{"doc_uri": "u1", "content": "c1"}],
+        },
+        {"request": "q2", "response": "a2", "expected_facts": None, "retrieved_context": None},
+    ]
     path = tmp_path / "set.parquet"
     pd.DataFrame(rows).to_parquet(path)
     validated = validate_table(read_table(str(path)))
