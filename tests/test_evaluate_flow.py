@@ -1,6 +1,7 @@
 """The evaluate flow end to end against a loopback judge whose verdicts are planted."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,6 +12,7 @@ from tasks.validation import InvalidDatasetError
 from tests.conftest import FAKE_API_KEY
 from tests.planted import PlantedJudge
 
+EXAMPLE_SET = Path(__file__).resolve().parent.parent / "examples" / "rag_eval.jsonl"
 CTX = [{"doc_uri": "d1", "content": "Paris is the capital of France."},
        {"doc_uri": "d2", "content": "Unrelated text. #chunk_relevance=no"}]
 ROWS = [
@@ -164,3 +166,25 @@ def test_candidate_model_generates_missing_responses(fake_llm, tmp_path):
     assert "500" in by_id["g2"]["agent/generation_error"]
     assert metrics["agent/generation_error_count"] == 1
     assert metrics["response/llm_judged/relevance_to_query/rated_count"] == 2
+
+
+def test_flow_run_carries_summary_table_and_report_link(tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    params = EvaluateParams(data=str(EXAMPLE_SET), judge=JudgeModel(model="judgeflow/offline"),
+                            output=str(tmp_path / "out"), suite="artifacts", run_id="a1")
+    summary = _run(params)
+
+    async def artifacts():
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(like_="judgeflow-artifacts")))
+            return {a.key: a for a in found}
+
+    import asyncio
+
+    by_key = asyncio.run(artifacts())
+    assert "No LLM judged this run" in by_key["judgeflow-artifacts"].data
+    assert summary["files"]["report.html"] in by_key["judgeflow-artifacts-report"].data
+    assert "correctness" in str(by_key["judgeflow-artifacts-metrics"].data)
