@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from flows.evaluate import new_run_id
 from flows.execution import auto_chunk_size, chunks_in_flight, split
 from flows.manifest import OFFLINE_NOTICE, build_manifest
-from flows.params import JudgeModel, check_safe_name
+from flows.params import SAFE_NAME, JudgeModel, check_safe_name
 from judges import pairwise_judge
 from judges.llm import LLMSettings, Usage
 from judges.pairwise import PairVerdict, Rubric
@@ -53,8 +53,13 @@ class CompareParams(BaseModel):
         None, description="Fixed rubric file (YAML or JSON); default: criteria written per prompt"
     )
     output: str = Field("./results", description="Where runs are published (path or s3://...)")
-    suite: str = Field("default", description="Suite name: results go to {output}/{suite}/{run}")
-    run_id: str | None = Field(None, description="Run id (default: UTC timestamp)")
+    suite: str = Field(
+        "default", pattern=SAFE_NAME.pattern,
+        description="Suite name: results go to {output}/{suite}/{run}",
+    )
+    run_id: str | None = Field(
+        None, pattern=SAFE_NAME.pattern, description="Run id (default: UTC timestamp)"
+    )
     strict_ties: bool = Field(
         False, description="One tie and one preference make a tie (MT-Bench) instead of a win"
     )

@@ -81,8 +81,13 @@ class EvaluateParams(BaseModel):
         None, description="Generate responses with this model for rows that have none"
     )
     output: str = Field("./results", description="Where runs are published (path or s3://...)")
-    suite: str = Field("default", description="Suite name: results go to {output}/{suite}/{run}")
-    run_id: str | None = Field(None, description="Run id (default: UTC timestamp)")
+    suite: str = Field(
+        "default", pattern=SAFE_NAME.pattern,
+        description="Suite name: results go to {output}/{suite}/{run}",
+    )
+    run_id: str | None = Field(
+        None, pattern=SAFE_NAME.pattern, description="Run id (default: UTC timestamp)"
+    )
     judges: list[str] | None = Field(
         None, description="Judges to run (default: every judge whose inputs the set has)"
     )

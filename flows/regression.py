@@ -25,10 +25,22 @@ from flows.evaluation import (
     publish,
     warn_if_offline,
 )
-from flows.params import CandidateModel, EvaluateParams, JudgeModel, check_safe_name
+from flows.params import (
+    SAFE_NAME,
+    CandidateModel,
+    EvaluateParams,
+    JudgeModel,
+    check_safe_name,
+)
 from tasks.artifacts import publish_artifacts
 from tasks.outputs import RunLocation
-from tasks.regression import apply_gates, load_gates, metric_deltas, read_json
+from tasks.regression import (
+    apply_gates,
+    load_gates,
+    metric_deltas,
+    read_json,
+    unevaluated_gates,
+)
 
 REGRESSION_EVENT = "judgeflow.regression.detected"
 
@@ -42,12 +54,18 @@ class RegressionParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    suite: str = Field("nightly", description="Suite: the baseline is this suite's latest run")
+    suite: str = Field(
+        "nightly", pattern=SAFE_NAME.pattern,
+        description="Suite: the baseline is this suite's latest run",
+    )
     data: str = Field(description="Evaluation set URL (path, file://, s3://)")
     candidate: CandidateModel | None = Field(
         None, description="Model that answers the requests (None: the set has responses)"
     )
-    baseline: str = Field("latest", description="'latest' or the run id to compare against")
+    baseline: str = Field(
+        "latest", pattern=SAFE_NAME.pattern,
+        description="'latest' or the run id to compare against",
+    )
     judge: JudgeModel = Field(description="The judge model")
     output: str = Field("./results", description="Where runs are published")
     gates: str | None = Field(
@@ -57,7 +75,9 @@ class RegressionParams(BaseModel):
     pairwise: bool = Field(
         True, description="Also judge baseline vs candidate responses head to head (both orders)"
     )
-    run_id: str | None = Field(None, description="Run id (default: UTC timestamp)")
+    run_id: str | None = Field(
+        None, pattern=SAFE_NAME.pattern, description="Run id (default: UTC timestamp)"
+    )
     use_cache: bool = Field(True, description="Reuse cached judge replies")
     storage_options: dict = Field(default_factory=dict, description="fsspec options for s3://")
 
@@ -157,6 +177,9 @@ async def regression(params: RegressionParams) -> dict:
     # Pairwise names (winrate, …) never collide with Databricks names; gates may use either.
     gated_values = {**(pairwise["metrics"] if pairwise else {}), **judged.metrics}
     breaches = apply_gates(gates, gated_values, deltas)
+    unevaluated = unevaluated_gates(gates, gated_values)
+    if unevaluated:
+        logger.warning("gates not evaluated (metric absent from this run): %s", unevaluated)
     section = {
         "regression": {
             "baseline_run_id": baseline.run_id if baseline else None,
@@ -164,6 +187,7 @@ async def regression(params: RegressionParams) -> dict:
             "deltas": deltas,
             "gates": [g.model_dump(exclude_none=True) for g in gates],
             "breaches": breaches,
+            "unevaluated_gates": unevaluated,
             "passed": not breaches,
         }
     }

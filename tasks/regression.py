@@ -125,6 +125,11 @@ def apply_gates(gates: list[Gate], metrics: dict[str, Any], deltas: list[dict]) 
     return breaches
 
 
+def unevaluated_gates(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
+    """Gates whose metric this run did not produce (e.g. winrate without a baseline)."""
+    return [g.metric for g in gates if metrics.get(g.metric) is None]
+
+
 def read_json(url: str, storage_options: dict | None = None) -> dict | None:
     try:
         with fsspec.open(url, "r", **(storage_options or {})) as handle:
