@@ -47,6 +47,18 @@ def _root() -> None:
     """judgeflow: LLM-as-a-judge evaluations as Prefect flows."""
 
 
+def parse_storage_options(items: list[str] | None) -> dict[str, str]:
+    """`KEY=VALUE` pairs from the command line as fsspec storage options."""
+    options = {}
+    for item in items or []:
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip():
+            console.print(f"[bold red]invalid --storage-option {item!r}:[/] expected KEY=VALUE")
+            raise typer.Exit(EXIT_INVALID)
+        options[key.strip()] = value
+    return options
+
+
 def _split(value: str | None) -> list[str] | None:
     return [part.strip() for part in value.split(",") if part.strip()] if value else None
 
@@ -124,6 +136,10 @@ def evaluate_command(
         int, typer.Option(help="Samples per aspect critic (odd; majority vote)")
     ] = 1,
     temperature: Annotated[float, typer.Option(help="Judge sampling temperature")] = 0.0,
+    storage_option: Annotated[
+        list[str] | None,
+        typer.Option(help="fsspec option KEY=VALUE for s3://, e.g. endpoint_url=http://minio:9000"),
+    ] = None,
 ) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""
     judge = build_params(
@@ -149,6 +165,7 @@ def evaluate_command(
         custom_judges=custom_judges,
         aspects=aspect or [],
         strictness=strictness,
+        storage_options=parse_storage_options(storage_option),
     )
     print_summary(run_flow(evaluate, params))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 from prefect import flow, get_run_logger
 from prefect.utilities.annotations import quote
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from flows.evaluate import new_run_id
 from flows.execution import auto_chunk_size, chunks_in_flight, split
 from flows.manifest import OFFLINE_NOTICE, build_manifest
-from flows.params import SAFE_NAME, JudgeModel, check_safe_name
+from flows.params import SAFE_NAME, JudgeModel, StorageOptions, check_safe_name
 from judges import pairwise_judge
 from judges.llm import LLMSettings, Usage
 from judges.pairwise import PairVerdict, Rubric
@@ -78,9 +78,7 @@ class CompareParams(BaseModel):
         None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
     )
     use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
-    storage_options: dict[str, Any] = Field(
-        default_factory=dict, description="fsspec options for s3:// (e.g. endpoint_url)"
-    )
+    storage_options: StorageOptions = Field(default_factory=dict)
 
     @field_validator("suite")
     @classmethod

@@ -84,10 +84,12 @@ def compare_command(
     on_invalid: Annotated[str, typer.Option(help="fail | skip")] = "fail",
     no_cache: Annotated[bool, typer.Option(
         "--no-cache", help="Ignore the judge reply cache")] = False,
+    storage_option: Annotated[list[str] | None, typer.Option(
+        help="fsspec option KEY=VALUE for s3://, e.g. endpoint_url=http://minio:9000")] = None,
 ) -> None:
     """Judge two systems head to head (both orders of every pair) and publish a report."""
     # Imported at call time: flows.cli imports this module to register the command.
-    from flows.cli import build_params, run_flow
+    from flows.cli import build_params, parse_storage_options, run_flow
 
     judge = build_params(JudgeModel, model=judge_model, api_base=api_base,
                          api_key_env=api_key_env, concurrency=concurrency, rpm=rpm)
@@ -95,7 +97,7 @@ def compare_command(
         CompareParams, data=data, baseline=baseline, candidate=candidate, judge=judge,
         rubric=rubric, output=output, suite=suite, run_id=run_id, chunk_size=chunk_size,
         strict_ties=strict_ties, swap=not no_swap, bootstrap_seed=seed, on_invalid=on_invalid,
-        use_cache=not no_cache,
+        use_cache=not no_cache, storage_options=parse_storage_options(storage_option),
     )
     _check_rubric(rubric)
     print_compare_summary(run_flow(compare, params))

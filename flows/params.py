@@ -3,14 +3,48 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from judges.llm import LLMSettings
 
 # Run ids and suite names become path segments: nothing that could climb out of the prefix.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+# Flow parameters are stored by the Prefect API and shown in its UI: no credentials in them.
+_SECRET_LIKE = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
+
+
+def _no_credentials(options: dict[str, Any]) -> dict[str, Any]:
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for name, inner in value.items():
+                if _SECRET_LIKE.search(str(name)):
+                    raise ValueError(
+                        f"storage option {path}{name!r} looks like a credential; parameters are "
+                        "stored and shown by Prefect: use the AWS credential chain (env, "
+                        "profile, role) instead"
+                    )
+                walk(inner, f"{path}{name}.")
+
+    walk(options, "")
+    return options
+
+
+StorageOptions = Annotated[
+    dict[str, Any],
+    AfterValidator(_no_credentials),
+    Field(description="fsspec options for s3:// (e.g. endpoint_url); never credentials"),
+]
 
 
 def check_safe_name(value: str, what: str) -> str:
@@ -110,9 +144,7 @@ class EvaluateParams(BaseModel):
         None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
     )
     use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
-    storage_options: dict[str, Any] = Field(
-        default_factory=dict, description="fsspec options for s3:// (e.g. endpoint_url)"
-    )
+    storage_options: StorageOptions = Field(default_factory=dict)
 
     @field_validator("suite")
     @classmethod

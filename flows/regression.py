@@ -30,6 +30,7 @@ from flows.params import (
     CandidateModel,
     EvaluateParams,
     JudgeModel,
+    StorageOptions,
     check_safe_name,
 )
 from tasks.artifacts import publish_artifacts
@@ -79,7 +80,7 @@ class RegressionParams(BaseModel):
         None, pattern=SAFE_NAME.pattern, description="Run id (default: UTC timestamp)"
     )
     use_cache: bool = Field(True, description="Reuse cached judge replies")
-    storage_options: dict = Field(default_factory=dict, description="fsspec options for s3://")
+    storage_options: StorageOptions = Field(default_factory=dict)
 
     @field_validator("suite")
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 
 import fsspec
 
@@ -29,11 +30,29 @@ def cache_key(
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+# Filesystems whose "directories" are key prefixes and whose writes replace objects atomically.
+# Nothing needs creating before a write there, and trying (fs.makedirs) would probe the bucket
+# with HeadBucket / GetBucketLocation and even CreateBucket: calls a writer allowed only
+# PutObject on its prefix may not make.
+OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "oss"})
+logger = logging.getLogger(__name__)
+
+
+def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol
+    return not OBJECT_STORES.isdisjoint(protocols)
+
+
 class ReplyCache:
-    """Stores the raw text of replies that parsed, one small JSON file per key."""
+    """Stores the raw text of replies that parsed, one small JSON file per key.
+
+    The cache only saves calls: a storage error on read is a miss and on write is skipped,
+    with a warning, never a failed judgment.
+    """
 
     def __init__(self, url: str, storage_options: dict | None = None):
         self._fs, self._root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        self._needs_dirs = not is_object_store(self._fs)
 
     def _path(self, key: str) -> str:
         return f"{self._root.rstrip('/')}/{key[:2]}/{key}.json"
@@ -44,9 +63,16 @@ class ReplyCache:
                 return json.load(handle)["reply"]
         except (FileNotFoundError, KeyError, json.JSONDecodeError):
             return None
+        except OSError as error:
+            logger.warning("judge cache read failed, calling the model instead: %s", error)
+            return None
 
     def put(self, key: str, reply: str) -> None:
         path = self._path(key)
-        self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        with self._fs.open(path, "w") as handle:
-            json.dump({"reply": reply}, handle)
+        try:
+            if self._needs_dirs:
+                self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            with self._fs.open(path, "w") as handle:
+                json.dump({"reply": reply}, handle)
+        except OSError as error:
+            logger.warning("judge cache write failed (reply kept in results): %s", error)

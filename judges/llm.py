@@ -16,29 +16,41 @@ import weakref
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-# litellm fetches a price map from the internet on import unless told not to.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from pydantic import BaseModel, ConfigDict, Field
 
-import litellm  # noqa: E402
-from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
-
-from judges import offline  # noqa: E402
+from judges import offline
 
 OFFLINE_PROVIDER = "judgeflow"
 OFFLINE_MODEL = f"{OFFLINE_PROVIDER}/offline"
 MAX_RETRY_AFTER_SECONDS = 120.0
 
-# Printed "give feedback" banners on every exception would drown the run's own log.
-litellm.suppress_debug_info = True
 
-_TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
-    litellm.RateLimitError,
-    litellm.Timeout,
-    litellm.APIConnectionError,
-    litellm.InternalServerError,
-    litellm.ServiceUnavailableError,
-    litellm.BadGatewayError,
-)
+
+@functools.cache
+def _litellm():
+    """litellm, imported on first use: it costs seconds, which `prefect deploy`, worker
+    start-up and `--help` need not pay. Configured once, here."""
+    # litellm fetches a price map from the internet on import unless told not to.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    # Printed "give feedback" banners on every exception would drown the run's own log.
+    litellm.suppress_debug_info = True
+    _register_offline_provider(litellm)
+    return litellm
+
+
+@functools.cache
+def _transient_errors() -> tuple[type[Exception], ...]:
+    llm = _litellm()
+    return (
+        llm.RateLimitError,
+        llm.Timeout,
+        llm.APIConnectionError,
+        llm.InternalServerError,
+        llm.ServiceUnavailableError,
+        llm.BadGatewayError,
+    )
 
 
 class LLMSettings(BaseModel):
@@ -169,7 +181,7 @@ def retry_after_seconds(error: Exception) -> float | None:
 
 
 def is_transient(error: Exception) -> bool:
-    if isinstance(error, _TRANSIENT_ERRORS):
+    if isinstance(error, _transient_errors()):
         return True
     status = getattr(error, "status_code", None)
     return isinstance(status, int) and (status == 429 or status >= 500)
@@ -220,7 +232,7 @@ class LLMClient:
     ) -> Completion:
         async with self._limits.semaphore():
             await self._limits.pacer.wait_turn()
-            response = await litellm.acompletion(**self._request(messages, response_format))
+            response = await _litellm().acompletion(**self._request(messages, response_format))
         return _to_completion(response, self.settings.model)
 
     def _request(self, messages: list[dict], response_format: type[BaseModel] | None) -> dict:
@@ -248,7 +260,7 @@ class LLMClient:
 def _supports_schema(model: str) -> bool:
     # Looked up once per model: litellm's model-info search costs milliseconds per call.
     try:
-        return bool(litellm.supports_response_schema(model=model))
+        return bool(_litellm().supports_response_schema(model=model))
     except Exception:  # noqa: BLE001 - unknown models simply get no schema
         return False
 
@@ -257,7 +269,7 @@ def _supports_schema(model: str) -> bool:
 def _is_priced(model: str) -> bool:
     """Whether litellm's price map knows the model (asked once; unknown ones cost nothing)."""
     try:
-        info = litellm.get_model_info(model=model)
+        info = _litellm().get_model_info(model=model)
     except Exception:  # noqa: BLE001 - unknown to the map
         return False
     return bool(info.get("input_cost_per_token") or info.get("output_cost_per_token"))
@@ -269,7 +281,7 @@ def _to_completion(response, model: str) -> Completion:
     cost = 0.0
     if _is_priced(model):
         try:
-            cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+            cost = float(_litellm().completion_cost(completion_response=response) or 0.0)
         except Exception:  # noqa: BLE001 - a price lookup never fails a judgment
             cost = 0.0
     return Completion(
@@ -288,22 +300,20 @@ def _describe(error: Exception, attempt: int) -> str:
     return f"{type(error).__name__}{status_text} after {attempt} attempt(s): {reason}"
 
 
-class _OfflineProvider(litellm.CustomLLM):
-    """Exposes the deterministic offline judge as the litellm model `judgeflow/offline`."""
+def _register_offline_provider(litellm) -> None:
+    """Expose the deterministic offline judge as the litellm model `judgeflow/offline`."""
 
-    def completion(self, model: str, messages: list, *args, **kwargs):
-        text = offline.answer(messages)
-        return litellm.ModelResponse(
-            choices=[{"message": {"role": "assistant", "content": text}}],
-            model=OFFLINE_MODEL,
-            usage={"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        )
+    class OfflineProvider(litellm.CustomLLM):
+        def completion(self, model: str, messages: list, *args, **kwargs):
+            return litellm.ModelResponse(
+                choices=[{"message": {"role": "assistant", "content": offline.answer(messages)}}],
+                model=OFFLINE_MODEL,
+                usage={"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            )
 
-    async def acompletion(self, model: str, messages: list, *args, **kwargs):
-        return self.completion(model, messages)
+        async def acompletion(self, model: str, messages: list, *args, **kwargs):
+            return self.completion(model, messages)
 
-
-# Registered once at import: a provider name, not a per-call setting.
-litellm.custom_provider_map = [
-    entry for entry in litellm.custom_provider_map if entry.get("provider") != OFFLINE_PROVIDER
-] + [{"provider": OFFLINE_PROVIDER, "custom_handler": _OfflineProvider()}]
+    litellm.custom_provider_map = [
+        entry for entry in litellm.custom_provider_map if entry.get("provider") != OFFLINE_PROVIDER
+    ] + [{"provider": OFFLINE_PROVIDER, "custom_handler": OfflineProvider()}]

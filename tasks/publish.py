@@ -54,7 +54,8 @@ def publish_run(
     Returns:
         The URL of every file written, by name.
     """
-    publisher = Publisher(location)
+    planned = [f"{location.run_dir}/{name}" for name in (*DATA_FILES, "manifest.json")]
+    publisher = Publisher(location, planned=[*planned, location.latest_path])
     publisher.write_run_file("results.jsonl", _write_jsonl(staging))
     publisher.write_run_file("results.parquet", _write_parquet(staging))
     publisher.write_run_file("rejected.jsonl", _write_lines(rejected))
@@ -72,7 +73,7 @@ def publish_run(
     manifest["published_at"] = datetime.now(UTC).isoformat()
     publisher.write_json(f"{location.run_dir}/manifest.json", manifest)
     publisher.write_json(
-        f"{location.suite_dir}/latest.json",
+        location.latest_path,
         {
             "suite": location.suite,
             "run_id": location.run_id,
