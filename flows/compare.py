@@ -9,12 +9,12 @@ from typing import Literal
 
 from prefect import flow, get_run_logger
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flows.evaluate import new_run_id
 from flows.execution import auto_chunk_size, chunks_in_flight, split
 from flows.manifest import OFFLINE_NOTICE, build_manifest
-from flows.params import SAFE_NAME, JudgeModel, StorageOptions, check_safe_name
+from flows.params import JudgeModel, SafeName, StorageOptions
 from judges import pairwise_judge
 from judges.llm import LLMSettings, Usage
 from judges.pairwise import PairVerdict, Rubric
@@ -53,13 +53,10 @@ class CompareParams(BaseModel):
         None, description="Fixed rubric file (YAML or JSON); default: criteria written per prompt"
     )
     output: str = Field("./results", description="Where runs are published (path or s3://...)")
-    suite: str = Field(
-        "default", pattern=SAFE_NAME.pattern,
-        description="Suite name: results go to {output}/{suite}/{run}",
+    suite: SafeName = Field(
+        "default", description="Suite name: results go to {output}/{suite}/{run}"
     )
-    run_id: str | None = Field(
-        None, pattern=SAFE_NAME.pattern, description="Run id (default: UTC timestamp)"
-    )
+    run_id: SafeName | None = Field(None, description="Run id (default: UTC timestamp)")
     strict_ties: bool = Field(
         False, description="One tie and one preference make a tie (MT-Bench) instead of a win"
     )
@@ -79,16 +76,6 @@ class CompareParams(BaseModel):
     )
     use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
     storage_options: StorageOptions = Field(default_factory=dict)
-
-    @field_validator("suite")
-    @classmethod
-    def _suite_is_safe(cls, value: str) -> str:
-        return check_safe_name(value, "suite")
-
-    @field_validator("run_id")
-    @classmethod
-    def _run_id_is_safe(cls, value: str | None) -> str | None:
-        return None if value is None else check_safe_name(value, "run_id")
 
     @model_validator(mode="after")
     def _one_source(self) -> CompareParams:

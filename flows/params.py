@@ -47,6 +47,17 @@ StorageOptions = Annotated[
 ]
 
 
+def _no_parent_reference(value: str) -> str:
+    if ".." in value:
+        raise ValueError(f"{value!r} must not contain '..'")
+    return value
+
+
+# A suite name, run id or baseline id: a single safe path segment. The pattern is also in the
+# JSON schema, so the Prefect API itself refuses a bad name (HTTP 409) before any run starts.
+SafeName = Annotated[str, Field(pattern=SAFE_NAME.pattern), AfterValidator(_no_parent_reference)]
+
+
 def check_safe_name(value: str, what: str) -> str:
     if not SAFE_NAME.match(value) or ".." in value:
         raise ValueError(
@@ -115,13 +126,10 @@ class EvaluateParams(BaseModel):
         None, description="Generate responses with this model for rows that have none"
     )
     output: str = Field("./results", description="Where runs are published (path or s3://...)")
-    suite: str = Field(
-        "default", pattern=SAFE_NAME.pattern,
-        description="Suite name: results go to {output}/{suite}/{run}",
+    suite: SafeName = Field(
+        "default", description="Suite name: results go to {output}/{suite}/{run}"
     )
-    run_id: str | None = Field(
-        None, pattern=SAFE_NAME.pattern, description="Run id (default: UTC timestamp)"
-    )
+    run_id: SafeName | None = Field(None, description="Run id (default: UTC timestamp)")
     judges: list[str] | None = Field(
         None, description="Judges to run (default: every judge whose inputs the set has)"
     )
@@ -145,16 +153,6 @@ class EvaluateParams(BaseModel):
     )
     use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
     storage_options: StorageOptions = Field(default_factory=dict)
-
-    @field_validator("suite")
-    @classmethod
-    def _suite_is_safe(cls, value: str) -> str:
-        return check_safe_name(value, "suite")
-
-    @field_validator("run_id")
-    @classmethod
-    def _run_id_is_safe(cls, value: str | None) -> str | None:
-        return None if value is None else check_safe_name(value, "run_id")
 
     @field_validator("strictness")
     @classmethod

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from flows.compare import CompareParams, compare
 from flows.evaluate import new_run_id, run_summary
@@ -26,10 +26,10 @@ from flows.evaluation import (
     warn_if_offline,
 )
 from flows.params import (
-    SAFE_NAME,
     CandidateModel,
     EvaluateParams,
     JudgeModel,
+    SafeName,
     StorageOptions,
     check_safe_name,
 )
@@ -55,18 +55,12 @@ class RegressionParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    suite: str = Field(
-        "nightly", pattern=SAFE_NAME.pattern,
-        description="Suite: the baseline is this suite's latest run",
-    )
+    suite: SafeName = Field("nightly", description="Suite: the baseline is this suite's latest run")
     data: str = Field(description="Evaluation set URL (path, file://, s3://)")
     candidate: CandidateModel | None = Field(
         None, description="Model that answers the requests (None: the set has responses)"
     )
-    baseline: str = Field(
-        "latest", pattern=SAFE_NAME.pattern,
-        description="'latest' or the run id to compare against",
-    )
+    baseline: SafeName = Field("latest", description="'latest' or the run id to compare against")
     judge: JudgeModel = Field(description="The judge model")
     output: str = Field("./results", description="Where runs are published")
     gates: str | None = Field(
@@ -76,21 +70,9 @@ class RegressionParams(BaseModel):
     pairwise: bool = Field(
         True, description="Also judge baseline vs candidate responses head to head (both orders)"
     )
-    run_id: str | None = Field(
-        None, pattern=SAFE_NAME.pattern, description="Run id (default: UTC timestamp)"
-    )
+    run_id: SafeName | None = Field(None, description="Run id (default: UTC timestamp)")
     use_cache: bool = Field(True, description="Reuse cached judge replies")
     storage_options: StorageOptions = Field(default_factory=dict)
-
-    @field_validator("suite")
-    @classmethod
-    def _suite_is_safe(cls, value: str) -> str:
-        return check_safe_name(value, "suite")
-
-    @field_validator("baseline")
-    @classmethod
-    def _baseline_is_safe(cls, value: str) -> str:
-        return check_safe_name(value, "baseline")
 
     def evaluation(self) -> EvaluateParams:
         return EvaluateParams(
