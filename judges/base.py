@@ -55,7 +55,9 @@ def template_hash(name: str) -> str:
 class BinaryVerdict(BaseModel):
     """A yes/no judgment with its reasoning: the reply every binary judge must give."""
 
-    model_config = ConfigDict(extra="forbid")
+    # The schema sent as response_format forbids other keys; a reply that adds one anyway
+    # (a score, a confidence) still carries a usable verdict, so parsing ignores them.
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"additionalProperties": False})
 
     rationale: str = Field(description="One or two sentences explaining the verdict")
     rating: Literal["yes", "no"] = Field(description='"yes" or "no", as the instructions define')

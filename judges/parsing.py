@@ -57,7 +57,7 @@ def parse_reply(text: str, output_model: type[Output]) -> Output:
 
 
 def _lowercase_enums(candidate: dict) -> dict:
-    # "Yes" / "NO" are the same verdict; normalise string ratings before validation.
+    # "Yes", "NO" and "yes." are the same verdict; normalise string ratings before validation.
     if isinstance(candidate.get("rating"), str):
-        return {**candidate, "rating": candidate["rating"].strip().lower()}
+        return {**candidate, "rating": candidate["rating"].strip().strip(".!").lower()}
     return candidate

@@ -40,3 +40,9 @@ def test_untrusted_text_cannot_close_its_block():
     assert block.count("</untrusted-response>") == 1
     assert block.endswith("</untrusted-response>")
     assert "&lt;/untrusted-response>" in block
+
+
+def test_extra_keys_and_punctuation_do_not_lose_the_verdict():
+    text = '{"rationale": "fine", "rating": "Yes.", "confidence": 0.9}'
+    assert parse_reply(text, BinaryVerdict).rating == "yes"
+    assert BinaryVerdict.model_json_schema()["additionalProperties"] is False
