@@ -21,6 +21,9 @@ $(VENV)/.installed: $(UV) pyproject.toml uv.lock
 
 install: $(VENV)/.installed
 
+# The demo's temporary Prefect API keeps its database in its own folder, away from any other
+# Prefect process on the machine (SQLite does not like sharing).
+demo: export PREFECT_HOME := $(CURDIR)/.demo-prefect
 demo: install
 	$(VENV)/bin/judgeflow evaluate examples/rag_eval.jsonl --judge-model judgeflow/offline \
 		--output ./results --suite demo
