@@ -235,6 +235,14 @@ class LLMClient:
             response = await _litellm().acompletion(**self._request(messages, response_format))
         return _to_completion(response, self.settings.model)
 
+    def _keyless_local_server(self) -> bool:
+        provider = self.settings.model.split("/", 1)[0]
+        return (
+            self.settings.api_base is not None
+            and provider in ("openai", "hosted_vllm")
+            and not os.environ.get("OPENAI_API_KEY")
+        )
+
     def _request(self, messages: list[dict], response_format: type[BaseModel] | None) -> dict:
         request = {
             "model": self.settings.model,
@@ -251,6 +259,10 @@ class LLMClient:
             request["max_tokens"] = self.settings.max_tokens
         if self.settings.api_key_env:
             request["api_key"] = os.environ.get(self.settings.api_key_env)
+        elif self._keyless_local_server():
+            # A self-hosted OpenAI-compatible server (vLLM, llama.cpp) usually wants no key, but
+            # the OpenAI client refuses to send a request without one.
+            request["api_key"] = "no-key"
         if response_format is not None and _supports_schema(self.settings.model):
             request["response_format"] = response_format
         return request

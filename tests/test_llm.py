@@ -119,3 +119,10 @@ def test_offline_model_needs_no_server():
     ]
     completion = asyncio.run(LLMClient(settings).complete(messages, Usage()))
     assert '"rating": "yes"' in completion.text
+
+
+def test_self_hosted_server_needs_no_key(fake_llm, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    fake_llm.script = lambda body: Reply(VERDICT)
+    completion, _ = _complete(_settings(fake_llm, max_attempts=1))
+    assert completion.text == VERDICT
