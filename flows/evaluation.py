@@ -105,8 +105,11 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
     logger = get_run_logger()
     rows = prepared.rows
     plan = plan_judges(rows, params.judges, extra_judges(params, rows))
+    by_reason: dict[str, list[str]] = {}
     for skipped in plan.skipped:
-        logger.info("skipped %s: %s", skipped.name, skipped.reason)
+        by_reason.setdefault(skipped.reason, []).append(skipped.name)
+    for reason, names in by_reason.items():
+        logger.info("skipped %s: %s", ", ".join(names), reason)
     staging, accumulator = ResultStaging(), MetricsAccumulator(plan)
     started = time.perf_counter()
     try:
