@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from judges.llm import LLMSettings
+from judges.llm import API_KEY_ENV_PATTERN, LLMSettings
 
 # Run ids and suite names become path segments: nothing that could climb out of the prefix.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -78,8 +78,10 @@ class JudgeModel(BaseModel):
     )
     api_base: str | None = Field(None, description="Endpoint override (vLLM, proxy, gateway)")
     api_key_env: str | None = Field(
-        None, description="Environment variable that holds the API key (the key itself never "
-        "goes in a parameter); default: the provider's usual variable, e.g. OPENAI_API_KEY",
+        None, pattern=API_KEY_ENV_PATTERN,
+        description="Environment variable (NAME_API_KEY) that holds the API key; the key itself "
+        "never goes in a parameter. Default: the provider's usual variable, e.g. "
+        "OPENAI_API_KEY, which is never sent to a custom api_base unless named here",
     )
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
     concurrency: int = Field(8, ge=1, le=512, description="Judge calls in flight at once")
@@ -99,7 +101,10 @@ class CandidateModel(BaseModel):
 
     model: str = Field(description="litellm model string of the candidate, e.g. openai/my-ft")
     api_base: str | None = Field(None, description="The candidate's endpoint")
-    api_key_env: str | None = Field(None, description="Env variable holding its API key")
+    api_key_env: str | None = Field(
+        None, pattern=API_KEY_ENV_PATTERN,
+        description="Env variable holding its API key (sent to api_base only when named here)",
+    )
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
     max_tokens: int | None = Field(None, ge=1, description="Cap on response tokens")
     concurrency: int = Field(8, ge=1, le=512, description="Generation calls in flight")

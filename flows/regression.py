@@ -160,7 +160,7 @@ async def regression(params: RegressionParams) -> dict:
     # Pairwise names (winrate, …) never collide with Databricks names; gates may use either.
     gated_values = {**(pairwise["metrics"] if pairwise else {}), **judged.metrics}
     breaches = apply_gates(gates, gated_values, deltas)
-    unevaluated = unevaluated_gates(gates, gated_values)
+    unevaluated = unevaluated_gates(gates, gated_values, deltas)
     if unevaluated:
         logger.warning("gates not evaluated (metric absent from this run): %s", unevaluated)
     section = {

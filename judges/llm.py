@@ -7,6 +7,7 @@ Retry-After and add jitter, are the only ones and do not multiply.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import functools
 import os
 import random
@@ -14,6 +15,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +25,9 @@ from judges import offline
 OFFLINE_PROVIDER = "judgeflow"
 OFFLINE_MODEL = f"{OFFLINE_PROVIDER}/offline"
 MAX_RETRY_AFTER_SECONDS = 120.0
+# Only variables named like API keys may be chosen: a parameter must not be able to send,
+# say, AWS_SECRET_ACCESS_KEY to an endpoint of its choosing.
+API_KEY_ENV_PATTERN = r"^[A-Z][A-Z0-9_]*_API_KEY$"
 
 
 
@@ -61,7 +66,9 @@ class LLMSettings(BaseModel):
     model: str = Field(description="litellm model string, e.g. openai/gpt-4o-mini")
     api_base: str | None = Field(None, description="Endpoint override (vLLM, proxy, loopback)")
     api_key_env: str | None = Field(
-        None, description="Name of the environment variable holding the API key (never the key)"
+        None,
+        pattern=API_KEY_ENV_PATTERN,
+        description="Name of the environment variable holding the API key (never the key)",
     )
     temperature: float = Field(0.0, description="Sampling temperature of judge calls")
     max_tokens: int | None = Field(None, description="Cap on reply tokens")
@@ -166,18 +173,35 @@ def limits_for(settings: LLMSettings) -> ProcessLimits:
 
 
 def retry_after_seconds(error: Exception) -> float | None:
-    """The server's Retry-After (seconds form), if the error carries one."""
+    """The server's requested delay (retry-after-ms, or Retry-After seconds or date), if any."""
     # litellm keeps the provider's headers on litellm_response_headers; its `response` is rebuilt.
     candidates = (
         getattr(error, "litellm_response_headers", None),
         getattr(getattr(error, "response", None), "headers", None),
         getattr(error, "headers", None),
     )
-    value = next((h.get("retry-after") for h in candidates if h and h.get("retry-after")), None)
+    headers = next((h for h in candidates if h), None)
+    if headers is None:
+        return None
+    seconds = _header_seconds(headers.get("retry-after-ms"), scale=1000.0)
+    if seconds is None:
+        seconds = _header_seconds(headers.get("retry-after"))
+    return None if seconds is None else min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
+def _header_seconds(value: str | None, scale: float = 1.0) -> float | None:
+    """Seconds from a delay header: a number (in 1/scale s) or an HTTP date."""
+    if value is None:
+        return None
     try:
-        return min(float(value), MAX_RETRY_AFTER_SECONDS) if value is not None else None
+        return float(value) / scale
     except ValueError:
-        return None  # an HTTP-date Retry-After; fall back to our own backoff
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return (when - datetime.now(UTC)).total_seconds()
 
 
 def is_transient(error: Exception) -> bool:
@@ -235,14 +259,6 @@ class LLMClient:
             response = await _litellm().acompletion(**self._request(messages, response_format))
         return _to_completion(response, self.settings.model)
 
-    def _keyless_local_server(self) -> bool:
-        provider = self.settings.model.split("/", 1)[0]
-        return (
-            self.settings.api_base is not None
-            and provider in ("openai", "hosted_vllm")
-            and not os.environ.get("OPENAI_API_KEY")
-        )
-
     def _request(self, messages: list[dict], response_format: type[BaseModel] | None) -> dict:
         request = {
             "model": self.settings.model,
@@ -259,9 +275,10 @@ class LLMClient:
             request["max_tokens"] = self.settings.max_tokens
         if self.settings.api_key_env:
             request["api_key"] = os.environ.get(self.settings.api_key_env)
-        elif self._keyless_local_server():
-            # A self-hosted OpenAI-compatible server (vLLM, llama.cpp) usually wants no key, but
-            # the OpenAI client refuses to send a request without one.
+        elif self.settings.api_base:
+            # Never send the provider's usual key to an endpoint a parameter (or an event)
+            # named: a key goes to a custom endpoint only when paired with it by api_key_env.
+            # The OpenAI client refuses to send no key at all, so a placeholder stands in.
             request["api_key"] = "no-key"
         if response_format is not None and _supports_schema(self.settings.model):
             request["response_format"] = response_format

@@ -51,22 +51,23 @@ class MetricsAccumulator:
     def __init__(self, plan: JudgePlan):
         self._judges = plan.judges
         self._metrics = plan.metrics
-        self._ratings = {j.name: RatingTally() for j in plan.judges if not j.per_chunk}
-        self._means = {j.name: MeanTally() for j in plan.judges if j.per_chunk}
-        self._means.update({m.name: MeanTally() for m in plan.metrics})
+        # Keyed by output prefix: an aspect and a judge may share a name, never a prefix.
+        self._ratings = {j.prefix: RatingTally() for j in plan.judges if not j.per_chunk}
+        self._means = {j.prefix: MeanTally() for j in plan.judges if j.per_chunk}
+        self._means.update({m.field: MeanTally() for m in plan.metrics})
 
     def add(self, record: dict) -> None:
         for judge in self._judges:
             prefix = judge.prefix
             if judge.per_chunk:
                 errors = record.get(f"{prefix}/error_messages") or []
-                self._means[judge.name].add(record.get(f"{prefix}/precision"), any(errors))
+                self._means[prefix].add(record.get(f"{prefix}/precision"), any(errors))
             else:
-                self._ratings[judge.name].add(
+                self._ratings[prefix].add(
                     record.get(f"{prefix}/rating"), record.get(f"{prefix}/error_message")
                 )
         for metric in self._metrics:
-            self._means[metric.name].add(record.get(metric.field))
+            self._means[metric.field].add(record.get(metric.field))
 
     def result(self) -> dict[str, float | int | None]:
         out: dict[str, float | int | None] = {}
@@ -78,10 +79,10 @@ class MetricsAccumulator:
 
     def _judge_metrics(self, judge: JudgeSpec) -> dict:
         if judge.per_chunk:
-            tally = self._means[judge.name]
+            tally = self._means[judge.prefix]
             value, name = tally.mean, f"{judge.prefix}/precision/average"
         else:
-            tally = self._ratings[judge.name]
+            tally = self._ratings[judge.prefix]
             value = tally.yes / tally.rated if tally.rated else None
             name = f"{judge.prefix}/rating/{judge.aggregate}"
         return {
@@ -91,5 +92,5 @@ class MetricsAccumulator:
         }
 
     def _metric_metrics(self, metric: MetricSpec) -> dict:
-        tally = self._means[metric.name]
+        tally = self._means[metric.field]
         return {metric.average_name(): tally.mean, f"{metric.field}/rated_count": tally.rated}

@@ -49,10 +49,16 @@ def plan_judges(
         JudgeSelectionError: a requested name is unknown.
     """
     builtin: dict[str, JudgeSpec | MetricSpec] = {**BUILTIN_JUDGES, **DETERMINISTIC_METRICS}
-    prefixes = {j.prefix for j in BUILTIN_JUDGES.values()}
-    clashes = [j.name for j in extra_judges if j.prefix in prefixes]
+    taken = {j.prefix for j in BUILTIN_JUDGES.values()}
+    clashes = []
+    for judge in extra_judges:
+        if judge.prefix in taken:
+            clashes.append(judge.name)
+        taken.add(judge.prefix)
     if clashes:
-        raise JudgeSelectionError(f"custom judge name(s) {clashes} clash with built-in judges")
+        raise JudgeSelectionError(
+            f"judge name(s) {clashes} clash with a built-in or another custom judge or aspect"
+        )
     extra_names = {j.name for j in extra_judges}
     unknown = [n for n in requested or () if n not in builtin and n not in extra_names]
     if unknown:

@@ -99,7 +99,8 @@ def _breach(gate: Gate, value: float | None, delta: dict | None) -> str | None:
     if gate.max is not None and value > gate.max:
         return f"{gate.metric} = {value:.4f} is above the maximum {gate.max}"
     if gate.max_drop is not None and delta and delta["delta"] is not None:
-        significant = gate.alpha is None or (delta["p_value"] or 1.0) < gate.alpha
+        p_value = delta["p_value"]
+        significant = gate.alpha is None or (p_value is not None and p_value < gate.alpha)
         if -delta["delta"] > gate.max_drop and significant:
             return (f"{gate.metric} dropped {-delta['delta']:.4f} "
                     f"({delta['baseline']:.4f} → {value:.4f}), more than {gate.max_drop}")
@@ -125,9 +126,15 @@ def apply_gates(gates: list[Gate], metrics: dict[str, Any], deltas: list[dict]) 
     return breaches
 
 
-def unevaluated_gates(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
-    """Gates whose metric this run did not produce (e.g. winrate without a baseline)."""
-    return [g.metric for g in gates if metrics.get(g.metric) is None]
+def unevaluated_gates(
+    gates: list[Gate], metrics: dict[str, Any], deltas: list[dict]
+) -> list[str]:
+    """Gates this run could not check: its metric is absent, or a max_drop has no baseline."""
+    with_delta = {d["metric"] for d in deltas if d.get("delta") is not None}
+    return [
+        g.metric for g in gates
+        if metrics.get(g.metric) is None or (g.max_drop is not None and g.metric not in with_delta)
+    ]
 
 
 def read_json(url: str, storage_options: dict | None = None) -> dict | None:

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 import pandera.pandas as pa
 from pandera.errors import SchemaErrors
+from pydantic import ValidationError
 
 from judges.rows import EvalRow
 from tasks.sources import RawTable, RowProblem
@@ -274,6 +275,17 @@ def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
     )
 
 
+def _normalise_problem(
+    index: int, request_id: str, record: dict, error: ValidationError
+) -> RowProblem:
+    first = error.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else "(row)"
+    # Fields derived from a trace are reported against the trace column.
+    column = field if field in record else "trace" if record.get("trace") else field
+    where = ".".join(map(str, first["loc"]))
+    return RowProblem(index, request_id, column, f"{where}: {first['msg']}")
+
+
 def _assign_request_ids(records: dict[int, dict]) -> dict[int, str]:
     ids, seen = {}, {}
     for index, record in records.items():
@@ -309,7 +321,12 @@ def validate_table(table: RawTable, responses_generated: bool = False) -> Valida
     rejected = {p.row_index for p in problems}
     valid = {i: r for i, r in readable.items() if i not in rejected}
     ids = _assign_request_ids(valid)
-    rows = [normalise(i, r, ids[i]) for i, r in valid.items()]
+    rows = []
+    for index, record in valid.items():
+        try:
+            rows.append(normalise(index, record, ids[index]))
+        except ValidationError as error:  # e.g. a trace whose documents lack a doc_uri
+            problems.append(_normalise_problem(index, ids[index], record, error))
     return ValidatedSet(
         rows, sorted(problems, key=lambda p: (p.row_index, p.column)), len(table.records)
     )

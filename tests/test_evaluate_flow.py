@@ -116,6 +116,7 @@ def test_skip_sets_invalid_rows_aside_and_lists_them(fake_llm, tmp_path):
 def test_cache_makes_a_rerun_free_and_secrets_stay_out(fake_llm, tmp_path):
     fake_llm.script = PlantedJudge()
     params = _params(fake_llm, tmp_path, use_cache=True, judges=["safety", "correctness"])
+    params.judge.api_key_env = "OPENAI_API_KEY"  # paired explicitly with this endpoint
     _run(params)
     first_calls = len(fake_llm.requests)
     assert first_calls > 0
@@ -188,3 +189,10 @@ def test_flow_run_carries_summary_table_and_report_link(tmp_path):
     assert "No LLM judged this run" in by_key["judgeflow-artifacts"].data
     assert summary["files"]["report.html"] in by_key["judgeflow-artifacts-report"].data
     assert "correctness" in str(by_key["judgeflow-artifacts-metrics"].data)
+
+
+def test_provider_key_is_not_sent_to_an_unpaired_endpoint(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    _run(_params(fake_llm, tmp_path, judges=["safety"]))
+    assert fake_llm.headers_seen
+    assert all(FAKE_API_KEY not in " ".join(h.values()) for h in fake_llm.headers_seen)

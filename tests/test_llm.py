@@ -126,3 +126,27 @@ def test_self_hosted_server_needs_no_key(fake_llm, monkeypatch):
     fake_llm.script = lambda body: Reply(VERDICT)
     completion, _ = _complete(_settings(fake_llm, max_attempts=1))
     assert completion.text == VERDICT
+
+
+def test_retry_after_ms_and_http_date_are_honoured():
+    from datetime import UTC, datetime, timedelta
+    from email.utils import format_datetime
+
+    from judges.llm import retry_after_seconds
+
+    class Error(Exception):
+        def __init__(self, headers):
+            self.litellm_response_headers = headers
+
+    assert retry_after_seconds(Error({"retry-after-ms": "1500"})) == 1.5
+    in_three = format_datetime(datetime.now(UTC) + timedelta(seconds=3), usegmt=True)
+    assert 1.5 < retry_after_seconds(Error({"retry-after": in_three})) <= 3.0
+    assert retry_after_seconds(Error({})) is None
+
+
+def test_api_key_env_must_name_an_api_key():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        LLMSettings(model="openai/x", api_key_env="AWS_SECRET_ACCESS_KEY")
+    assert LLMSettings(model="openai/x", api_key_env="AZURE_API_KEY").api_key_env

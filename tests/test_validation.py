@@ -150,3 +150,21 @@ def test_unknown_format_is_a_clear_error(tmp_path, name):
     (tmp_path / name).write_text("x")
     with pytest.raises(DatasetReadError, match="format"):
         read_table(str(tmp_path / name))
+
+
+def test_trace_document_without_doc_uri_rejects_only_that_row():
+    trace = {"info": {"request_id": "t"}, "data": {"spans": [
+        {"name": "root", "context": {"span_id": "1", "trace_id": "t"}, "parent_id": None,
+         "start_time": 0, "end_time": 1_000_000_000, "attributes": {
+             "mlflow.spanType": '"CHAIN"', "mlflow.spanOutputs": '"answer"'}},
+        {"name": "retrieve", "context": {"span_id": "2", "trace_id": "t"}, "parent_id": "1",
+         "start_time": 1, "end_time": 2, "attributes": {
+             "mlflow.spanType": '"RETRIEVER"',
+             "mlflow.spanOutputs": json.dumps([{"page_content": "text", "metadata": {}}])}},
+    ]}}
+    validated = validate_table(table_from_rows([
+        {"request_id": "ok", "request": "q", "response": "r"},
+        {"request_id": "bad-trace", "request": "q", "trace": json.dumps(trace)},
+    ]))
+    assert [r.request_id for r in validated.rows] == ["ok"]
+    assert [(p.row_index, p.column) for p in validated.problems] == [(1, "trace")]
