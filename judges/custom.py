@@ -108,9 +108,11 @@ class CustomJudge(JudgeSpec):
 def referenced_fields(instructions: str) -> set[str]:
     try:
         ast = prompt_environment().parse(instructions)
-    except jinja2.TemplateSyntaxError as error:
+        fields = meta.find_undeclared_variables(ast)
+        prompt_environment().from_string(instructions)  # unknown filters fail here, not per row
+    except jinja2.TemplateError as error:
         raise CustomJudgeError(f"instructions are not a valid template: {error}") from None
-    return meta.find_undeclared_variables(ast)
+    return fields
 
 
 def build_custom_judge(definition: CustomJudgeDefinition, available: set[str]) -> CustomJudge:

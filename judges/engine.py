@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import jinja2
 from pydantic import BaseModel
 
 from judges.aspect_critic import AspectCritic, majority
@@ -83,8 +84,24 @@ async def _ask_with_one_reask(
         raise ReplyParseError(f"unparseable judge reply after one re-ask: {second_error}") from None
 
 
+class PromptRenderError(ValueError):
+    """A (custom) judge template that cannot render for a row."""
+
+
+def _render(spec: JudgeSpec, row: EvalRow, chunk: Chunk | None = None) -> list[dict]:
+    """The judge's messages; a template that fails on this row is this judge's error here."""
+    try:
+        return spec.render(row, chunk)
+    except jinja2.TemplateError as error:
+        message = f"prompt of judge {spec.name!r} failed to render: {error}"
+        raise PromptRenderError(message) from None
+
+
 async def _judge_once(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk=None) -> dict:
-    outcome = await judged_call(ctx, spec.render(row, chunk), spec.prompt_hash)
+    try:
+        outcome = await judged_call(ctx, _render(spec, row, chunk), spec.prompt_hash)
+    except PromptRenderError as error:
+        outcome = CallOutcome(None, str(error))
     verdict = outcome.verdict
     return {
         f"{spec.prefix}/rating": verdict.rating if verdict else None,
@@ -125,7 +142,10 @@ def empty_fields(spec: JudgeSpec) -> dict:
 
 async def _judge_by_vote(ctx: JudgeContext, spec: AspectCritic, row: EvalRow) -> dict:
     """`strictness` independent samples of one prompt, and their majority."""
-    messages = spec.render(row)
+    try:
+        messages = _render(spec, row)
+    except PromptRenderError as error:
+        return {**empty_fields(spec), f"{spec.prefix}/error_message": str(error)}
     outcomes = await asyncio.gather(*(
         judged_call(ctx, messages, spec.prompt_hash, sample_index=index)
         for index in range(spec.strictness)

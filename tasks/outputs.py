@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -76,13 +77,24 @@ class RunLocation:
 
 
 def records_frame(records: Iterable[dict]) -> pd.DataFrame:
-    """Records as a frame Parquet can hold: nested objects become JSON text."""
+    """Records as a frame Parquet can hold: nested or mixed-type values become JSON text."""
     frame = pd.DataFrame(list(records))
     for column in frame.columns:
         values = frame[column]
-        if values.map(_needs_json).any():
-            frame[column] = values.map(lambda v: None if v is None else json.dumps(v, default=str))
+        if values.map(_needs_json).any() or _mixed_types(values):
+            frame[column] = values.map(lambda v: None if _absent(v) else json.dumps(v, default=str))
     return frame
+
+
+def _absent(value) -> bool:
+    # A key missing from some records comes back from pandas as NaN.
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _mixed_types(values: pd.Series) -> bool:
+    """Whether a column holds values Arrow cannot put in one type (say "x" and 3)."""
+    kinds = {float if type(v) is int else type(v) for v in values if not _absent(v)}
+    return len(kinds) > 1
 
 
 def _needs_json(value) -> bool:

@@ -39,6 +39,16 @@ def _write_lines(items: list[dict]):
     return produce
 
 
+def _withdraw_manifest(location: RunLocation) -> None:
+    """Republishing a run id: remove its old manifest first, so that new data files never sit
+    beside a manifest that vouches for the old ones. One delete, no read: on S3 deleting a
+    missing key succeeds, and a writer without s3:DeleteObject is let through."""
+    try:
+        location.fs.rm_file(f"{location.run_dir}/manifest.json")
+    except (FileNotFoundError, PermissionError):
+        pass
+
+
 @task(name="publish-run", cache_policy=NO_CACHE)
 def publish_run(
     location: RunLocation,
@@ -54,6 +64,7 @@ def publish_run(
     Returns:
         The URL of every file written, by name.
     """
+    _withdraw_manifest(location)
     planned = [f"{location.run_dir}/{name}" for name in (*DATA_FILES, "manifest.json")]
     publisher = Publisher(location, planned=[*planned, location.latest_path])
     publisher.write_run_file("results.jsonl", _write_jsonl(staging))

@@ -166,3 +166,20 @@ def test_trace_that_is_not_json_is_a_validation_error(fake_llm, tmp_path):
     rows = [{"request_id": "t", "request": "q", "trace": "{not json"}]
     with pytest.raises(InvalidDatasetError, match="row 0 \\(request_id 't'\\), column 'trace'"):
         _run(fake_llm, tmp_path, rows=rows)
+
+
+def test_a_template_failing_on_rows_is_that_judges_error_only(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    path = _judges_file(tmp_path, [{"name": "broken", "assessment_type": "ANSWER",
+                                    "instructions": "{{ response.text.upper() }}"}])
+    metrics, by_id = _run(fake_llm, tmp_path, custom_judges=path, judges=["safety"])
+    assert "failed to render" in by_id["a"]["response/llm_judged/broken/error_message"]
+    assert metrics["response/llm_judged/broken/error_count"] == 2
+    assert metrics["response/llm_judged/safety/rated_count"] == 2  # other judges unaffected
+
+
+def test_unknown_filter_is_a_config_error(fake_llm, tmp_path):
+    path = _judges_file(tmp_path, [{"name": "x", "assessment_type": "ANSWER",
+                                    "instructions": "{{ response | nosuchfilter }}"}])
+    with pytest.raises(CustomJudgeError, match="not a valid template"):
+        _run(fake_llm, tmp_path, custom_judges=path)

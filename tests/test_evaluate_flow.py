@@ -196,3 +196,13 @@ def test_provider_key_is_not_sent_to_an_unpaired_endpoint(fake_llm, tmp_path):
     _run(_params(fake_llm, tmp_path, judges=["safety"]))
     assert fake_llm.headers_seen
     assert all(FAKE_API_KEY not in " ".join(h.values()) for h in fake_llm.headers_seen)
+
+
+
+def test_mixed_type_extra_columns_still_make_a_parquet_file(tmp_path):
+    rows = [{"request_id": "a", "request": "q", "response": "r", "tag": "x"},
+            {"request_id": "b", "request": "q2", "response": "r2", "tag": 3}]
+    _run(EvaluateParams(rows=rows, judge=JudgeModel(model="judgeflow/offline"),
+                        output=str(tmp_path / "out"), suite="t", run_id="run1"))
+    frame = pd.read_parquet(tmp_path / "out" / "t" / "run1" / "results.parquet")
+    assert list(frame["tag"]) == ['"x"', "3"]  # JSON text, as the README says

@@ -86,8 +86,10 @@ def test_a_run_is_published_whole_and_in_order(s3):
     assert sorted(names[:5]) == sorted(DATA_FILES)
     assert names[5:] == ["manifest.json", "evals/rag/latest.json"]
     # Publishing asks for nothing but object writes under the prefix (a writer role with
-    # s3:PutObject on the prefix suffices): no bucket probes, no CreateBucket.
-    assert {r.method for r in published} == {"PUT"}
+    # s3:PutObject on the prefix suffices): no bucket probes, no CreateBucket. The one
+    # DELETE withdraws a manifest left by an earlier publish of the same run id.
+    assert {r.method for r in published} == {"PUT", "DELETE"}
+    assert [r.path for r in published if r.method == "DELETE"] == [f"/{run_dir}/manifest.json"]
     assert all(r.path.startswith(f"/{s3.name}/evals/rag/") for r in published)
 
 
@@ -307,3 +309,15 @@ def test_cli_publishes_to_s3_with_an_endpoint_option(s3):
     ])
     assert result.exit_code == 0, result.output
     assert s3.keys_written()[-2:] == ["cli/cli/c1/manifest.json", "cli/cli/latest.json"]
+
+
+def test_a_failed_republish_of_a_run_id_leaves_no_old_manifest(s3):
+    fs = s3.filesystem()
+    _run(_params(s3, run_id="again"))
+    assert fs.exists(f"{s3.name}/evals/rag/again/manifest.json")
+    s3.fail(r"/evals/rag/again/report\.html$")
+    with pytest.raises(PublishError):
+        _run(_params(s3, run_id="again",
+                     storage_options={**s3.storage_options, **FEW_BOTO_RETRIES}))
+    # new data files sit there now: the old manifest must not vouch for them
+    assert not fs.exists(f"{s3.name}/evals/rag/again/manifest.json")
