@@ -153,9 +153,13 @@ async def regression(params: RegressionParams) -> dict:
     prepared = prepare(evaluation)
     await generate_responses(evaluation, prepared)
     judged = await judge(evaluation, prepared)
-    pairwise = None
+    pairwise, pairwise_error = None, None
     if baseline and params.pairwise:
-        pairwise = await head_to_head(params, baseline, judged, location.run_id)
+        try:
+            pairwise = await head_to_head(params, baseline, judged, location.run_id)
+        except Exception as error:  # noqa: BLE001 - the evaluation is still worth publishing
+            pairwise_error = f"{type(error).__name__}: {error}"
+            logger.error("head-to-head comparison failed, publishing without it: %s", error)
     deltas = metric_deltas(baseline.metrics, judged.metrics) if baseline else []
     # Pairwise names (winrate, …) never collide with Databricks names; gates may use either.
     gated_values = {**(pairwise["metrics"] if pairwise else {}), **judged.metrics}
@@ -167,6 +171,7 @@ async def regression(params: RegressionParams) -> dict:
         "regression": {
             "baseline_run_id": baseline.run_id if baseline else None,
             "pairwise_run": pairwise and {"run_id": pairwise["run_id"], "url": pairwise["run_url"]},
+            "pairwise_error": pairwise_error,
             "deltas": deltas,
             "gates": [g.model_dump(exclude_none=True) for g in gates],
             "breaches": breaches,
