@@ -18,9 +18,14 @@ from judges.rows import Chunk, EvalRow
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 SYSTEM_TEMPLATE = "_system.j2"
 
-# Evaluated text must not be able to close (or open) a block: neutralise any tag
-# that looks like ours inside the content.
-_DELIMITER_LOOKALIKE = re.compile(r"<(\s*/?\s*untrusted-)", re.IGNORECASE)
+# Evaluated text must not be able to close (or open) a block: neutralise anything a model
+# could read as one of our tags, including look-alike brackets, full-width slashes and
+# invisible characters between the bracket and the word.
+_DELIMITER_LOOKALIKE = re.compile(
+    "[<\uFF1C\uFE64\u2039\u3008\u27E8\u2329]"
+    "([\\s\u200B-\u200F\u2060\uFEFF/\uFF0F\u2215\u29F8]*untrusted)",
+    re.IGNORECASE,
+)
 
 
 def untrusted(text: object, label: str) -> str:
