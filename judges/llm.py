@@ -159,6 +159,10 @@ class ProcessLimits:
         return self._semaphores[loop]
 
 
+# Models that refused a response_format schema with a 400 in this process (e.g. an older
+# Azure API version): asked without one from then on.
+_MODELS_WITHOUT_SCHEMA: set[str] = set()
+
 _limits_lock = threading.Lock()
 _process_limits: dict[tuple, ProcessLimits] = {}
 
@@ -238,6 +242,9 @@ class LLMClient:
             try:
                 completion = await self._attempt(messages, response_format)
             except Exception as error:  # noqa: BLE001 - classified right below
+                if response_format is not None and self._schema_refused(error):
+                    # Ask again at once, without the schema (not counted as an attempt).
+                    return await self.complete(messages, usage, None)
                 if not is_transient(error) or attempt == self.settings.max_attempts:
                     usage.failures += 1
                     raise LLMCallError(_describe(error, attempt)) from None
@@ -250,6 +257,16 @@ class LLMClient:
             usage.cost_usd += completion.cost_usd
             return completion
         raise AssertionError("unreachable")
+
+    def _schema_refused(self, error: Exception) -> bool:
+        """A 400 about structured output: remember that this model takes no schema."""
+        text = str(error).lower()
+        refused = getattr(error, "status_code", None) == 400 and any(
+            word in text for word in ("response_format", "json_schema", "schema")
+        )
+        if refused:
+            _MODELS_WITHOUT_SCHEMA.add(self.settings.model)
+        return refused
 
     async def _attempt(
         self, messages: list[dict], response_format: type[BaseModel] | None
@@ -280,7 +297,11 @@ class LLMClient:
             # named: a key goes to a custom endpoint only when paired with it by api_key_env.
             # The OpenAI client refuses to send no key at all, so a placeholder stands in.
             request["api_key"] = "no-key"
-        if response_format is not None and _supports_schema(self.settings.model):
+        if (
+            response_format is not None
+            and self.settings.model not in _MODELS_WITHOUT_SCHEMA
+            and _supports_schema(self.settings.model)
+        ):
             request["response_format"] = response_format
         return request
 

@@ -150,3 +150,25 @@ def test_api_key_env_must_name_an_api_key():
     with pytest.raises(ValidationError):
         LLMSettings(model="openai/x", api_key_env="AWS_SECRET_ACCESS_KEY")
     assert LLMSettings(model="openai/x", api_key_env="AZURE_API_KEY").api_key_env
+
+
+def test_a_model_refusing_the_schema_is_asked_without_it(fake_llm, monkeypatch):
+    import judges.llm as llm
+    from judges.base import BinaryVerdict
+
+    # gpt-4o-mini is known to litellm as supporting structured output, so a schema is sent.
+    monkeypatch.setattr(llm, "_MODELS_WITHOUT_SCHEMA", set())
+
+    def script(body):
+        if "response_format" in body:
+            return Reply(status=400, content="Invalid parameter: response_format json_schema")
+        return Reply(VERDICT)
+
+    fake_llm.script = script
+    settings = _settings(fake_llm, model="openai/gpt-4o-mini")
+    messages = [{"role": "user", "content": "judge this"}]
+    completion = asyncio.run(LLMClient(settings).complete(messages, Usage(), BinaryVerdict))
+    assert completion.text == VERDICT
+    assert ["response_format" in body for body in fake_llm.requests] == [True, False]
+    asyncio.run(LLMClient(settings).complete(messages, Usage(), BinaryVerdict))
+    assert "response_format" not in fake_llm.requests[-1]  # remembered for the model
