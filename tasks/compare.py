@@ -5,14 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prefect import task
-from prefect.cache_policies import NO_CACHE
-from prefect.tasks import exponential_backoff
 
-from judges.cache import ReplyCache
-from judges.engine import JudgeContext
-from judges.llm import LLMClient, LLMSettings, Usage
+from judges.llm import LLMSettings, Usage
 from judges.pairwise import PairVerdict
 from judges.pairwise_judge import Pair, PairwiseOptions, failed_verdict, judge_pairs, pair_fields
+from tasks.chunk_task import CHUNK_TASK_OPTIONS, judge_context
 
 
 @dataclass
@@ -25,15 +22,7 @@ class PairChunkResult:
     usage: Usage
 
 
-@task(
-    name="compare-chunk",
-    # The reply cache already makes reruns free; Prefect's input hashing of whole chunks is waste.
-    cache_policy=NO_CACHE,
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    tags=["judgeflow-judge"],
-)
+@task(name="compare-chunk", tags=["judgeflow-judge"], **CHUNK_TASK_OPTIONS)
 async def compare_chunk(
     index: int,
     pairs: list[Pair],
@@ -43,8 +32,7 @@ async def compare_chunk(
     storage_options: dict,
 ) -> PairChunkResult:
     """Judge one chunk of pairs: every pass of every pair concurrent under the process bounds."""
-    cache = ReplyCache(cache_url, storage_options) if cache_url else None
-    ctx = JudgeContext(LLMClient(settings), cache, Usage())
+    ctx = judge_context(settings, cache_url, storage_options)
     verdicts = await judge_pairs(ctx, pairs, options)
     records = [pair_fields(p, v, options.swap) for p, v in zip(pairs, verdicts, strict=True)]
     return PairChunkResult(index, records, verdicts, ctx.usage)

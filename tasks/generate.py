@@ -6,11 +6,10 @@ import asyncio
 import time
 
 from prefect import task
-from prefect.cache_policies import NO_CACHE
-from prefect.tasks import exponential_backoff
 
 from judges.llm import LLMCallError, LLMClient, LLMSettings, Usage
 from judges.rows import EvalRow
+from tasks.chunk_task import CHUNK_TASK_OPTIONS
 
 GENERATION_ERROR = "agent/generation_error"
 
@@ -36,14 +35,7 @@ async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRo
     })
 
 
-@task(
-    name="generate-chunk",
-    cache_policy=NO_CACHE,
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    tags=["judgeflow-generate"],
-)
+@task(name="generate-chunk", tags=["judgeflow-generate"], **CHUNK_TASK_OPTIONS)
 async def generate_chunk(rows: list[EvalRow], settings: LLMSettings) -> tuple[list[EvalRow], Usage]:
     """Responses, latency and token counts from the candidate model for one chunk of rows."""
     client, usage = LLMClient(settings), Usage()

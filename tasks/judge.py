@@ -5,14 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prefect import task
-from prefect.cache_policies import NO_CACHE
-from prefect.tasks import exponential_backoff
 
-from judges.cache import ReplyCache
-from judges.engine import JudgeContext, empty_fields, input_fields, judge_rows
-from judges.llm import LLMClient, LLMSettings, Usage
+from judges.engine import empty_fields, input_fields, judge_rows
+from judges.llm import LLMSettings, Usage
 from judges.plan import JudgePlan
 from judges.rows import EvalRow
+from tasks.chunk_task import CHUNK_TASK_OPTIONS, judge_context
 
 
 @dataclass
@@ -22,15 +20,7 @@ class ChunkResult:
     usage: Usage
 
 
-@task(
-    name="judge-chunk",
-    # Our reply cache already makes reruns free; Prefect's input hashing of whole chunks is waste.
-    cache_policy=NO_CACHE,
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    tags=["judgeflow-judge"],
-)
+@task(name="judge-chunk", tags=["judgeflow-judge"], **CHUNK_TASK_OPTIONS)
 async def judge_chunk(
     index: int,
     rows: list[EvalRow],
@@ -40,8 +30,7 @@ async def judge_chunk(
     storage_options: dict,
 ) -> ChunkResult:
     """Judge one chunk of rows: all their calls concurrent under the process-wide bounds."""
-    cache = ReplyCache(cache_url, storage_options) if cache_url else None
-    ctx = JudgeContext(LLMClient(settings), cache, Usage())
+    ctx = judge_context(settings, cache_url, storage_options)
     records = await judge_rows(ctx, plan, rows)
     return ChunkResult(index, records, ctx.usage)
 

@@ -1,0 +1,28 @@
+"""What every chunk task shares: its Prefect retry policy and the context of its judge calls."""
+
+from __future__ import annotations
+
+from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
+
+from judges.cache import ReplyCache
+from judges.engine import JudgeContext
+from judges.llm import LLMClient, LLMSettings, Usage
+
+# A chunk is retried whole when it crashes (failed calls are already retried one by one and
+# end as error_message). Our reply cache makes reruns free, so Prefect's input hashing of
+# whole chunks would be waste.
+CHUNK_TASK_OPTIONS = {
+    "cache_policy": NO_CACHE,
+    "retries": 2,
+    "retry_delay_seconds": exponential_backoff(backoff_factor=2),
+    "retry_jitter_factor": 0.5,
+}
+
+
+def judge_context(
+    settings: LLMSettings, cache_url: str | None, storage_options: dict
+) -> JudgeContext:
+    """A fresh client, reply cache and usage tally for one chunk's calls."""
+    cache = ReplyCache(cache_url, storage_options) if cache_url else None
+    return JudgeContext(LLMClient(settings), cache, Usage())
