@@ -17,6 +17,7 @@ from judges.parsing import ReplyParseError, parse_reply
 from judges.plan import JudgePlan
 from judges.rows import Chunk, EvalRow
 
+VOTE_MIN_TEMPERATURE = 0.7
 REASK = (
     "Your previous reply could not be used: {error}. Reply again with exactly one JSON "
     "object in the required format and nothing else."
@@ -30,6 +31,14 @@ class JudgeContext:
     client: LLMClient
     cache: ReplyCache | None
     usage: Usage
+
+    def sampling(self, min_temperature: float) -> JudgeContext:
+        """The same context, sampling at least this hot (same limits, cache and tally)."""
+        settings = self.client.settings
+        if settings.temperature >= min_temperature:
+            return self
+        hotter = settings.model_copy(update={"temperature": min_temperature})
+        return JudgeContext(LLMClient(hotter), self.cache, self.usage)
 
 
 class CallOutcome(NamedTuple):
@@ -146,8 +155,10 @@ async def _judge_by_vote(ctx: JudgeContext, spec: AspectCritic, row: EvalRow) ->
         messages = _render(spec, row)
     except PromptRenderError as error:
         return {**empty_fields(spec), f"{spec.prefix}/error_message": str(error)}
+    # At temperature 0 the N samples would be N copies of one answer: a vote needs variety.
+    sampler = ctx.sampling(VOTE_MIN_TEMPERATURE) if spec.strictness > 1 else ctx
     outcomes = await asyncio.gather(*(
-        judged_call(ctx, messages, spec.prompt_hash, sample_index=index)
+        judged_call(sampler, messages, spec.prompt_hash, sample_index=index)
         for index in range(spec.strictness)
     ))
     verdicts = [o.verdict.rating if o.verdict else None for o in outcomes]

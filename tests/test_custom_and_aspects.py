@@ -183,3 +183,13 @@ def test_unknown_filter_is_a_config_error(fake_llm, tmp_path):
                                     "instructions": "{{ response | nosuchfilter }}"}])
     with pytest.raises(CustomJudgeError, match="not a valid template"):
         _run(fake_llm, tmp_path, custom_judges=path)
+
+
+def test_strictness_samples_are_drawn_with_some_temperature(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    _run(fake_llm, tmp_path, aspects=["coherence"], strictness=3, judges=["safety"])
+    temperatures = {"aspect": set(), "judge": set()}
+    for body in fake_llm.requests:
+        kind = "aspect" if "Assessment: coherence" in prompt_text(body) else "judge"
+        temperatures[kind].add(body.get("temperature"))
+    assert temperatures == {"aspect": {0.7}, "judge": {0.0}}
