@@ -141,13 +141,14 @@ def publish(
     started_at: datetime,
     extra_sections: dict | None = None,
     pairwise: dict | None = None,
+    kind: str = "evaluate",
 ) -> tuple[dict, dict[str, str]]:
     """Write the run's files (manifest last); returns the manifest and the file URLs."""
     settings = params.judge.settings()
     counts = {f"rows_{key[len('rows/'):]}": value
               for key, value in judged.metrics.items() if key.startswith("rows/")}
     manifest = build_manifest(
-        kind="evaluate", suite=location.suite, run_id=location.run_id,
+        kind=kind, suite=location.suite, run_id=location.run_id,
         source=params.data or "inline rows", counts=counts, settings=settings,
         plan=judged.plan, usage=judged.usage, started_at=started_at,
         finished_at=datetime.now(UTC), timings=judged.timings,

@@ -187,6 +187,7 @@ async def regression(params: RegressionParams) -> dict:
         started_at,
         section,
         pairwise=pairwise and pairwise["metrics"],
+        kind="regression",
     )
     publish_artifacts(manifest, judged.metrics, urls)
     if breaches:

@@ -76,6 +76,7 @@ def test_worse_candidate_fails_naming_the_gate_and_emits_the_event(fake_llm, tmp
     assert "correctness/rating/percentage dropped 0.3000 (0.9000 → 0.6000)" in state.message
     manifest = json.loads((tmp_path / "out/nightly/night2/manifest.json").read_text())
     assert manifest["regression"]["baseline_run_id"] == "night1"
+    assert manifest["kind"] == "regression"
     assert manifest["regression"]["passed"] is False
     report = (tmp_path / "out/nightly/night2/report.html").read_text()
     assert "-0.3" in report or "−0.3" in report or "-30" in report
