@@ -120,6 +120,7 @@ def evaluate_command(
     judges: Annotated[str | None, typer.Option(help="Comma-separated judges to run")] = None,
     concurrency: Annotated[int, typer.Option(help="Judge calls in flight")] = 8,
     rpm: Annotated[int | None, typer.Option(help="Requests per minute cap")] = None,
+    tpm: Annotated[int | None, typer.Option(help="Tokens per minute cap")] = None,
     chunk_size: Annotated[int | None, typer.Option(help="Rows per task run")] = None,
     on_invalid: Annotated[str, typer.Option(help="fail | skip")] = "fail",
     no_cache: Annotated[
@@ -149,6 +150,7 @@ def evaluate_command(
         api_key_env=api_key_env,
         concurrency=concurrency,
         rpm=rpm,
+        tpm=tpm,
         temperature=temperature,
     )
     params = build_params(

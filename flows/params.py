@@ -86,6 +86,7 @@ class JudgeModel(BaseModel):
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
     concurrency: int = Field(8, ge=1, le=512, description="Judge calls in flight at once")
     rpm: int | None = Field(None, ge=1, description="Requests per minute cap (None: no cap)")
+    tpm: int | None = Field(None, ge=1, description="Tokens per minute cap (None: no cap)")
     max_attempts: int = Field(5, ge=1, le=20, description="Attempts per call on 429/5xx/timeout")
     timeout_seconds: float = Field(120, gt=0, description="Timeout of one call")
     backoff_seconds: float = Field(1.0, ge=0, description="First retry delay (doubles, jittered)")
@@ -109,6 +110,7 @@ class CandidateModel(BaseModel):
     max_tokens: int | None = Field(None, ge=1, description="Cap on response tokens")
     concurrency: int = Field(8, ge=1, le=512, description="Generation calls in flight")
     rpm: int | None = Field(None, ge=1, description="Requests per minute cap")
+    tpm: int | None = Field(None, ge=1, description="Tokens per minute cap")
 
     def settings(self) -> LLMSettings:
         return LLMSettings(**self.model_dump())

@@ -11,16 +11,14 @@ import email.utils
 import functools
 import os
 import random
-import threading
-import time
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from judges import offline
+from judges.limits import estimate_tokens, limits_for
 
 OFFLINE_PROVIDER = "judgeflow"
 OFFLINE_MODEL = f"{OFFLINE_PROVIDER}/offline"
@@ -78,6 +76,7 @@ class LLMSettings(BaseModel):
     max_backoff_seconds: float = Field(30.0, ge=0, description="Cap on one retry delay")
     concurrency: int = Field(8, ge=1, description="Calls in flight at once in this process")
     rpm: int | None = Field(None, ge=1, description="Requests per minute for this model")
+    tpm: int | None = Field(None, ge=1, description="Tokens per minute for this model")
 
     @property
     def is_offline(self) -> bool:
@@ -124,56 +123,9 @@ class Usage:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-class RatePacer:
-    """Spaces request starts 60/rpm seconds apart, across every event loop of the process."""
-
-    def __init__(self, rpm: int | None):
-        self._interval = 60.0 / rpm if rpm else 0.0
-        self._next_start = 0.0
-        self._lock = threading.Lock()
-
-    async def wait_turn(self) -> None:
-        if not self._interval:
-            return
-        with self._lock:
-            now = time.monotonic()
-            start = max(now, self._next_start)
-            self._next_start = start + self._interval
-        if start > now:
-            await asyncio.sleep(start - now)
-
-
-@dataclass
-class ProcessLimits:
-    """Concurrency and RPM bounds shared by every chunk running in this process."""
-
-    concurrency: int
-    pacer: RatePacer
-    _semaphores: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
-
-    def semaphore(self) -> asyncio.Semaphore:
-        # asyncio primitives belong to one loop; a chunk run in another loop gets its own.
-        loop = asyncio.get_running_loop()
-        if loop not in self._semaphores:
-            self._semaphores[loop] = asyncio.Semaphore(self.concurrency)
-        return self._semaphores[loop]
-
-
 # Models that refused a response_format schema with a 400 in this process (e.g. an older
 # Azure API version): asked without one from then on.
 _MODELS_WITHOUT_SCHEMA: set[str] = set()
-
-_limits_lock = threading.Lock()
-_process_limits: dict[tuple, ProcessLimits] = {}
-
-
-def limits_for(settings: LLMSettings) -> ProcessLimits:
-    """The process-wide limits for one model endpoint (created on first use)."""
-    key = (settings.model, settings.api_base, settings.concurrency, settings.rpm)
-    with _limits_lock:
-        if key not in _process_limits:
-            _process_limits[key] = ProcessLimits(settings.concurrency, RatePacer(settings.rpm))
-        return _process_limits[key]
 
 
 def retry_after_seconds(error: Exception) -> float | None:
@@ -228,7 +180,9 @@ class LLMClient:
 
     def __init__(self, settings: LLMSettings):
         self.settings = settings
-        self._limits = limits_for(settings)
+        self._limits = limits_for(
+            settings.model, settings.api_base, settings.concurrency, settings.rpm, settings.tpm
+        )
 
     async def complete(
         self, messages: list[dict], usage: Usage, response_format: type[BaseModel] | None = None
@@ -271,10 +225,20 @@ class LLMClient:
     async def _attempt(
         self, messages: list[dict], response_format: type[BaseModel] | None
     ) -> Completion:
+        estimate = estimate_tokens(messages, self.settings.max_tokens)
         async with self._limits.semaphore():
             await self._limits.pacer.wait_turn()
-            response = await _litellm().acompletion(**self._request(messages, response_format))
-        return _to_completion(response, self.settings.model)
+            reserved = await self._limits.tokens.reserve(estimate)
+            try:
+                response = await _litellm().acompletion(
+                    **self._request(messages, response_format)
+                )
+            except BaseException:
+                self._limits.tokens.settle(reserved, 0)  # a failed call spent (almost) nothing
+                raise
+        completion = _to_completion(response, self.settings.model)
+        self._limits.tokens.settle(reserved, completion.input_tokens + completion.output_tokens)
+        return completion
 
     def _request(self, messages: list[dict], response_format: type[BaseModel] | None) -> dict:
         request = {

@@ -172,3 +172,22 @@ def test_a_model_refusing_the_schema_is_asked_without_it(fake_llm, monkeypatch):
     assert ["response_format" in body for body in fake_llm.requests] == [True, False]
     asyncio.run(LLMClient(settings).complete(messages, Usage(), BinaryVerdict))
     assert "response_format" not in fake_llm.requests[-1]  # remembered for the model
+
+
+def test_token_budget_paces_calls_to_the_server(fake_llm):
+    fake_llm.script = lambda body: Reply(VERDICT, prompt_tokens=90, completion_tokens=10)
+    settings = _settings(fake_llm, tpm=6000)  # 100 tokens/s; a minute's burst is 6000 tokens
+    client = LLMClient(settings)
+    client._limits.tokens._level = 0.0  # start with an empty bucket: no burst to hide behind
+    messages = [{"role": "user", "content": "x"}]
+
+    async def calls():
+        usage = Usage()
+        started = time.monotonic()
+        await asyncio.gather(*(client.complete(messages, usage) for _ in range(3)))
+        return time.monotonic() - started, usage
+
+    elapsed, usage = asyncio.run(calls())
+    # each call reserves ~200 tokens up front (its reply estimate): from an empty bucket the
+    # third starts only after ~600 tokens have flowed in, about 6 s at 100 tokens/s
+    assert elapsed >= 5.5 and usage.calls == 3
