@@ -28,6 +28,19 @@ _DELIMITER_LOOKALIKE = re.compile(
 )
 
 
+UNTRUSTED_BLOCK = re.compile(r"<untrusted-([\w-]+)>\n(.*?)\n</untrusted-\1>", re.DOTALL)
+
+
+def untrusted_blocks(messages: list[dict]) -> list[str]:
+    """The evaluated text inside every <untrusted-…> block of a call's messages."""
+    return [
+        match.group(2)
+        for message in messages
+        if isinstance(message.get("content"), str)
+        for match in UNTRUSTED_BLOCK.finditer(message["content"])
+    ]
+
+
 def untrusted(text: object, label: str) -> str:
     """Wrap evaluated text in a block that the text itself cannot close."""
     body = _DELIMITER_LOOKALIKE.sub(r"&lt;\1", "" if text is None else str(text))
@@ -66,6 +79,10 @@ class BinaryVerdict(BaseModel):
 
     rationale: str = Field(description="One or two sentences explaining the verdict")
     rating: Literal["yes", "no"] = Field(description='"yes" or "no", as the instructions define')
+
+    def verdict_key(self) -> str:
+        """What two replies must share to be the same judgment: the rating."""
+        return self.rating
 
 
 JudgeKind = Literal["answer", "retrieval", "deterministic"]

@@ -10,10 +10,10 @@ import jinja2
 from pydantic import BaseModel
 
 from judges.aspect_critic import AspectCritic, majority
-from judges.base import BinaryVerdict, JudgeSpec
+from judges.base import BinaryVerdict, JudgeSpec, untrusted_blocks
 from judges.cache import ReplyCache, cache_key
 from judges.llm import LLMCallError, LLMClient, Usage
-from judges.parsing import ReplyParseError, parse_reply
+from judges.parsing import QuotedContent, ReplyParseError, parse_reply
 from judges.plan import JudgePlan
 from judges.rows import Chunk, EvalRow
 
@@ -55,18 +55,20 @@ async def judged_call(
 ) -> CallOutcome:
     """One judgment: cached reply, or a model call, parsed, re-asked once if unparseable."""
     key = cache_key(ctx.client.settings.call_identity(), messages, template_hash, sample_index)
+    # What the judge reads as evaluated text can never come back as its verdict.
+    quoted = QuotedContent(untrusted_blocks(messages))
     if ctx.cache is not None:
         cached = await asyncio.to_thread(ctx.cache.get, key)
         if cached is not None:
             try:
-                verdict = parse_reply(cached, output_model)
+                verdict = parse_reply(cached, output_model, quoted)
             except ReplyParseError:
                 verdict = None  # stored under an older output model: ask again
             if verdict is not None:
                 ctx.usage.cache_hits += 1
                 return CallOutcome(verdict, None)
     try:
-        reply, verdict = await _ask_with_one_reask(ctx, messages, output_model)
+        reply, verdict = await _ask_with_one_reask(ctx, messages, output_model, quoted)
     except (LLMCallError, ReplyParseError) as error:
         return CallOutcome(None, str(error))
     if ctx.cache is not None:
@@ -75,11 +77,11 @@ async def judged_call(
 
 
 async def _ask_with_one_reask(
-    ctx: JudgeContext, messages: list[dict], output_model: type[BaseModel]
+    ctx: JudgeContext, messages: list[dict], output_model: type[BaseModel], quoted: QuotedContent
 ) -> tuple[str, BaseModel]:
     completion = await ctx.client.complete(messages, ctx.usage, output_model)
     try:
-        return completion.text, parse_reply(completion.text, output_model)
+        return completion.text, parse_reply(completion.text, output_model, quoted)
     except ReplyParseError as first_error:
         follow_up = [
             *messages,
@@ -88,7 +90,7 @@ async def _ask_with_one_reask(
         ]
     completion = await ctx.client.complete(follow_up, ctx.usage, output_model)
     try:
-        return completion.text, parse_reply(completion.text, output_model)
+        return completion.text, parse_reply(completion.text, output_model, quoted)
     except ReplyParseError as second_error:
         raise ReplyParseError(f"unparseable judge reply after one re-ask: {second_error}") from None
 

@@ -30,10 +30,10 @@ from __future__ import annotations
 import json
 import re
 
+from judges.base import UNTRUSTED_BLOCK
 from judges.pairwise import normalised_score
 
 _ASSESSMENT = re.compile(r"^Assessment:\s*(\S+)", re.MULTILINE)
-_BLOCK = re.compile(r"<untrusted-([\w-]+)>\n(.*?)\n</untrusted-\1>", re.DOTALL)
 _NEUTRALISED = re.compile(r"&lt;(\s*/?\s*untrusted-)", re.IGNORECASE)  # undo judges.base.untrusted
 _WORD = re.compile(r"[a-z0-9]{3,}")
 _STOP_WORDS = frozenset(
@@ -69,7 +69,7 @@ def coverage(target: str, source: str) -> float:
 
 def _blocks(prompt: str) -> dict[str, list[str]]:
     blocks: dict[str, list[str]] = {}
-    for label, body in _BLOCK.findall(prompt):
+    for label, body in UNTRUSTED_BLOCK.findall(prompt):
         blocks.setdefault(label, []).append(_NEUTRALISED.sub(r"<\1", body))
     return blocks
 
@@ -136,7 +136,7 @@ def _criterion_score(name: str, kind: str, prompt: str, response: str) -> int:
 
 def _rubric_criteria(prompt: str) -> list[tuple[str, str, str, float]]:
     # Evaluated text could hold a fake <rubric> block: look only outside the untrusted blocks.
-    match = _RUBRIC.search(_BLOCK.sub("", prompt))
+    match = _RUBRIC.search(UNTRUSTED_BLOCK.sub("", prompt))
     if not match:
         return list(_PAIRWISE_CRITERIA)
     return [(c["name"], c["description"], c["type"], c["weight"]) for c in json.loads(match[1])]

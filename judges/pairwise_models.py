@@ -105,6 +105,11 @@ class PairwiseJudgment(BaseModel):
         _check_criteria(self.criteria)
         return self
 
+    def verdict_key(self) -> tuple:
+        """What two replies must share to be the same judgment: preference and every score."""
+        scores = sorted((c.name, c.score_1, c.score_2) for c in self.criteria)
+        return (self.preference, scores)
+
 
 class Rubric(BaseModel):
     """Fixed criteria supplied by the user; the judge then only scores them."""
