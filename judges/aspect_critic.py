@@ -7,8 +7,10 @@ N real calls, each with its own sample index so that no cache can merge them.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from judges.base import JudgeSpec, template_hash
 from judges.rows import Chunk, EvalRow
@@ -25,8 +27,11 @@ PREDEFINED_ASPECTS: dict[str, str] = {
 }
 
 
+logger = logging.getLogger(__name__)
+
+
 class AspectError(ValueError):
-    """An aspect that cannot run: unknown name without a definition, or an even strictness."""
+    """An aspect that cannot run: unknown name without a definition, or a bad name."""
 
 
 @dataclass(frozen=True)
@@ -54,12 +59,18 @@ class AspectCritic(JudgeSpec):
 def make_aspect(spec: str, strictness: int) -> AspectCritic:
     """An aspect from `NAME=DEFINITION` or a predefined NAME.
 
+    An even strictness is rounded up to the next odd number (as Ragas does), with a warning:
+    a vote needs a strict majority to be decided.
+
     Raises:
-        AspectError: unknown predefined name, bad name, or an even strictness.
+        AspectError: unknown predefined name, bad name, or a strictness below 1.
     """
-    if strictness < 1 or strictness % 2 == 0:
-        raise AspectError(f"strictness must be an odd number >= 1 (a vote needs a majority), "
-                          f"got {strictness}")
+    if strictness < 1:
+        raise AspectError(f"strictness must be at least 1, got {strictness}")
+    if strictness % 2 == 0:
+        logger.warning("strictness %d is even: using %d samples so that a majority exists",
+                       strictness, strictness + 1)
+        strictness += 1
     name, _, definition = spec.partition("=")
     name, definition = name.strip(), definition.strip()
     if not name.isidentifier():
@@ -74,9 +85,27 @@ def make_aspect(spec: str, strictness: int) -> AspectCritic:
                         strictness=strictness)
 
 
-def majority(verdicts: list[str | None]) -> str | None:
-    """The verdict most samples gave, None when the valid samples split evenly (or none)."""
-    counts = Counter(v for v in verdicts if v is not None).most_common()
-    if not counts or (len(counts) > 1 and counts[0][1] == counts[1][1]):
-        return None
-    return counts[0][0]
+class Vote(NamedTuple):
+    """The outcome of a vote: the winner, or why there is none."""
+
+    winner: str | None
+    explanation: str
+
+
+def majority(verdicts: list[str | None]) -> Vote:
+    """The verdict more than half of all samples gave; failed samples count against it.
+
+    With 3 samples a verdict needs 2 agreeing, with 5 it needs 3; two failures and one "yes"
+    decide nothing.
+    """
+    counts = Counter(v for v in verdicts if v is not None)
+    failed = len(verdicts) - sum(counts.values())
+    if counts:
+        winner, votes = counts.most_common(1)[0]
+        if votes * 2 > len(verdicts):
+            return Vote(winner, f"{votes} of {len(verdicts)} samples agreed")
+    tally = ", ".join(f"{n} {v!r}" for v, n in sorted(counts.items())) or "no verdict"
+    return Vote(
+        None,
+        f"no strict majority among {len(verdicts)} samples: {failed} failed, {tally}",
+    )

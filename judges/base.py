@@ -132,11 +132,19 @@ class JudgeSpec:
     def output_fields(self) -> tuple[str, ...]:
         """The per-row fields this judge writes, under its prefix."""
         if self.per_chunk:
-            return ("ratings", "rationales", "error_messages", "precision")
+            return (
+                "ratings", "rationales", "error_messages", "precision", "error_message",
+                "unjudged_chunk_count",
+            )
         return ("rating", "rationale", "error_message")
 
     def applies_to(self, row: EvalRow) -> bool:
         return all(REQUIREMENT_TESTS[need](row) for need in self.requires)
+
+    @property
+    def needs_response(self) -> bool:
+        """Whether the judge reads the response (so a failed generation is its error)."""
+        return "response" in self.requires
 
     def missing_inputs(self) -> str:
         return " and ".join(REQUIREMENT_COLUMNS[need] for need in self.requires)

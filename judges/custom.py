@@ -88,6 +88,10 @@ class CustomJudge(JudgeSpec):
     def missing_inputs(self) -> str:
         return " and ".join(self.fields) or "nothing"
 
+    @property
+    def needs_response(self) -> bool:
+        return "response" in self.fields
+
     def template_context(self, row: EvalRow, chunk: Chunk | None) -> dict:
         values = {n: untrusted(_field_text(row, n, chunk), n) for n in self.fields}
         instructions = prompt_environment().from_string(self.instructions).render(**values)

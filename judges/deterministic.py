@@ -57,6 +57,19 @@ DETERMINISTIC_METRICS: dict[str, MetricSpec] = {
             lambda row: row.total_output_token_count,
             "trace token usage",
         ),
+        # The reference documents both spellings; users' dashboards read either.
+        MetricSpec(
+            "input_token_count",
+            "agent/input_token_count",
+            lambda row: row.total_input_token_count,
+            "trace token usage",
+        ),
+        MetricSpec(
+            "output_token_count",
+            "agent/output_token_count",
+            lambda row: row.total_output_token_count,
+            "trace token usage",
+        ),
         MetricSpec(
             "latency_seconds",
             "agent/latency_seconds",

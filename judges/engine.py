@@ -121,28 +121,52 @@ async def _judge_once(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk=No
     }
 
 
+NO_CONTENT = "not judged: the chunk has no content"
+# Set on a row (in its extra fields) whose candidate response could not be generated.
+GENERATION_ERROR = "agent/generation_error"
+
+
+class ChunkOutcome(NamedTuple):
+    rating: str | None
+    rationale: str | None
+    error: str | None
+
+
 async def _judge_chunk_one(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk: Chunk):
     if not chunk.content:
-        return {"rating": None, "rationale": None, "error": "chunk has no content to judge"}
+        return ChunkOutcome(None, NO_CONTENT, None)
     fields = await _judge_once(ctx, spec, row, chunk)
-    return {
-        "rating": fields[f"{spec.prefix}/rating"],
-        "rationale": fields[f"{spec.prefix}/rationale"],
-        "error": fields[f"{spec.prefix}/error_message"],
-    }
+    return ChunkOutcome(
+        fields[f"{spec.prefix}/rating"],
+        fields[f"{spec.prefix}/rationale"],
+        fields[f"{spec.prefix}/error_message"],
+    )
+
+
+def chunk_failure(failed: list[int], total: int, first_error: str) -> str:
+    """The row-level error of a per-chunk judge: which chunks could not be rated, and why."""
+    which = ", ".join(str(i) for i in failed)
+    return f"chunk(s) {which} of {total} could not be rated, so no precision: {first_error}"
 
 
 async def _judge_per_chunk(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> dict:
     chunks = row.retrieved_context or []
     results = await asyncio.gather(*(_judge_chunk_one(ctx, spec, row, c) for c in chunks))
-    ratings = [r["rating"] for r in results]
-    judged = [rating for rating in ratings if rating is not None]
+    failed = [index for index, r in enumerate(results) if r.error]
+    rated = [r.rating for r in results if r.rating is not None]
+    # A chunk that could not be rated leaves the row without a precision (an error of the
+    # judge), rather than quietly shrinking the denominator. Chunks without content cannot be
+    # judged at all: they are left out and counted.
+    precision = rated.count("yes") / len(rated) if rated and not failed else None
     return {
-        f"{spec.prefix}/ratings": ratings,
-        f"{spec.prefix}/rationales": [r["rationale"] for r in results],
-        f"{spec.prefix}/error_messages": [r["error"] for r in results],
-        # Chunks whose call failed are left out of the precision, not counted as irrelevant.
-        f"{spec.prefix}/precision": judged.count("yes") / len(judged) if judged else None,
+        f"{spec.prefix}/ratings": [r.rating for r in results],
+        f"{spec.prefix}/rationales": [r.rationale for r in results],
+        f"{spec.prefix}/error_messages": [r.error for r in results],
+        f"{spec.prefix}/precision": precision,
+        f"{spec.prefix}/error_message": (
+            chunk_failure(failed, len(chunks), results[failed[0]].error) if failed else None
+        ),
+        f"{spec.prefix}/unjudged_chunk_count": sum(not c.content for c in chunks),
     }
 
 
@@ -151,12 +175,25 @@ def empty_fields(spec: JudgeSpec) -> dict:
     return {f"{spec.prefix}/{name}": None for name in spec.output_fields()}
 
 
+def error_fields(spec: JudgeSpec, message: str) -> dict:
+    """The judge's fields for a row it should have judged but could not."""
+    return {**empty_fields(spec), f"{spec.prefix}/error_message": message}
+
+
+def _unjudged_fields(spec: JudgeSpec, row: EvalRow) -> dict:
+    """A row the judge does not apply to; a response that failed to generate is its error."""
+    failure = row.extra.get(GENERATION_ERROR)
+    if failure and spec.needs_response:
+        return error_fields(spec, f"no response to judge: its generation failed ({failure})")
+    return empty_fields(spec)
+
+
 async def _judge_by_vote(ctx: JudgeContext, spec: AspectCritic, row: EvalRow) -> dict:
-    """`strictness` independent samples of one prompt, and their majority."""
+    """`strictness` independent samples of one prompt; a verdict needs a strict majority."""
     try:
         messages = _render(spec, row)
     except PromptRenderError as error:
-        return {**empty_fields(spec), f"{spec.prefix}/error_message": str(error)}
+        return {**error_fields(spec, str(error)), f"{spec.prefix}/verdicts": None}
     # At temperature 0 the N samples would be N copies of one answer: a vote needs variety.
     sampler = ctx.sampling(VOTE_MIN_TEMPERATURE) if spec.strictness > 1 else ctx
     outcomes = await asyncio.gather(*(
@@ -164,14 +201,15 @@ async def _judge_by_vote(ctx: JudgeContext, spec: AspectCritic, row: EvalRow) ->
         for index in range(spec.strictness)
     ))
     verdicts = [o.verdict.rating if o.verdict else None for o in outcomes]
-    winner = majority(verdicts)
+    vote = majority(verdicts)
     rationale = next(
-        (o.verdict.rationale for o in outcomes if o.verdict and o.verdict.rating == winner), None
+        (o.verdict.rationale for o in outcomes if o.verdict and o.verdict.rating == vote.winner),
+        None,
     )
-    problems = "; ".join(o.error for o in outcomes if o.error)
-    error = None if winner else (problems or f"no majority among the samples {verdicts}")
+    problems = "; ".join(dict.fromkeys(o.error for o in outcomes if o.error))
+    error = None if vote.winner else f"{vote.explanation}{': ' + problems if problems else ''}"
     return {
-        f"{spec.prefix}/rating": winner,
+        f"{spec.prefix}/rating": vote.winner,
         f"{spec.prefix}/rationale": rationale,
         f"{spec.prefix}/error_message": error,
         f"{spec.prefix}/verdicts": verdicts,
@@ -180,7 +218,7 @@ async def _judge_by_vote(ctx: JudgeContext, spec: AspectCritic, row: EvalRow) ->
 
 async def _judge_fields(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> dict:
     if not spec.applies_to(row):
-        return empty_fields(spec)
+        return _unjudged_fields(spec, row)
     if spec.per_chunk:
         return await _judge_per_chunk(ctx, spec, row)
     if isinstance(spec, AspectCritic):

@@ -11,6 +11,7 @@ import email.utils
 import functools
 import os
 import random
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -93,10 +94,16 @@ class LLMSettings(BaseModel):
 
 
 class Completion(NamedTuple):
+    """A model's reply, with what it cost and how long the provider took to give it."""
+
     text: str
     input_tokens: int
     output_tokens: int
     cost_usd: float
+    # The answering attempt alone (request sent to reply received): no queueing, pacing,
+    # rate-limit waits or earlier attempts.
+    latency_seconds: float = 0.0
+    attempts: int = 1
 
 
 class LLMCallError(RuntimeError):
@@ -201,7 +208,7 @@ class LLMClient:
                     return await self.complete(messages, usage, None)
                 if not is_transient(error) or attempt == self.settings.max_attempts:
                     usage.failures += 1
-                    raise LLMCallError(_describe(error, attempt)) from None
+                    raise LLMCallError(describe_error(error, attempt, self.settings)) from None
                 usage.retries += 1
                 await asyncio.sleep(backoff_delay(self.settings, attempt, error))
                 continue
@@ -209,7 +216,7 @@ class LLMClient:
             usage.input_tokens += completion.input_tokens
             usage.output_tokens += completion.output_tokens
             usage.cost_usd += completion.cost_usd
-            return completion
+            return completion._replace(attempts=attempt)
         raise AssertionError("unreachable")
 
     def _schema_refused(self, error: Exception) -> bool:
@@ -229,14 +236,17 @@ class LLMClient:
         async with self._limits.semaphore():
             await self._limits.pacer.wait_turn()
             reserved = await self._limits.tokens.reserve(estimate)
+            request = self._request(messages, response_format)
+            sent = time.perf_counter()
             try:
-                response = await _litellm().acompletion(
-                    **self._request(messages, response_format)
-                )
+                response = await _litellm().acompletion(**request)
             except BaseException:
                 self._limits.tokens.settle(reserved, 0)  # a failed call spent (almost) nothing
                 raise
-        completion = _to_completion(response, self.settings.model)
+            latency = time.perf_counter() - sent
+        completion = _to_completion(response, self.settings.model)._replace(
+            latency_seconds=latency
+        )
         self._limits.tokens.settle(reserved, completion.input_tokens + completion.output_tokens)
         return completion
 
@@ -306,12 +316,37 @@ def _to_completion(response, model: str) -> Completion:
     )
 
 
-def _describe(error: Exception, attempt: int) -> str:
-    # Provider messages never contain the key, but the class name and status are what matter.
-    status = getattr(error, "status_code", None)
-    reason = str(error).splitlines()[0][:300] if str(error) else ""
-    status_text = f" (HTTP {status})" if status else ""
-    return f"{type(error).__name__}{status_text} after {attempt} attempt(s): {reason}"
+def describe_error(error: Exception, attempt: int, settings: LLMSettings) -> str:
+    """What failed, as it failed: a refused connection is a connection error, not "HTTP 500".
+
+    litellm reports connection failures as InternalServerError (status 500) although no server
+    answered, so the cause chain decides. Provider messages never contain the key.
+    """
+    where = settings.api_base or f"the {settings.model.split('/', 1)[0]} provider"
+    chain = _cause_chain(error)
+    names = {cls.__name__ for link in chain for cls in type(link).__mro__}
+    if any(isinstance(link, ConnectionRefusedError) for link in chain):
+        what = f"connection refused at {where}"
+    elif names & {"Timeout", "APITimeoutError", "TimeoutException", "TimeoutError"}:
+        what = f"timed out after {settings.timeout_seconds:g} s at {where}"
+    elif names & {"APIConnectionError", "ConnectError", "ClientConnectorError", "gaierror"}:
+        what = f"connection error at {where}: {str(chain[-1]).strip() or type(chain[-1]).__name__}"
+    else:
+        status = getattr(error, "status_code", None)
+        reason = str(error).splitlines()[0][:300] if str(error) else ""
+        what = f"HTTP {status} from {where}" if status else type(error).__name__
+        what += f": {reason}" if reason else ""
+    return f"{what} (after {attempt} attempt(s))"
+
+
+def _cause_chain(error: BaseException) -> list[BaseException]:
+    """The error and every cause behind it, outermost first."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
 
 
 def _register_offline_provider(litellm) -> None:

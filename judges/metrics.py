@@ -55,13 +55,15 @@ class MetricsAccumulator:
         self._ratings = {j.prefix: RatingTally() for j in plan.judges if not j.per_chunk}
         self._means = {j.prefix: MeanTally() for j in plan.judges if j.per_chunk}
         self._means.update({m.field: MeanTally() for m in plan.metrics})
+        self._unjudged_chunks = {j.prefix: 0 for j in plan.judges if j.per_chunk}
 
     def add(self, record: dict) -> None:
         for judge in self._judges:
             prefix = judge.prefix
             if judge.per_chunk:
-                errors = record.get(f"{prefix}/error_messages") or []
-                self._means[prefix].add(record.get(f"{prefix}/precision"), any(errors))
+                errored = bool(record.get(f"{prefix}/error_message"))
+                self._means[prefix].add(record.get(f"{prefix}/precision"), errored)
+                self._unjudged_chunks[prefix] += record.get(f"{prefix}/unjudged_chunk_count") or 0
             else:
                 self._ratings[prefix].add(
                     record.get(f"{prefix}/rating"), record.get(f"{prefix}/error_message")
@@ -78,9 +80,11 @@ class MetricsAccumulator:
         return out
 
     def _judge_metrics(self, judge: JudgeSpec) -> dict:
+        counts = {}
         if judge.per_chunk:
             tally = self._means[judge.prefix]
             value, name = tally.mean, f"{judge.prefix}/precision/average"
+            counts[f"{judge.prefix}/unjudged_chunk_count"] = self._unjudged_chunks[judge.prefix]
         else:
             tally = self._ratings[judge.prefix]
             value = tally.yes / tally.rated if tally.rated else None
@@ -89,6 +93,7 @@ class MetricsAccumulator:
             name: value,
             f"{judge.prefix}/rated_count": tally.rated,
             f"{judge.prefix}/error_count": tally.errors,
+            **counts,
         }
 
     def _metric_metrics(self, metric: MetricSpec) -> dict:

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from prefect import task
 
+from judges.engine import GENERATION_ERROR
 from judges.llm import LLMCallError, LLMClient, LLMSettings, Usage
 from judges.rows import EvalRow
 from tasks.chunk_task import CHUNK_TASK_OPTIONS
 
-GENERATION_ERROR = "agent/generation_error"
+__all__ = ["GENERATION_ATTEMPTS", "GENERATION_ERROR", "generate_chunk"]
+
+GENERATION_ATTEMPTS = "agent/generation_attempts"
 
 
 async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRow:
     if row.response is not None:
         return row
     call_usage = Usage()
-    started = time.perf_counter()
     messages = [m.model_dump() for m in row.messages]
     try:
         completion = await client.complete(messages, call_usage)
@@ -28,7 +29,9 @@ async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRo
     usage.add(call_usage)
     return row.model_copy(update={
         "response": completion.text,
-        "latency_seconds": round(time.perf_counter() - started, 4),
+        # The provider's time for the answering attempt; attempts are recorded apart.
+        "latency_seconds": round(completion.latency_seconds, 4),
+        "extra": {**row.extra, GENERATION_ATTEMPTS: completion.attempts},
         "total_input_token_count": completion.input_tokens,
         "total_output_token_count": completion.output_tokens,
         "total_token_count": completion.input_tokens + completion.output_tokens,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from prefect import task
 
-from judges.engine import empty_fields, input_fields, judge_rows
+from judges.engine import empty_fields, error_fields, input_fields, judge_rows
 from judges.llm import LLMSettings, Usage
 from judges.plan import JudgePlan
 from judges.rows import EvalRow
@@ -40,13 +40,11 @@ def failed_chunk_records(rows: list[EvalRow], plan: JudgePlan, error: str) -> li
     records = []
     for row in rows:
         record = input_fields(row)
+        message = f"chunk task failed: {error}"
         for spec in plan.judges:
-            fields = empty_fields(spec)
-            if spec.applies_to(row):
-                key = "error_messages" if spec.per_chunk else "error_message"
-                count = len(row.retrieved_context or [])
-                message = f"chunk task failed: {error}"
-                fields[f"{spec.prefix}/{key}"] = [message] * count if spec.per_chunk else message
+            fields = error_fields(spec, message) if spec.applies_to(row) else empty_fields(spec)
+            if spec.per_chunk and spec.applies_to(row):
+                fields[f"{spec.prefix}/error_messages"] = [message] * len(row.retrieved_context)
             record.update(fields)
         for metric in plan.metrics:
             record[metric.field] = metric.compute(row)

@@ -35,8 +35,9 @@ ROWS = [
 ]
 
 
-def _run(server, tmp_path, rows=ROWS, **fields):
-    judge = JudgeModel(model="openai/planted", api_base=server.api_base, backoff_seconds=0.05)
+def _run(server, tmp_path, rows=ROWS, judge_max_attempts=5, **fields):
+    judge = JudgeModel(model="openai/planted", api_base=server.api_base, backoff_seconds=0.05,
+                       max_attempts=judge_max_attempts)
     params = EvaluateParams(
         rows=rows,
         judge=judge,
@@ -138,13 +139,45 @@ def test_aspect_majority_wins_over_a_dissenting_first_sample(fake_llm, tmp_path)
     assert sum(calls.values()) == 6  # three real samples per row, none merged
 
 
-def test_predefined_aspect_and_even_strictness():
+def test_predefined_aspect_and_even_strictness_rounded_up(caplog):
     assert "harm" in make_aspect("harmfulness", 3).definition
-    with pytest.raises(AspectError):
-        make_aspect("harmfulness", 2)
+    assert make_aspect("harmfulness", 2).strictness == 3  # as Ragas does, with a warning
+    assert "strictness 2 is even" in caplog.text
     with pytest.raises(AspectError):
         make_aspect("nonexistent", 1)
-    assert majority(["yes", None, "no"]) is None and majority(["no", "no", "yes"]) == "no"
+
+
+@pytest.mark.parametrize(("verdicts", "winner"), [
+    (["no", "no", "yes"], "no"),
+    (["yes", None, "yes"], "yes"),
+    (["yes", None, "no"], None),
+    ([None, None, "yes"], None),  # two failures and one yes decide nothing
+    (["yes", "yes", None, None, "no"], None),  # 2 of 5 is no majority
+    (["yes", "yes", "yes", None, None], "yes"),
+])
+def test_a_verdict_needs_a_strict_majority_of_all_samples(verdicts, winner):
+    assert majority(verdicts).winner == winner
+
+
+def test_an_aspect_with_too_many_failed_samples_is_an_error(fake_llm, tmp_path):
+    calls = {}
+
+    def script(body):
+        text = prompt_text(body)
+        if "Assessment: politeness" not in text:
+            return Reply(verdict("yes"))
+        calls[text] = calls.get(text, 0) + 1
+        return Reply(verdict("yes")) if calls[text] == 1 else Reply(status=500)
+
+    fake_llm.script = script
+    metrics, by_id = _run(fake_llm, tmp_path, aspects=["politeness=Is it polite?"],
+                          strictness=3, judges=["safety"], judge_max_attempts=1)
+    fields = by_id["a"]
+    assert fields["response/aspect_critic/politeness/rating"] is None
+    error = fields["response/aspect_critic/politeness/error_message"]
+    assert "3 samples: 2 failed, 1 'yes'" in error
+    assert metrics["response/aspect_critic/politeness/error_count"] == 2
+    assert metrics["response/aspect_critic/politeness/rating/percentage"] is None
 
 
 def test_trace_only_set_takes_everything_from_traces(fake_llm, tmp_path):

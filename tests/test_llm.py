@@ -191,3 +191,31 @@ def test_token_budget_paces_calls_to_the_server(fake_llm):
     # each call reserves ~200 tokens up front (its reply estimate): from an empty bucket the
     # third starts only after ~600 tokens have flowed in, about 6 s at 100 tokens/s
     assert elapsed >= 5.5 and usage.calls == 3
+
+
+def test_a_refused_connection_is_named_as_such(fake_llm):
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}/v1"
+    settings = LLMSettings(model="openai/fake-judge", api_base=base, max_attempts=2,
+                           backoff_seconds=0.01)
+    with pytest.raises(LLMCallError) as caught:
+        _complete(settings)
+    assert str(caught.value) == f"connection refused at {base} (after 2 attempt(s))"
+
+
+def test_an_http_error_names_status_and_endpoint(fake_llm):
+    fake_llm.script = _scripted([Reply(status=503)])
+    with pytest.raises(LLMCallError, match=f"HTTP 503 from {fake_llm.api_base}"):
+        _complete(_settings(fake_llm, max_attempts=1))
+
+
+def test_completion_latency_is_the_answering_attempt(fake_llm):
+    fake_llm.script = _scripted([Reply(status=429, headers={"Retry-After": "1"}),
+                                 Reply(VERDICT, delay_seconds=0.2)])
+    completion, _ = _complete(_settings(fake_llm))
+    assert completion.attempts == 2
+    assert 0.2 <= completion.latency_seconds < 0.5
