@@ -112,7 +112,7 @@ async def judge_all_pairs(
         else:
             result = failed_chunk_result(index, chunk, options, state.message or "task failed")
         usage.add(result.usage)
-        staging.write_chunk(index, result.records)
+        staging.write_chunk(index, result.records, result.calls)
         by_chunk[index] = result.verdicts
 
     await asyncio.gather(*(run_one(i, c) for i, c in enumerate(split(pairs, chunk_size))))

@@ -60,14 +60,15 @@ async def judge_all(
                 index, quote(chunk), quote(plan), settings, cache_url, storage_options,
                 return_state=True,
             )
+        calls: list[dict] = []
         if state.is_completed():
             result = await state.aresult()
-            records = result.records
+            records, calls = result.records, result.calls
             usage.add(result.usage)
         else:
             error = state.message or "task failed"
             records = failed_chunk_records(chunk, plan, error)
-        staging.write_chunk(index, records)
+        staging.write_chunk(index, records, calls)
         for record in records:
             accumulator.add(record)
 

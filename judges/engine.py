@@ -3,96 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jinja2
-from pydantic import BaseModel
 
 from judges.aspect_critic import AspectCritic, majority
-from judges.base import BinaryVerdict, JudgeSpec, untrusted_blocks
-from judges.cache import ReplyCache, cache_key
-from judges.llm import LLMCallError, LLMClient, Usage
-from judges.parsing import QuotedContent, ReplyParseError, parse_reply
+from judges.base import JudgeSpec
+from judges.calls import CallOutcome, JudgeContext, judged_call
 from judges.plan import JudgePlan
 from judges.rows import Chunk, EvalRow
 
 VOTE_MIN_TEMPERATURE = 0.7
-REASK = (
-    "Your previous reply could not be used: {error}. Reply again with exactly one JSON "
-    "object in the required format and nothing else."
-)
-
-
-@dataclass
-class JudgeContext:
-    """What a chunk's calls share: the model client, the reply cache and the usage tally."""
-
-    client: LLMClient
-    cache: ReplyCache | None
-    usage: Usage
-
-    def sampling(self, min_temperature: float) -> JudgeContext:
-        """The same context, sampling at least this hot (same limits, cache and tally)."""
-        settings = self.client.settings
-        if settings.temperature >= min_temperature:
-            return self
-        hotter = settings.model_copy(update={"temperature": min_temperature})
-        return JudgeContext(LLMClient(hotter), self.cache, self.usage)
-
-
-class CallOutcome(NamedTuple):
-    verdict: Any | None
-    error: str | None
-
-
-async def judged_call(
-    ctx: JudgeContext,
-    messages: list[dict],
-    template_hash: str,
-    output_model: type[BaseModel] = BinaryVerdict,
-    sample_index: int = 0,
-) -> CallOutcome:
-    """One judgment: cached reply, or a model call, parsed, re-asked once if unparseable."""
-    key = cache_key(ctx.client.settings.call_identity(), messages, template_hash, sample_index)
-    # What the judge reads as evaluated text can never come back as its verdict.
-    quoted = QuotedContent(untrusted_blocks(messages))
-    if ctx.cache is not None:
-        cached = await asyncio.to_thread(ctx.cache.get, key)
-        if cached is not None:
-            try:
-                verdict = parse_reply(cached, output_model, quoted)
-            except ReplyParseError:
-                verdict = None  # stored under an older output model: ask again
-            if verdict is not None:
-                ctx.usage.cache_hits += 1
-                return CallOutcome(verdict, None)
-    try:
-        reply, verdict = await _ask_with_one_reask(ctx, messages, output_model, quoted)
-    except (LLMCallError, ReplyParseError) as error:
-        return CallOutcome(None, str(error))
-    if ctx.cache is not None:
-        await asyncio.to_thread(ctx.cache.put, key, reply)
-    return CallOutcome(verdict, None)
-
-
-async def _ask_with_one_reask(
-    ctx: JudgeContext, messages: list[dict], output_model: type[BaseModel], quoted: QuotedContent
-) -> tuple[str, BaseModel]:
-    completion = await ctx.client.complete(messages, ctx.usage, output_model)
-    try:
-        return completion.text, parse_reply(completion.text, output_model, quoted)
-    except ReplyParseError as first_error:
-        follow_up = [
-            *messages,
-            {"role": "assistant", "content": completion.text},
-            {"role": "user", "content": REASK.format(error=first_error)},
-        ]
-    completion = await ctx.client.complete(follow_up, ctx.usage, output_model)
-    try:
-        return completion.text, parse_reply(completion.text, output_model, quoted)
-    except ReplyParseError as second_error:
-        raise ReplyParseError(f"unparseable judge reply after one re-ask: {second_error}") from None
 
 
 class PromptRenderError(ValueError):
@@ -108,9 +29,18 @@ def _render(spec: JudgeSpec, row: EvalRow, chunk: Chunk | None = None) -> list[d
         raise PromptRenderError(message) from None
 
 
-async def _judge_once(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk=None) -> dict:
+def provenance(spec: JudgeSpec, row: EvalRow, chunk_index: int | None = None) -> dict:
+    """Who asks, for the audit log: judge, version, row and chunk."""
+    return {"judge": spec.name, "output_prefix": spec.prefix, "judge_version": spec.version,
+            "request_id": row.request_id, "row_index": row.row_index, "chunk_index": chunk_index}
+
+
+async def _judge_once(
+    ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk=None, chunk_index: int | None = None
+) -> dict:
     try:
-        outcome = await judged_call(ctx, _render(spec, row, chunk), spec.prompt_hash)
+        outcome = await judged_call(ctx, _render(spec, row, chunk), spec.prompt_hash,
+                                    provenance=provenance(spec, row, chunk_index))
     except PromptRenderError as error:
         outcome = CallOutcome(None, str(error))
     verdict = outcome.verdict
@@ -132,10 +62,12 @@ class ChunkOutcome(NamedTuple):
     error: str | None
 
 
-async def _judge_chunk_one(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk: Chunk):
+async def _judge_chunk_one(
+    ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk: Chunk, index: int
+) -> ChunkOutcome:
     if not chunk.content:
         return ChunkOutcome(None, NO_CONTENT, None)
-    fields = await _judge_once(ctx, spec, row, chunk)
+    fields = await _judge_once(ctx, spec, row, chunk, index)
     return ChunkOutcome(
         fields[f"{spec.prefix}/rating"],
         fields[f"{spec.prefix}/rationale"],
@@ -151,7 +83,9 @@ def chunk_failure(failed: list[int], total: int, first_error: str) -> str:
 
 async def _judge_per_chunk(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> dict:
     chunks = row.retrieved_context or []
-    results = await asyncio.gather(*(_judge_chunk_one(ctx, spec, row, c) for c in chunks))
+    results = await asyncio.gather(
+        *(_judge_chunk_one(ctx, spec, row, c, i) for i, c in enumerate(chunks))
+    )
     failed = [index for index, r in enumerate(results) if r.error]
     rated = [r.rating for r in results if r.rating is not None]
     # A chunk that could not be rated leaves the row without a precision (an error of the
@@ -197,7 +131,8 @@ async def _judge_by_vote(ctx: JudgeContext, spec: AspectCritic, row: EvalRow) ->
     # At temperature 0 the N samples would be N copies of one answer: a vote needs variety.
     sampler = ctx.sampling(VOTE_MIN_TEMPERATURE) if spec.strictness > 1 else ctx
     outcomes = await asyncio.gather(*(
-        judged_call(sampler, messages, spec.prompt_hash, sample_index=index)
+        judged_call(sampler, messages, spec.prompt_hash, sample_index=index,
+                    provenance=provenance(spec, row))
         for index in range(spec.strictness)
     ))
     verdicts = [o.verdict.rating if o.verdict else None for o in outcomes]

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from judges.base import prompt_environment, template_hash
-from judges.engine import JudgeContext, judged_call
+from judges.calls import JudgeContext, judged_call
 from judges.pairwise import (
     Order,
     PairVerdict,
@@ -109,7 +109,9 @@ async def run_pass(ctx: JudgeContext, pair: Pair, order: Order, rubric: Rubric |
     a, b = pair.response_A, pair.response_B
     first, second = (a, b) if order == "forward" else (b, a)
     outcome = await judged_call(
-        ctx, render(pair.prompt, first, second, rubric), prompt_hash(), judgment_model(rubric)
+        ctx, render(pair.prompt, first, second, rubric), prompt_hash(), judgment_model(rubric),
+        provenance={"judge": NAME, "output_prefix": PREFIX.rstrip("/"), "judge_version": VERSION,
+                    "request_id": pair.pair_id, "row_index": pair.row_index, "order": order},
     )
     if outcome.verdict is None:
         return Pass(order, error=outcome.error)

@@ -6,7 +6,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from judges.cache import ReplyCache
-from judges.engine import JudgeContext
+from judges.calls import JudgeContext
 from judges.llm import LLMClient, LLMSettings, Usage
 
 # A chunk is retried whole when it crashes (failed calls are already retried one by one and

@@ -20,6 +20,7 @@ class PairChunkResult:
     records: list[dict]
     verdicts: list[PairVerdict]
     usage: Usage
+    calls: list[dict]
 
 
 @task(name="compare-chunk", tags=["judgeflow-judge"], **CHUNK_TASK_OPTIONS)
@@ -35,7 +36,7 @@ async def compare_chunk(
     ctx = judge_context(settings, cache_url, storage_options)
     verdicts = await judge_pairs(ctx, pairs, options)
     records = [pair_fields(p, v, options.swap) for p, v in zip(pairs, verdicts, strict=True)]
-    return PairChunkResult(index, records, verdicts, ctx.usage)
+    return PairChunkResult(index, records, verdicts, ctx.usage, ctx.calls)
 
 
 def failed_chunk_result(
@@ -44,4 +45,4 @@ def failed_chunk_result(
     """A chunk whose task failed for good: every pair is an error verdict carrying why."""
     verdicts = [failed_verdict(f"chunk task failed: {error}", options.swap) for _ in pairs]
     records = [pair_fields(p, v, options.swap) for p, v in zip(pairs, verdicts, strict=True)]
-    return PairChunkResult(index, records, verdicts, Usage())
+    return PairChunkResult(index, records, verdicts, Usage(), [])

@@ -15,9 +15,12 @@ from tasks.chunk_task import CHUNK_TASK_OPTIONS, judge_context
 
 @dataclass
 class ChunkResult:
+    """A judged chunk: one record per row in input order, the usage and the call audit log."""
+
     index: int
     records: list[dict]
     usage: Usage
+    calls: list[dict]
 
 
 @task(name="judge-chunk", tags=["judgeflow-judge"], **CHUNK_TASK_OPTIONS)
@@ -32,7 +35,7 @@ async def judge_chunk(
     """Judge one chunk of rows: all their calls concurrent under the process-wide bounds."""
     ctx = judge_context(settings, cache_url, storage_options)
     records = await judge_rows(ctx, plan, rows)
-    return ChunkResult(index, records, ctx.usage)
+    return ChunkResult(index, records, ctx.usage, ctx.calls)
 
 
 def failed_chunk_records(rows: list[EvalRow], plan: JudgePlan, error: str) -> list[dict]:

@@ -10,7 +10,10 @@ from pathlib import Path
 
 
 class ResultStaging:
-    """One JSONL file per chunk in a private temporary folder, read back in chunk order."""
+    """One JSONL file per chunk in a private temporary folder, read back in chunk order.
+
+    Beside each chunk's records sits its call audit log (raw replies and parse outcomes).
+    """
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="judgeflow-staging-"))
@@ -18,12 +21,15 @@ class ResultStaging:
     def _path(self, index: int) -> Path:
         return self.folder / f"chunk-{index:06d}.jsonl"
 
-    def write_chunk(self, index: int, records: list[dict]) -> None:
-        lines = (json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records)
-        self._path(index).write_text("".join(lines), encoding="utf-8")
+    def write_chunk(self, index: int, records: list[dict], calls: list[dict] = ()) -> None:
+        _write_lines(self._path(index), records)
+        _write_lines(self.folder / f"calls-{index:06d}.jsonl", calls)
 
     def chunk_files(self) -> list[Path]:
         return sorted(self.folder.glob("chunk-*.jsonl"))
+
+    def call_files(self) -> list[Path]:
+        return sorted(self.folder.glob("calls-*.jsonl"))
 
     def iter_records(self) -> Iterator[dict]:
         for path in self.chunk_files():
@@ -41,3 +47,8 @@ class ResultStaging:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _write_lines(path: Path, items) -> None:
+    lines = (json.dumps(item, ensure_ascii=False, default=str) + "\n" for item in items)
+    path.write_text("".join(lines), encoding="utf-8")

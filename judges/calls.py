@@ -1,0 +1,138 @@
+"""One judgment: the cached reply or a model call, parsed, re-asked once, and audited.
+
+Every judgment leaves an audit entry (who asked, the raw replies, how they parsed), so any
+verdict of a published run can be traced back to what the model actually said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel
+
+from judges.base import BinaryVerdict, untrusted_blocks
+from judges.cache import ReplyCache, cache_key
+from judges.llm import LLMCallError, LLMClient, Usage
+from judges.parsing import QuotedContent, ReplyParseError, parse_reply, verdict_of
+
+REASK = (
+    "Your previous reply could not be used: {error}. Reply again with exactly one JSON "
+    "object in the required format and nothing else."
+)
+
+
+@dataclass
+class JudgeContext:
+    """What a chunk's calls share: the model client, the reply cache, usage and the audit log."""
+
+    client: LLMClient
+    cache: ReplyCache | None
+    usage: Usage
+    calls: list[dict] = field(default_factory=list)
+
+    def sampling(self, min_temperature: float) -> JudgeContext:
+        """The same context, sampling at least this hot (same limits, cache, tally and log)."""
+        settings = self.client.settings
+        if settings.temperature >= min_temperature:
+            return self
+        hotter = settings.model_copy(update={"temperature": min_temperature})
+        return JudgeContext(LLMClient(hotter), self.cache, self.usage, self.calls)
+
+
+class CallOutcome(NamedTuple):
+    verdict: Any | None
+    error: str | None
+
+
+class Exchange(NamedTuple):
+    """What the model said in one judgment (first reply, and the re-ask's if there was one)."""
+
+    replies: list[str]
+    verdict: BaseModel | None
+    error: str | None
+
+
+async def judged_call(
+    ctx: JudgeContext,
+    messages: list[dict],
+    template_hash: str,
+    output_model: type[BaseModel] = BinaryVerdict,
+    sample_index: int = 0,
+    provenance: dict | None = None,
+) -> CallOutcome:
+    """One judgment: cached reply, or a model call, parsed, re-asked once if unparseable.
+
+    Args:
+        ctx: the chunk's client, cache, usage tally and audit log.
+        messages: the rendered prompt.
+        template_hash: the prompt template's hash (part of the cache key).
+        output_model: the reply's model, also sent as response_format where supported.
+        sample_index: which of several independent samples this is (part of the cache key).
+        provenance: who asks (judge, row, chunk, pass order), recorded in the audit entry.
+    """
+    settings = ctx.client.settings
+    key = cache_key(settings.call_identity(), messages, template_hash, sample_index)
+    # What the judge reads as evaluated text can never come back as its verdict.
+    quoted = QuotedContent(untrusted_blocks(messages))
+    exchange = await _cached(ctx, key, output_model, quoted)
+    source = "cache"
+    if exchange is None:
+        source = "model"
+        exchange = await _ask_with_one_reask(ctx, messages, output_model, quoted)
+        if exchange.verdict is not None and ctx.cache is not None:
+            await asyncio.to_thread(ctx.cache.put, key, exchange.replies[-1])
+    ctx.calls.append({
+        **(provenance or {}),
+        "sample_index": sample_index,
+        "model": settings.model,
+        "prompt_hash": template_hash,
+        "cache_key": key,
+        "source": source,
+        "replies": exchange.replies,
+        "outcome": "verdict" if exchange.verdict is not None else "error",
+        "verdict": None if exchange.verdict is None else verdict_of(exchange.verdict),
+        "error": exchange.error,
+    })
+    return CallOutcome(exchange.verdict, exchange.error)
+
+
+async def _cached(
+    ctx: JudgeContext, key: str, output_model: type[BaseModel], quoted: QuotedContent
+) -> Exchange | None:
+    if ctx.cache is None:
+        return None
+    reply = await asyncio.to_thread(ctx.cache.get, key)
+    if reply is None:
+        return None
+    try:
+        verdict = parse_reply(reply, output_model, quoted)
+    except ReplyParseError:
+        return None  # stored under an older output model: ask again
+    ctx.usage.cache_hits += 1
+    return Exchange([reply], verdict, None)
+
+
+async def _ask_with_one_reask(
+    ctx: JudgeContext, messages: list[dict], output_model: type[BaseModel], quoted: QuotedContent
+) -> Exchange:
+    replies: list[str] = []
+    try:
+        completion = await ctx.client.complete(messages, ctx.usage, output_model)
+        replies.append(completion.text)
+        try:
+            return Exchange(replies, parse_reply(completion.text, output_model, quoted), None)
+        except ReplyParseError as first_error:
+            follow_up = [
+                *messages,
+                {"role": "assistant", "content": completion.text},
+                {"role": "user", "content": REASK.format(error=first_error)},
+            ]
+        completion = await ctx.client.complete(follow_up, ctx.usage, output_model)
+        replies.append(completion.text)
+        return Exchange(replies, parse_reply(completion.text, output_model, quoted), None)
+    except LLMCallError as error:
+        return Exchange(replies, None, str(error))
+    except ReplyParseError as error:
+        return Exchange(replies, None, f"unparseable judge reply after one re-ask: {error}")
