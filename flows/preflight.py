@@ -95,6 +95,12 @@ def check_something_to_judge(plan: JudgePlan) -> None:
     )
 
 
+def _as_generated(rows: list[EvalRow]) -> list[EvalRow]:
+    """Rows as the judges will see them once the candidate has answered (planning only)."""
+    return [r if r.response is not None else r.model_copy(update={"response": "(generated)"})
+            for r in rows]
+
+
 def preflight_evaluate(params: EvaluateParams) -> ValidatedSet:
     """Check an evaluate run end to end short of calling a model or starting Prefect.
 
@@ -114,7 +120,7 @@ def preflight_evaluate(params: EvaluateParams) -> ValidatedSet:
         allow_extra_columns=params.allow_extra_columns,
     )
     refuse_invalid(validated, params.on_invalid, table.source)
-    rows = validated.rows
+    rows = validated.rows if params.candidate is None else _as_generated(validated.rows)
     check_something_to_judge(plan_judges(rows, params.judges, extra_judges(params, rows)))
     check_output(params.output, params.storage_options)
     if params.use_cache and params.cache:
