@@ -190,7 +190,7 @@ def test_content_parts_reach_the_judge_as_text_and_stay_parts_for_the_candidate(
 
 @pytest.mark.parametrize("column, meant", [
     ("reponse", "response"), ("expected_respone", "expected_response"),
-    ("retreived_context", "retrieved_context"), ("Request", "request"), ("tag", "tags"),
+    ("retreived_context", "retrieved_context"), ("Request", "request"), ("trace_", "trace"),
     ("expected_fact", "expected_facts"),
 ])
 def test_near_misses_of_known_columns_are_recognised(column, meant):
@@ -201,7 +201,7 @@ def test_near_misses_of_known_columns_are_recognised(column, meant):
 
 @pytest.mark.parametrize("column", [
     "id", "question", "expected", "context", "model", "category", "response_time_ms", "response",
-    "tags", "latency",
+    "tag", "tags", "latency", "request_time",
 ])
 def test_other_columns_are_not_taken_for_typos(column):
     from tasks.columns import near_miss
