@@ -65,31 +65,36 @@ def _endpoint(storage_options: dict) -> str | None:
     return storage_options.get("endpoint_url") or client_kwargs.get("endpoint_url")
 
 
-def _check_s3(url: str, bucket: str, storage_options: dict) -> None:
-    # botocore comes with s3fs; imported here so that local runs never pay for it.
+def _s3_session(url: str, storage_options: dict):
+    """A botocore session whose credentials resolve (unless anonymous access was asked for)."""
     import botocore.session
-    from botocore.config import Config
-    from botocore.exceptions import (
-        BotoCoreError,
-        ClientError,
-        ParamValidationError,
-        ProfileNotFound,
-    )
+    from botocore.exceptions import BotoCoreError
 
     try:
         session = botocore.session.Session(profile=storage_options.get("profile"))
-        anonymous = bool(storage_options.get("anon"))
-        if not anonymous and session.get_credentials() is None:
+        if not storage_options.get("anon") and session.get_credentials() is None:
             raise OutputLocationError(f"no AWS credentials found for {url!r}: {CREDENTIALS_HINT}")
-    except ProfileNotFound as error:
-        raise OutputLocationError(f"cannot publish to {url!r}: {error}") from None
+    except BotoCoreError as error:  # a missing profile, a broken config or credential process
+        raise OutputLocationError(
+            f"cannot resolve AWS credentials for {url!r} ({error}): {CREDENTIALS_HINT}"
+        ) from None
+    return session
+
+
+def _check_s3(url: str, bucket: str, storage_options: dict) -> None:
+    # botocore comes with s3fs; imported here so that local runs never pay for it.
+    import botocore
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
+
+    session = _s3_session(url, storage_options)
     endpoint = _endpoint(storage_options)
     region = (storage_options.get("client_kwargs") or {}).get("region_name")
     config = Config(
         connect_timeout=S3_CONNECT_TIMEOUT_SECONDS,
         read_timeout=S3_READ_TIMEOUT_SECONDS,
         retries={"total_max_attempts": 1},
-        **({"signature_version": botocore.UNSIGNED} if anonymous else {}),
+        **({"signature_version": botocore.UNSIGNED} if storage_options.get("anon") else {}),
     )
     client = session.create_client("s3", endpoint_url=endpoint, region_name=region, config=config)
     where = endpoint or "AWS S3"

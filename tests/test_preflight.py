@@ -104,3 +104,9 @@ def test_the_flow_does_not_retry_reading_a_missing_file(tmp_path):
     assert isinstance(state.result(raise_on_failure=False), DatasetReadError)
     runs = asyncio.run(_task_runs(state.state_details.flow_run_id))
     assert [r.run_count for r in runs if r.name.startswith("load-dataset")] == [1]
+
+
+def test_s3_with_a_profile_that_does_not_exist_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    with pytest.raises(OutputLocationError, match="cannot resolve AWS credentials.*nightly"):
+        check_output("s3://bucket/evals", {"profile": "nightly"})
