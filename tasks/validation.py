@@ -28,13 +28,24 @@ from tasks.columns import column_problems
 from tasks.normalise import normalise_rows
 from tasks.sources import RawTable, RowProblem
 
-# Element checks by error label: pandera reports the label, the function says what is wrong.
-EXPLAIN: dict[str, Callable[[Any], str | None]] = {}
+# What each known column's cells must be: the check's label is the column name, so that a
+# failure pandera reports can be explained in words by the same function.
+CELL_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "request_id": text_problem,
+    "request": request_problem,
+    "response": text_problem,
+    "expected_facts": facts_problem,
+    "expected_response": expected_response_problem,
+    "retrieved_context": chunks_problem,
+    "expected_retrieved_context": chunks_problem,
+    "trace": trace_problem,
+}
 
 
-def _element_check(label: str, problem: Callable[[Any], str | None]) -> pa.Check:
-    EXPLAIN[label] = problem
-    return pa.Check(lambda value: problem(value) is None, element_wise=True, error=label)
+def _column(name: str, **options: Any) -> pa.Column:
+    problem = CELL_CHECKS[name]
+    check = pa.Check(lambda value: problem(value) is None, element_wise=True, error=name)
+    return pa.Column(checks=[check], **options)
 
 
 def _not_both_expected(frame: pd.DataFrame) -> pd.Series:
@@ -65,34 +76,10 @@ def _schema(responses_generated: bool) -> pa.DataFrameSchema:
     if not responses_generated:
         frame_checks.append(pa.Check(_has_response_source, error=NO_RESPONSE))
     optional = {"required": False, "nullable": True}
-    return pa.DataFrameSchema(
-        {
-            "request_id": pa.Column(
-                checks=[_element_check("request_id", text_problem)], unique=True, **optional
-            ),
-            "request": pa.Column(
-                checks=[_element_check("request", request_problem)], nullable=False
-            ),
-            "response": pa.Column(checks=[_element_check("response", text_problem)], **optional),
-            "expected_facts": pa.Column(
-                checks=[_element_check("expected_facts", facts_problem)], **optional
-            ),
-            "expected_response": pa.Column(
-                checks=[_element_check("expected_response", expected_response_problem)],
-                **optional,
-            ),
-            "retrieved_context": pa.Column(
-                checks=[_element_check("retrieved_context", chunks_problem)], **optional
-            ),
-            "expected_retrieved_context": pa.Column(
-                checks=[_element_check("expected_retrieved_context", chunks_problem)], **optional
-            ),
-            "trace": pa.Column(checks=[_element_check("trace", trace_problem)], **optional),
-        },
-        checks=frame_checks,
-        strict=False,
-        coerce=False,
-    )
+    columns = {name: _column(name, **optional) for name in CELL_CHECKS}
+    columns["request"] = _column("request", nullable=False)
+    columns["request_id"] = _column("request_id", unique=True, **optional)
+    return pa.DataFrameSchema(columns, checks=frame_checks, strict=False, coerce=False)
 
 
 @dataclass
@@ -165,8 +152,8 @@ def _explain(check: str, failure_case: Any) -> str:
         return f"duplicate request_id {failure_case!r}"
     if check.startswith("column_in_dataframe"):
         return "column is missing"
-    if check in EXPLAIN:
-        return EXPLAIN[check](failure_case) or check
+    if check in CELL_CHECKS:
+        return CELL_CHECKS[check](failure_case) or check
     if check in ROW_CHECK_COLUMNS or failure_case is None:
         return check
     return f"{check}; got {shown(failure_case)}"
