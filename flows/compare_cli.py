@@ -1,20 +1,27 @@
 """`judgeflow compare`: the pairwise rubric judge from the command line.
 
-Registered in flows/cli.py with `app.command(name="compare")(compare_command)`.
+Registered in flows/cli.py with `app.command(name="compare")(compare_command)`. The judge model,
+the rubric, a Nova pairs file and the output location are checked before any Prefect API
+starts; the flow is imported only then.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.compare import SWAP_DISABLED_NOTICE, CompareParams, compare
-from flows.manifest import OFFLINE_NOTICE
-from flows.params import JudgeModel
-from tasks.pairs import RubricError, read_rubric
+from flows.cli_common import (
+    build_params,
+    checked,
+    finish,
+    parse_storage_options,
+    run_flow,
+)
 
 # Headline metrics, in the order a reader wants them: verdicts over pairs first.
 SUMMARY_METRICS = (
@@ -26,6 +33,9 @@ SUMMARY_METRICS = (
 
 def print_compare_summary(summary: dict) -> None:
     """The run's headline pairwise metrics as a table, then notices and where the files are."""
+    from flows.compare import SWAP_DISABLED_NOTICE
+    from flows.manifest import OFFLINE_NOTICE
+
     table = Table(title=f"compare {summary['run_id']}: B = candidate, A = baseline")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -42,17 +52,37 @@ def print_compare_summary(summary: dict) -> None:
     print(f"metrics: {summary['files']['metrics.json']}")
 
 
-def _check_rubric(rubric: str | None) -> None:
-    """Read the rubric before starting a flow, so that a bad file exits 2 with its reason."""
-    from flows.cli import EXIT_INVALID, console  # see compare_command
+def preflight_compare(params) -> None:
+    """What can be refused before judging: the model, the rubric, a Nova file, the output."""
+    from flows.output_check import check_output
+    from flows.preflight import PreflightError, check_model, read_source
+    from tasks.pairs import RubricError, read_rubric, validate_nova  # imports Prefect (no API)
+    from tasks.validation import InvalidDatasetError
 
-    if rubric is None:
-        return
-    try:
-        read_rubric(rubric)
-    except RubricError as error:
-        console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_INVALID) from None
+    check_model(params.judge.model, "--judge-model")
+    if params.rubric is not None:
+        try:
+            read_rubric(params.rubric, params.storage_options)
+        except RubricError as error:
+            raise PreflightError(str(error)) from None
+    if params.data is not None:
+        pair_set = validate_nova(read_source(params.data, None, params.storage_options))
+        whole_set_broken = any(p.row_index is None for p in pair_set.problems)
+        if pair_set.problems and (params.on_invalid == "fail" or whole_set_broken):
+            raise InvalidDatasetError(pair_set.problems, pair_set.total, params.data)
+    check_output(params.output, params.storage_options)
+
+
+def _published_records(url: str, storage_options: dict):
+    """Reads a published results.jsonl back, one record at a time (for an error example)."""
+    def read() -> Iterator[dict]:
+        import fsspec
+
+        with fsspec.open(url, "r", encoding="utf-8", **storage_options) as handle:
+            for line in handle:
+                yield json.loads(line)
+
+    return read
 
 
 def compare_command(
@@ -75,6 +105,8 @@ def compare_command(
     run_id: Annotated[str | None, typer.Option(help="Run id (default: a UTC timestamp)")] = None,
     concurrency: Annotated[int, typer.Option(help="Judge calls in flight")] = 8,
     rpm: Annotated[int | None, typer.Option(help="Requests per minute cap")] = None,
+    max_attempts: Annotated[int, typer.Option(
+        help="Attempts per judge call on 429/5xx/timeout/connection errors")] = 5,
     chunk_size: Annotated[int | None, typer.Option(help="Pairs per task run")] = None,
     strict_ties: Annotated[bool, typer.Option(
         "--strict-ties", help="One tie and one preference make a tie, not a win")] = False,
@@ -82,22 +114,32 @@ def compare_command(
         "--no-swap", help="Forward pass only (A first): to diagnose position bias")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the win-rate bootstrap")] = 0,
     on_invalid: Annotated[str, typer.Option(help="fail | skip")] = "fail",
+    max_error_share: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="Largest share of pairs without a verdict; above it the run is "
+        "incomplete (exit 3)")] = 0.05,
     no_cache: Annotated[bool, typer.Option(
         "--no-cache", help="Ignore the judge reply cache")] = False,
     storage_option: Annotated[list[str] | None, typer.Option(
         help="fsspec option KEY=VALUE for s3://, e.g. endpoint_url=http://minio:9000")] = None,
 ) -> None:
     """Judge two systems head to head (both orders of every pair) and publish a report."""
-    # Imported at call time: flows.cli imports this module to register the command.
-    from flows.cli import build_params, parse_storage_options, run_flow
+    from flows.compare import CompareParams
+    from flows.params import JudgeModel
 
     judge = build_params(JudgeModel, model=judge_model, api_base=api_base,
-                         api_key_env=api_key_env, concurrency=concurrency, rpm=rpm)
+                         api_key_env=api_key_env, concurrency=concurrency, rpm=rpm,
+                         max_attempts=max_attempts)
     params = build_params(
         CompareParams, data=data, baseline=baseline, candidate=candidate, judge=judge,
         rubric=rubric, output=output, suite=suite, run_id=run_id, chunk_size=chunk_size,
         strict_ties=strict_ties, swap=not no_swap, bootstrap_seed=seed, on_invalid=on_invalid,
         use_cache=not no_cache, storage_options=parse_storage_options(storage_option),
     )
-    _check_rubric(rubric)
-    print_compare_summary(run_flow(compare, params))
+    checked(preflight_compare, params)
+    from flows.compare import compare
+    from flows.completeness import assess_pairs
+
+    summary = run_flow(compare, params)
+    print_compare_summary(summary)
+    records = _published_records(summary["files"]["results.jsonl"], params.storage_options)
+    finish(*assess_pairs(summary["metrics"], records, max_error_share))

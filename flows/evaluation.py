@@ -12,12 +12,11 @@ from datetime import UTC, datetime
 
 from prefect import get_run_logger
 
+from flows.completeness import Completeness, assess
 from flows.execution import auto_chunk_size, generate_all, judge_all
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.params import EvaluateParams
-from judges.aspect_critic import make_aspect
-from judges.base import JudgeSpec
-from judges.custom import build_custom_judge, fields_present, load_custom_judges
+from flows.preflight import extra_judges, refuse_invalid
 from judges.llm import Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan, plan_judges
@@ -28,7 +27,7 @@ from tasks.outputs import RunLocation
 from tasks.publish import publish_run
 from tasks.sources import RawTable
 from tasks.staging import ResultStaging
-from tasks.validation import InvalidDatasetError, ValidatedSet
+from tasks.validation import ValidatedSet
 
 
 @dataclass
@@ -45,17 +44,7 @@ class JudgedRun:
     metrics: dict
     usage: Usage
     timings: dict[str, float] = field(default_factory=dict)
-
-
-def extra_judges(params: EvaluateParams, rows: list[EvalRow]) -> list[JudgeSpec]:
-    """Custom judges (checked against the set's fields before any call) and aspect critics."""
-    judges: list[JudgeSpec] = []
-    if params.custom_judges:
-        available = fields_present(rows)
-        definitions = load_custom_judges(params.custom_judges)
-        judges += [build_custom_judge(d, available) for d in definitions]
-    judges += [make_aspect(spec, params.strictness) for spec in params.aspects]
-    return judges
+    completeness: Completeness = field(default_factory=lambda: Completeness.of([]))
 
 
 def rejected_rows(table: RawTable, validated: ValidatedSet) -> list[dict]:
@@ -75,10 +64,10 @@ def rejected_rows(table: RawTable, validated: ValidatedSet) -> list[dict]:
 def prepare(params: EvaluateParams) -> PreparedSet:
     """Load and validate the set; raise on invalid rows unless they may be skipped."""
     table = load_dataset(params.data, params.rows, params.storage_options)
-    validated = validate_dataset(table, responses_generated=params.candidate is not None)
-    whole_set_broken = any(p.row_index is None for p in validated.problems)
-    if validated.problems and (params.on_invalid == "fail" or whole_set_broken):
-        raise InvalidDatasetError(validated.problems, validated.total)
+    validated = validate_dataset(
+        table, params.candidate is not None, params.allow_extra_columns
+    )
+    refuse_invalid(validated, params.on_invalid, table.source)
     return PreparedSet(table, validated, validated.rows)
 
 
@@ -129,8 +118,14 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
     }
     if params.candidate is not None:
         metrics["agent/generation_error_count"] = sum(GENERATION_ERROR in r.extra for r in rows)
+    judge_model = params.judge.model + (f" at {params.judge.api_base}" if params.judge.api_base
+                                        else "")
+    completeness = assess(plan, metrics, staging.iter_records, params.max_error_share,
+                          judge_model)
+    for reason in completeness.reasons:
+        logger.warning("incomplete: %s", reason)
     return JudgedRun(plan, staging, metrics, usage,
-                     {"judge_seconds": time.perf_counter() - started})
+                     {"judge_seconds": time.perf_counter() - started}, completeness)
 
 
 def publish(
@@ -153,6 +148,7 @@ def publish(
         plan=judged.plan, usage=judged.usage, started_at=started_at,
         finished_at=datetime.now(UTC), timings=judged.timings,
         config=params.model_dump(mode="json", exclude={"rows", "storage_options"}),
+        status=judged.completeness.status, incomplete_reasons=judged.completeness.reasons,
     )
     manifest.update(extra_sections or {})
     if params.candidate is not None:

@@ -53,13 +53,21 @@ def build_manifest(
     finished_at: datetime,
     timings: dict[str, float],
     config: dict,
+    status: str = "complete",
+    incomplete_reasons: list[str] | None = None,
 ) -> dict:
+    """The manifest's shared fields.
+
+    `status` is "complete" or "incomplete" (a judge failed on too many rows; the reasons say
+    which, one line each). Readers rely on it: only a complete run may become a baseline.
+    """
     return {
         "judgeflow_version": package_versions()["judgeflow"],
         "kind": kind,
         "suite": suite,
         "run_id": run_id,
-        "status": "complete",
+        "status": status,
+        "incomplete_reasons": list(incomplete_reasons or []),
         "started_at": started_at.isoformat(),
         "finished_at": finished_at.isoformat(),
         "duration_seconds": round((finished_at - started_at).total_seconds(), 3),

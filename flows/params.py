@@ -155,6 +155,14 @@ class EvaluateParams(BaseModel):
     on_invalid: Literal["fail", "skip"] = Field(
         "fail", description="fail: reject the whole set on any invalid row; skip: set them aside"
     )
+    allow_extra_columns: bool = Field(
+        False, description="Keep unknown columns even when their name is a near miss of a known "
+        "one (e.g. 'reponse'); by default such a column is refused as a likely typo",
+    )
+    max_error_share: float = Field(
+        0.05, ge=0, le=1, description="Largest share of a judge's rows that may fail (errors / "
+        "(rated + errors)); above it the run is published as incomplete",
+    )
     cache: str | None = Field(
         None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
     )

@@ -16,11 +16,41 @@ class Chunk(BaseModel):
     content: str | None = Field(None, description="Text of the chunk")
 
 
+def content_text(content: str | list[dict[str, Any]] | None) -> str:
+    """Message content as a judge reads it: OpenAI content parts joined as text.
+
+    A part a text judge cannot read (an image, audio, a file) is named in brackets, so that the
+    judge knows something was there rather than seeing a silently shortened request.
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        kind = part.get("type")
+        if kind in ("text", "refusal"):
+            texts.append(part.get(kind) or "")
+        else:
+            texts.append(f"[{kind} part not shown]")
+    return "\n".join(texts)
+
+
 class Message(BaseModel):
+    """One chat turn as given: content is a string or OpenAI content parts.
+
+    Parts are kept as given so that a candidate model receives them unchanged; judges read
+    `text`.
+    """
+
     model_config = ConfigDict(frozen=True, extra="allow")
 
     role: str
-    content: str
+    content: str | list[dict[str, Any]] | None = None
+
+    @property
+    def text(self) -> str:
+        return content_text(self.content)
 
 
 class EvalRow(BaseModel):
@@ -47,8 +77,8 @@ class EvalRow(BaseModel):
     def request_text(self) -> str:
         """The request as a judge reads it: the last user turn, earlier turns labelled."""
         if len(self.messages) == 1:
-            return self.messages[0].content
-        return "\n".join(f"{m.role}: {m.content}" for m in self.messages)
+            return self.messages[0].text
+        return "\n".join(f"{m.role}: {m.text}" for m in self.messages)
 
     @property
     def has_expected(self) -> bool:

@@ -7,11 +7,17 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.sources import RawTable, read_table, table_from_rows
+from tasks.sources import DatasetReadError, RawTable, read_table, table_from_rows
 from tasks.validation import ValidatedSet, validate_table
 
 
-@task(name="load-dataset", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
+def _may_be_transient(task, task_run, state) -> bool:
+    # A missing file or a broken format will not heal on retry; a flaky remote read may.
+    return not isinstance(state.result(raise_on_failure=False), DatasetReadError)
+
+
+@task(name="load-dataset", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5],
+      retry_condition_fn=_may_be_transient)
 def load_dataset(
     data: str | None, rows: list[dict[str, Any]] | None, storage_options: dict
 ) -> RawTable:
@@ -20,6 +26,8 @@ def load_dataset(
 
 
 @task(name="validate-dataset", cache_policy=NO_CACHE)
-def validate_dataset(table: RawTable, responses_generated: bool = False) -> ValidatedSet:
+def validate_dataset(
+    table: RawTable, responses_generated: bool = False, allow_extra_columns: bool = False
+) -> ValidatedSet:
     """Check every row with Pandera; normalise the valid ones."""
-    return validate_table(table, responses_generated)
+    return validate_table(table, responses_generated, allow_extra_columns)

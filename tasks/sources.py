@@ -14,8 +14,6 @@ import fsspec
 import numpy as np
 import pandas as pd
 
-# Columns that hold nested values; CSV carries them as JSON strings.
-NESTED_COLUMNS = ("request", "expected_facts", "retrieved_context", "expected_retrieved_context")
 FORMATS = ("jsonl", "json", "csv", "parquet")
 
 
@@ -28,6 +26,8 @@ class RowProblem(NamedTuple):
     problem: str
 
     def describe(self) -> str:
+        if self.row_index is None and self.column.startswith("("):
+            return self.problem  # about the set as a whole, not one column
         where = "the dataset" if self.row_index is None else f"row {self.row_index}"
         if self.request_id is not None:
             where += f" (request_id {self.request_id!r})"
@@ -42,7 +42,7 @@ class RawTable:
 
 
 class DatasetReadError(ValueError):
-    """The dataset cannot be read at all (missing file, unknown format)."""
+    """The dataset cannot be read at all (missing file, unknown format, not UTF-8, corrupt)."""
 
 
 def detect_format(url: str) -> str:
@@ -64,17 +64,43 @@ def read_table(url: str, storage_options: dict | None = None) -> RawTable:
     """Read `url` into records (rows as dicts), collecting per-row problems.
 
     Raises:
-        DatasetReadError: the file is missing or not in a known format.
+        DatasetReadError: the file is missing, unreadable, or not in its format (each message
+            names the file and what is wrong with it).
     """
     fmt = detect_format(url)
+    data = _read_bytes(url, storage_options or {})
+    from tasks.csv_reader import read_csv  # it needs _text and RowProblem from here
+
+    readers = {"jsonl": _read_jsonl, "json": _read_json, "csv": read_csv, "parquet": _read_parquet}
     try:
-        with fsspec.open(url, "rb", **(storage_options or {})) as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        raise DatasetReadError(f"dataset not found: {url!r}") from None
-    readers = {"jsonl": _read_jsonl, "json": _read_json, "csv": _read_csv, "parquet": _read_parquet}
-    records, problems = readers[fmt](data)
+        records, problems = readers[fmt](data)
+    except DatasetReadError as error:
+        raise DatasetReadError(f"{url!r} {error}") from None
     return RawTable(records, problems, url)
+
+
+def _read_bytes(url: str, storage_options: dict) -> bytes:
+    try:
+        with fsspec.open(url, "rb", **storage_options) as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise DatasetReadError(f"dataset not found: {url!r}; check the path") from None
+    except IsADirectoryError:
+        raise DatasetReadError(f"{url!r} is a folder; give the path of the set's file") from None
+    except PermissionError as error:
+        raise DatasetReadError(f"cannot read {url!r}: permission denied ({error})") from None
+
+
+def text_of(data: bytes) -> str:
+    """The file's text; bytes that are not UTF-8 are a DatasetReadError naming the line."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        bad = data[error.start : error.start + 1].hex()
+        raise DatasetReadError(
+            f"is not UTF-8 text (byte 0x{bad} on line {line}); save it as UTF-8"
+        ) from None
 
 
 def table_from_rows(rows: list[dict[str, Any]]) -> RawTable:
@@ -91,7 +117,7 @@ def table_from_rows(rows: list[dict[str, Any]]) -> RawTable:
 
 def _read_jsonl(data: bytes) -> tuple[list[dict], list[RowProblem]]:
     records, problems = [], []
-    lines = [line for line in data.decode("utf-8-sig").splitlines() if line.strip()]
+    lines = [line for line in text_of(data).splitlines() if line.strip()]
     for index, line in enumerate(lines):
         try:
             value = json.loads(line)
@@ -111,52 +137,49 @@ def _read_jsonl(data: bytes) -> tuple[list[dict], list[RowProblem]]:
 
 def _read_json(data: bytes) -> tuple[list[dict], list[RowProblem]]:
     try:
-        value = json.loads(data.decode("utf-8-sig"))
+        value = json.loads(text_of(data))
     except json.JSONDecodeError as error:
-        raise DatasetReadError(f"the file is not valid JSON: {error}") from None
+        raise DatasetReadError(
+            f"is not valid JSON ({error.msg} at line {error.lineno} column {error.colno}); a "
+            ".json set is one JSON list of row objects (use .jsonl for one object per line)"
+        ) from None
     if isinstance(value, dict) and isinstance(value.get("data"), list):
         value = value["data"]
     if isinstance(value, dict):  # column-oriented: {"request": [...], "response": [...]}
-        value = pd.DataFrame(value).to_dict("records")
+        value = _columns_to_rows(value)
     if not isinstance(value, list):
-        raise DatasetReadError("a JSON dataset must be a list of row objects")
+        raise DatasetReadError(
+            f"holds a JSON {type(value).__name__}; a .json set is a list of row objects"
+        )
     table = table_from_rows(value)
     return table.records, table.problems
 
 
-def _read_csv(data: bytes) -> tuple[list[dict], list[RowProblem]]:
-    import io
-
-    frame = pd.read_csv(io.BytesIO(data), dtype=object, keep_default_na=False)
-    records, problems = [], []
-    for index, row in enumerate(frame.to_dict("records")):
-        record = {k: (None if v == "" else v) for k, v in row.items()}
-        for column in NESTED_COLUMNS:
-            problem = _decode_nested(record, column)
-            if problem:
-                problems.append(RowProblem(index, record.get("request_id"), column, problem))
-        records.append(record)
-    return records, problems
-
-
-def _decode_nested(record: dict, column: str) -> str | None:
-    text = record.get(column)
-    if not isinstance(text, str):
-        return None
-    if column == "request" and not text.lstrip().startswith(("{", "[")):
-        return None  # a plain-string request
+def _columns_to_rows(columns: dict) -> list[dict]:
     try:
-        record[column] = json.loads(text)
-    except json.JSONDecodeError as error:
-        return f"expected a JSON-encoded value in this CSV cell ({error.msg} at char {error.pos})"
-    return None
+        return pd.DataFrame(columns).to_dict("records")
+    except ValueError as error:  # columns of different lengths, scalars only
+        raise DatasetReadError(
+            f"is a JSON object but not a table of equal-length columns ({error})"
+        ) from None
 
 
 def _read_parquet(data: bytes) -> tuple[list[dict], list[RowProblem]]:
     import io
 
-    frame = pd.read_parquet(io.BytesIO(data))
+    try:
+        frame = pd.read_parquet(io.BytesIO(data))
+    except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a bad file
+        raise DatasetReadError(
+            f"is not a readable Parquet file ({_first_line(error)}); write it again, e.g. "
+            "with pandas.DataFrame.to_parquet"
+        ) from None
     return [_plain(row) for row in frame.to_dict("records")], []
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:200]
 
 
 def _plain(value: Any) -> Any:

@@ -6,8 +6,6 @@ and what was expected. Valid rows are then normalised into EvalRow.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,73 +13,39 @@ from typing import Any
 import pandas as pd
 import pandera.pandas as pa
 from pandera.errors import SchemaErrors
-from pydantic import ValidationError
 
 from judges.rows import EvalRow
-from tasks.sources import RawTable, RowProblem
-from tasks.traces import TraceError, parse_trace
-
-KNOWN_COLUMNS = (
-    "request_id",
-    "request",
-    "response",
-    "expected_facts",
-    "expected_response",
-    "retrieved_context",
-    "expected_retrieved_context",
-    "trace",
+from tasks.cells import (
+    chunks_problem,
+    expected_response_problem,
+    facts_problem,
+    shown,
+    text_problem,
+    trace_problem,
 )
+from tasks.chat import request_problem
+from tasks.columns import column_problems
+from tasks.normalise import normalise_rows
+from tasks.sources import RawTable, RowProblem
+
+# What each known column's cells must be: the check's label is the column name, so that a
+# failure pandera reports can be explained in words by the same function.
+CELL_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "request_id": text_problem,
+    "request": request_problem,
+    "response": text_problem,
+    "expected_facts": facts_problem,
+    "expected_response": expected_response_problem,
+    "retrieved_context": chunks_problem,
+    "expected_retrieved_context": chunks_problem,
+    "trace": trace_problem,
+}
 
 
-def _is_message_list(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(
-            isinstance(m, dict)
-            and isinstance(m.get("role"), str)
-            and isinstance(m.get("content"), str)
-            for m in value
-        )
-    )
-
-
-def is_request(value: Any) -> bool:
-    """A string, {"messages": [...]} (OpenAI chat), or {"query": str, "history": [...]}."""
-    if isinstance(value, str):
-        return bool(value.strip())
-    if not isinstance(value, dict):
-        return False
-    if "messages" in value:
-        return _is_message_list(value["messages"])
-    history = value.get("history") or []
-    return isinstance(value.get("query"), str) and (not history or _is_message_list(history))
-
-
-def is_string_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def is_chunk_list(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(c, dict)
-        and isinstance(c.get("doc_uri"), str)
-        and bool(c["doc_uri"].strip())
-        and isinstance(c.get("content"), str | None)
-        for c in value
-    )
-
-
-def is_trace(value: Any) -> bool:
-    try:
-        parse_trace(value)
-    except TraceError:
-        return False
-    return True
-
-
-def _element_check(test: Callable[[Any], bool], expected: str) -> pa.Check:
-    return pa.Check(test, element_wise=True, error=expected)
+def _column(name: str, **options: Any) -> pa.Column:
+    problem = CELL_CHECKS[name]
+    check = pa.Check(lambda value: problem(value) is None, element_wise=True, error=name)
+    return pa.Column(checks=[check], **options)
 
 
 def _not_both_expected(frame: pd.DataFrame) -> pd.Series:
@@ -108,56 +72,14 @@ ROW_CHECK_COLUMNS = {
 
 
 def _schema(responses_generated: bool) -> pa.DataFrameSchema:
-    text = _element_check(lambda v: isinstance(v, str), "expected a string")
     frame_checks = [pa.Check(_not_both_expected, error=BOTH_EXPECTED)]
     if not responses_generated:
         frame_checks.append(pa.Check(_has_response_source, error=NO_RESPONSE))
     optional = {"required": False, "nullable": True}
-    return pa.DataFrameSchema(
-        {
-            "request_id": pa.Column(checks=[text], unique=True, **optional),
-            "request": pa.Column(
-                checks=[
-                    _element_check(
-                        is_request,
-                        "expected a non-empty string, {'messages': [{role, content}, ...]} "
-                        "or {'query': str, 'history': [...]}",
-                    )
-                ],
-                nullable=False,
-            ),
-            "response": pa.Column(checks=[text], **optional),
-            "expected_facts": pa.Column(
-                checks=[_element_check(is_string_list, "expected a list of strings")], **optional
-            ),
-            "expected_response": pa.Column(checks=[text], **optional),
-            "retrieved_context": pa.Column(
-                checks=[
-                    _element_check(
-                        is_chunk_list, "expected a list of {doc_uri: str, content?: str}"
-                    )
-                ],
-                **optional,
-            ),
-            "expected_retrieved_context": pa.Column(
-                checks=[
-                    _element_check(
-                        is_chunk_list, "expected a list of {doc_uri: str, content?: str}"
-                    )
-                ],
-                **optional,
-            ),
-            "trace": pa.Column(
-                checks=[
-                    _element_check(is_trace, "expected an MLflow trace JSON string with spans")
-                ],
-                **optional,
-            ),
-        },
-        checks=frame_checks,
-        strict=False,
-        coerce=False,
-    )
+    columns = {name: _column(name, **optional) for name in CELL_CHECKS}
+    columns["request"] = _column("request", nullable=False)
+    columns["request_id"] = _column("request_id", unique=True, **optional)
+    return pa.DataFrameSchema(columns, checks=frame_checks, strict=False, coerce=False)
 
 
 @dataclass
@@ -176,14 +98,19 @@ class ValidatedSet:
 class InvalidDatasetError(ValueError):
     """The set has invalid rows and the run was asked to fail on them."""
 
-    def __init__(self, problems: list[RowProblem], total: int):
+    def __init__(self, problems: list[RowProblem], total: int, source: str | None = None):
         self.problems = problems
+        where = f"invalid evaluation set {source}" if source else "invalid evaluation set"
+        if len(problems) == 1:
+            super().__init__(f"{where}: {problems[0].describe()}; nothing was judged or published")
+            return
         shown = "\n".join(f"  - {p.describe()}" for p in problems[:50])
         more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
-        rows = len({p.row_index for p in problems})
+        rows = len({p.row_index for p in problems if p.row_index is not None})
+        in_rows = f" in {rows} of {total} row(s)" if rows else ""
         super().__init__(
-            f"invalid evaluation set: {len(problems)} problem(s) in {rows} of {total} row(s); "
-            f"nothing was judged or published:\n{shown}{more}"
+            f"{where}: {len(problems)} problem(s){in_rows}; nothing was judged or published:"
+            f"\n{shown}{more}"
         )
 
 
@@ -219,94 +146,34 @@ def _request_id_at(frame: pd.DataFrame, row_index: int | None) -> str | None:
 
 
 def _explain(check: str, failure_case: Any) -> str:
-    shown = repr(failure_case)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
     if check == "not_nullable":
         return "a value is required"
     if check == "field_uniqueness":
         return f"duplicate request_id {failure_case!r}"
     if check.startswith("column_in_dataframe"):
         return "column is missing"
-    if check in ROW_CHECK_COLUMNS:
+    if check in CELL_CHECKS:
+        return CELL_CHECKS[check](failure_case) or check
+    if check in ROW_CHECK_COLUMNS or failure_case is None:
         return check
-    return f"{check}; got {shown}" if failure_case is not None else check
+    return f"{check}; got {shown(failure_case)}"
 
 
-def stable_request_id(request: Any) -> str:
-    """A request's id when none is given: a hash of its canonical JSON (stable across runs)."""
-    canonical = json.dumps(request, sort_keys=True, ensure_ascii=False)
-    return "req-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def request_messages(request: Any) -> list[dict]:
-    """The three request shapes as OpenAI chat messages."""
-    if isinstance(request, str):
-        return [{"role": "user", "content": request}]
-    if "messages" in request:
-        return list(request["messages"])
-    return [*(request.get("history") or []), {"role": "user", "content": request["query"]}]
-
-
-def _trace_fields(record: dict) -> dict:
-    """Fields derived from the trace; columns given explicitly win."""
-    if record.get("trace") is None:
-        return {}
-    facts = parse_trace(record["trace"])
-    derived = {
-        "response": facts.response,
-        "retrieved_context": facts.retrieved_context,
-        "total_token_count": facts.total_tokens,
-        "total_input_token_count": facts.total_input_tokens,
-        "total_output_token_count": facts.total_output_tokens,
-        "latency_seconds": facts.latency_seconds,
-    }
-    return {k: v for k, v in derived.items() if v is not None and record.get(k) is None}
-
-
-def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
-    """A validated record as an EvalRow."""
-    known = {k: v for k, v in record.items() if k in KNOWN_COLUMNS and k != "trace"}
-    extra = {k: v for k, v in record.items() if k not in KNOWN_COLUMNS}
-    fields = {**known, **_trace_fields(record)}
-    fields["request_id"] = request_id
-    return EvalRow(
-        row_index=row_index, messages=request_messages(record["request"]), extra=extra, **fields
-    )
-
-
-def _normalise_problem(
-    index: int, request_id: str, record: dict, error: ValidationError
-) -> RowProblem:
-    first = error.errors()[0]
-    field = str(first["loc"][0]) if first["loc"] else "(row)"
-    # Fields derived from a trace are reported against the trace column.
-    column = field if field in record else "trace" if record.get("trace") else field
-    where = ".".join(map(str, first["loc"]))
-    return RowProblem(index, request_id, column, f"{where}: {first['msg']}")
-
-
-def _assign_request_ids(records: dict[int, dict]) -> dict[int, str]:
-    ids, seen = {}, {}
-    for index, record in records.items():
-        given = record.get("request_id")
-        if given is not None:
-            ids[index] = given
-            continue
-        derived = stable_request_id(record["request"])
-        # Identical requests without ids stay distinct, numbered in order of appearance.
-        seen[derived] = seen.get(derived, 0) + 1
-        ids[index] = derived if seen[derived] == 1 else f"{derived}-{seen[derived]}"
-    return ids
-
-
-def validate_table(table: RawTable, responses_generated: bool = False) -> ValidatedSet:
+def validate_table(
+    table: RawTable, responses_generated: bool = False, allow_extra_columns: bool = False
+) -> ValidatedSet:
     """Check every row at once; normalise the valid ones.
 
     Args:
         table: records as read, with the problems found while reading.
         responses_generated: a candidate model will write the responses, so none is required.
+        allow_extra_columns: keep unknown columns even when they look like a misspelt one.
     """
+    columns = dict.fromkeys(key for record in table.records for key in record)
+    broken = column_problems(columns, len(table.records), responses_generated=responses_generated,
+                             allow_extra=allow_extra_columns)
+    if broken:  # the whole set is unusable: row by row checks would only repeat it
+        return ValidatedSet([], broken, len(table.records))
     problems = list(table.problems)
     unreadable = {p.row_index for p in problems}
     readable = {i: r for i, r in enumerate(table.records) if i not in unreadable}
@@ -319,14 +186,10 @@ def validate_table(table: RawTable, responses_generated: bool = False) -> Valida
     if any(p.row_index is None for p in problems):
         return ValidatedSet([], problems, len(table.records))
     rejected = {p.row_index for p in problems}
-    valid = {i: r for i, r in readable.items() if i not in rejected}
-    ids = _assign_request_ids(valid)
-    rows = []
-    for index, record in valid.items():
-        try:
-            rows.append(normalise(index, record, ids[index]))
-        except ValidationError as error:  # e.g. a trace whose documents lack a doc_uri
-            problems.append(_normalise_problem(index, ids[index], record, error))
+    rows, row_problems = normalise_rows(
+        {i: r for i, r in readable.items() if i not in rejected}
+    )
     return ValidatedSet(
-        rows, sorted(problems, key=lambda p: (p.row_index, p.column)), len(table.records)
+        rows, sorted(problems + row_problems, key=lambda p: (p.row_index, p.column)),
+        len(table.records),
     )

@@ -168,3 +168,83 @@ def test_trace_document_without_doc_uri_rejects_only_that_row():
     ]))
     assert [r.request_id for r in validated.rows] == ["ok"]
     assert [(p.row_index, p.column) for p in validated.problems] == [(1, "trace")]
+
+
+def test_content_parts_reach_the_judge_as_text_and_stay_parts_for_the_candidate():
+    parts = [{"type": "text", "text": "What is on this picture?"},
+             {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]
+    rows = [{"request": {"messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": parts},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+        {"role": "tool", "content": "a cat", "tool_call_id": "c1"},
+    ]}, "response": "A cat."}]
+    validated = validate_table(table_from_rows(rows))
+    assert not validated.problems
+    row = validated.rows[0]
+    assert row.messages[1].content == parts
+    assert row.request_text == (
+        "system: Be brief.\nuser: What is on this picture?\n[image_url part not shown]\n"
+        "assistant: \ntool: a cat")
+
+
+@pytest.mark.parametrize("column, meant", [
+    ("reponse", "response"), ("expected_respone", "expected_response"),
+    ("retreived_context", "retrieved_context"), ("Request", "request"), ("trace_", "trace"),
+    ("expected_fact", "expected_facts"),
+])
+def test_near_misses_of_known_columns_are_recognised(column, meant):
+    from tasks.columns import near_miss
+
+    assert near_miss(column) == meant
+
+
+@pytest.mark.parametrize("column", [
+    "id", "question", "expected", "context", "model", "category", "response_time_ms", "response",
+    "tag", "tags", "latency", "request_time",
+])
+def test_other_columns_are_not_taken_for_typos(column):
+    from tasks.columns import near_miss
+
+    assert near_miss(column) is None
+
+
+def test_allow_extra_columns_keeps_a_near_miss_as_an_extra_column():
+    rows = [{"request": "q", "response": "a", "reponse": "typo kept on purpose"}]
+    refused = validate_table(table_from_rows(rows))
+    assert [(p.row_index, p.column) for p in refused.problems] == [(None, "reponse")]
+    kept = validate_table(table_from_rows(rows), allow_extra_columns=True)
+    assert not kept.problems and kept.rows[0].extra == {"reponse": "typo kept on purpose"}
+
+
+def test_a_missing_response_column_is_one_problem_unless_responses_are_generated():
+    rows = [{"request": f"q{i}"} for i in range(5)]
+    problems = validate_table(table_from_rows(rows)).problems
+    assert [(p.row_index, p.column) for p in problems] == [(None, "response")]
+    assert not validate_table(table_from_rows(rows), responses_generated=True).problems
+
+
+def test_a_single_problem_reads_as_one_sentence():
+    validated = validate_table(table_from_rows([{"request": "q", "reponse": "a"}]))
+    message = str(InvalidDatasetError(validated.problems, validated.total, "set.jsonl"))
+    assert message == (
+        "invalid evaluation set set.jsonl: the dataset, column 'reponse': not a known column; "
+        "did you mean 'response'? Rename it, or pass --allow-extra-columns (flow parameter "
+        "allow_extra_columns) to keep it; nothing was judged or published")
+
+
+def test_a_short_csv_row_has_no_value_where_cells_are_missing(tmp_path):
+    path = tmp_path / "set.csv"
+    path.write_text("request,response,expected_response\nq1,a1,e1\nq2,a2\n")
+    validated = validate_table(read_table(str(path)))
+    assert not validated.problems
+    assert validated.rows[1].expected_response is None
+
+
+def test_a_json_table_of_unequal_columns_is_a_file_problem(tmp_path):
+    from tasks.sources import DatasetReadError
+
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps({"request": ["a", "b"], "response": ["x"]}))
+    with pytest.raises(DatasetReadError, match="not a table of equal-length columns"):
+        read_table(str(path))

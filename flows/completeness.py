@@ -1,0 +1,113 @@
+"""Did a run judge enough to be read? A judge whose calls mostly failed makes the run incomplete.
+
+Rows a judge errored on are left out of its rate, so a judge that failed on 12 of 12 rows shows
+`n/a` and a judge that failed on 11 of 12 shows the verdict of one row: both look like results.
+A run whose judges failed on more than `max_error_share` of their rows is published all the
+same (the rows that were judged are worth keeping) but says `status: incomplete`, with one line
+per failing judge, and never becomes a baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Literal, NamedTuple
+
+from judges.plan import JudgePlan
+
+COMPLETE, INCOMPLETE = "complete", "incomplete"
+EXAMPLE_MAX_CHARS = 240
+
+
+class Completeness(NamedTuple):
+    """A run's status and, when incomplete, one line per reason."""
+
+    status: Literal["complete", "incomplete"]
+    reasons: list[str]
+
+    @classmethod
+    def of(cls, reasons: list[str]) -> Completeness:
+        return cls(INCOMPLETE if reasons else COMPLETE, reasons)
+
+
+class ErrorShare(NamedTuple):
+    name: str
+    prefix: str
+    errors: int
+    total: int
+
+
+def error_shares(plan: JudgePlan, metrics: dict) -> list[ErrorShare]:
+    """Each planned judge's failed rows among the rows it judged (from metrics.json counts)."""
+    shares = []
+    for judge in plan.judges:
+        errors = metrics.get(f"{judge.prefix}/error_count") or 0
+        rated = metrics.get(f"{judge.prefix}/rated_count") or 0
+        shares.append(ErrorShare(judge.name, judge.prefix, errors, errors + rated))
+    return shares
+
+
+def first_error(records: Iterable[dict], prefix: str) -> str | None:
+    """The first error message a judge left on a row: the example shown to the user."""
+    for record in records:
+        message = record.get(f"{prefix}/error_message")
+        if not message:
+            message = next((m for m in record.get(f"{prefix}/error_messages") or [] if m), None)
+        if message:
+            one_line = " ".join(str(message).split())
+            return one_line[:EXAMPLE_MAX_CHARS]
+    return None
+
+
+def assess(
+    plan: JudgePlan,
+    metrics: dict,
+    records: Callable[[], Iterable[dict]],
+    max_error_share: float,
+    judge_model: str = "",
+) -> Completeness:
+    """Complete, or incomplete with a line per judge whose error share is above the limit.
+
+    Args:
+        plan: the judges that ran.
+        metrics: the run's aggregates (`{prefix}/error_count`, `{prefix}/rated_count`).
+        records: reads the staged per-row results again (called only for a failing judge, so
+            that a healthy run never re-reads them, and never all at once).
+        max_error_share: largest tolerated share of failed rows per judge.
+        judge_model: the model and endpoint the judges called, named in each reason.
+    """
+    if not plan.judges and not plan.metrics:
+        return Completeness.of(["nothing was judged: no judge applies to any row of this set"])
+    failing = [s for s in error_shares(plan, metrics)
+               if s.total == 0 or s.errors / s.total > max_error_share]
+    if not failing:
+        return Completeness.of([])
+    reasons = []
+    for share in failing:
+        if share.total == 0:
+            reasons.append(f"{share.name}: no row was judged")
+            continue
+        example = first_error(records(), share.prefix)
+        called = f" (judge {judge_model})" if judge_model else ""
+        reasons.append(f"{share.name}: {share.errors} of {share.total} rows failed{called}"
+                       + (f": {example}" if example else ""))
+    return Completeness.of(reasons)
+
+
+def assess_pairs(
+    metrics: dict, records: Callable[[], Iterable[dict]], max_error_share: float
+) -> Completeness:
+    """A compare run: incomplete when more than `max_error_share` of its pairs have no verdict.
+
+    Args:
+        metrics: the compare run's metrics (`pairs_error`, `pairs_total`).
+        records: reads its per-pair results again (only when too many pairs failed).
+        max_error_share: largest tolerated share of pairs without a verdict.
+    """
+    errors, total = metrics.get("pairs_error") or 0, metrics.get("pairs_total") or 0
+    if total == 0:
+        return Completeness.of(["pairwise: no pair was judged"])
+    if errors / total <= max_error_share:
+        return Completeness.of([])
+    example = first_error(records(), "pairwise")
+    return Completeness.of([f"pairwise: {errors} of {total} pairs failed"
+                            + (f": {example}" if example else "")])

@@ -1,0 +1,121 @@
+"""`judgeflow evaluate`: judge an evaluation set from the command line.
+
+The set is read and validated, the judges and the output location checked, all before any
+Prefect API starts (flows/preflight.py); only then is the flow imported and run.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows.cli_common import (
+    build_params,
+    checked,
+    console,
+    fail,
+    finish,
+    parse_storage_options,
+    run_flow,
+    split_names,
+)
+
+
+def print_summary(summary: dict) -> None:
+    """Headline metrics as a table, then notices and where the files are."""
+    from flows.manifest import OFFLINE_NOTICE
+
+    table = Table(title=f"run {summary['run_id']}", show_lines=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in summary["metrics"].items():
+        if name.endswith(("/percentage", "/average")) or name.startswith("rows/"):
+            table.add_row(name, "n/a" if value is None else f"{value:.4g}")
+    Console().print(table)
+    if summary["offline"]:
+        console.print(f"[yellow]{OFFLINE_NOTICE}[/]")
+    print(f"report:  {summary['files']['report.html']}")
+    print(f"metrics: {summary['files']['metrics.json']}")
+
+
+def candidate_params(model: str | None, api_base: str | None, api_key_env: str | None):
+    """The candidate model from its options (None when not asked for)."""
+    from flows.params import CandidateModel
+
+    if model is None:
+        if api_base or api_key_env:
+            fail("--candidate-api-base and --candidate-api-key-env need --candidate-model MODEL")
+        return None
+    return build_params(CandidateModel, model=model, api_base=api_base, api_key_env=api_key_env)
+
+
+def evaluate_command(
+    data: Annotated[str, typer.Argument(
+        help="Evaluation set: path or URL (.jsonl .json .csv .parquet)")],
+    judge_model: Annotated[str, typer.Option(
+        help="litellm model string; 'judgeflow/offline' for the offline heuristic judge")],
+    api_base: Annotated[str | None, typer.Option(
+        help="Endpoint override for the judge model")] = None,
+    api_key_env: Annotated[str | None, typer.Option(
+        help="Env variable holding the judge's API key")] = None,
+    candidate_model: Annotated[str | None, typer.Option(
+        help="Generate the responses with this litellm model (the set needs no response)")] = None,
+    candidate_api_base: Annotated[str | None, typer.Option(
+        help="Endpoint of the candidate model")] = None,
+    candidate_api_key_env: Annotated[str | None, typer.Option(
+        help="Env variable holding the candidate's API key")] = None,
+    output: Annotated[str, typer.Option(help="Output folder or s3:// URL")] = "./results",
+    suite: Annotated[str, typer.Option(help="Suite name")] = "default",
+    run_id: Annotated[str | None, typer.Option(help="Run id (default: a UTC timestamp)")] = None,
+    judges: Annotated[str | None, typer.Option(help="Comma-separated judges to run")] = None,
+    concurrency: Annotated[int, typer.Option(help="Judge calls in flight")] = 8,
+    rpm: Annotated[int | None, typer.Option(help="Requests per minute cap")] = None,
+    tpm: Annotated[int | None, typer.Option(help="Tokens per minute cap")] = None,
+    max_attempts: Annotated[int, typer.Option(
+        help="Attempts per judge call on 429/5xx/timeout/connection errors")] = 5,
+    chunk_size: Annotated[int | None, typer.Option(help="Rows per task run")] = None,
+    on_invalid: Annotated[str, typer.Option(help="fail | skip")] = "fail",
+    allow_extra_columns: Annotated[bool, typer.Option(
+        "--allow-extra-columns",
+        help="Keep unknown columns even when they look like a misspelt known one")] = False,
+    max_error_share: Annotated[float, typer.Option(
+        help="Largest share of a judge's rows that may fail; above it the run is incomplete "
+        "(exit 3)")] = 0.05,
+    no_cache: Annotated[bool, typer.Option(
+        "--no-cache", help="Ignore the judge reply cache")] = False,
+    custom_judges: Annotated[str | None, typer.Option(
+        help="YAML/JSON file of custom judges")] = None,
+    aspect: Annotated[list[str] | None, typer.Option(
+        help="Aspect critic NAME=DEFINITION or a predefined NAME (repeatable)")] = None,
+    strictness: Annotated[int, typer.Option(
+        help="Samples per aspect critic (odd; majority vote)")] = 1,
+    temperature: Annotated[float, typer.Option(help="Judge sampling temperature")] = 0.0,
+    storage_option: Annotated[list[str] | None, typer.Option(
+        help="fsspec option KEY=VALUE for s3://, e.g. endpoint_url=http://minio:9000")] = None,
+) -> None:
+    """Judge an evaluation set and publish results, metrics and a report."""
+    from flows.params import EvaluateParams, JudgeModel
+    from flows.preflight import preflight_evaluate
+
+    judge = build_params(
+        JudgeModel, model=judge_model, api_base=api_base, api_key_env=api_key_env,
+        concurrency=concurrency, rpm=rpm, tpm=tpm, temperature=temperature,
+        max_attempts=max_attempts,
+    )
+    params = build_params(
+        EvaluateParams, data=data, judge=judge, output=output, suite=suite, run_id=run_id,
+        candidate=candidate_params(candidate_model, candidate_api_base, candidate_api_key_env),
+        judges=split_names(judges), chunk_size=chunk_size, on_invalid=on_invalid,
+        allow_extra_columns=allow_extra_columns, max_error_share=max_error_share,
+        use_cache=not no_cache, custom_judges=custom_judges, aspects=aspect or [],
+        strictness=strictness, storage_options=parse_storage_options(storage_option),
+    )
+    checked(preflight_evaluate, params)
+    from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good
+
+    summary = run_flow(evaluate, params)
+    print_summary(summary)
+    finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []))
