@@ -11,6 +11,7 @@ from prefect import flow, get_run_logger
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from flows.completeness import Completeness, assess_pairs
 from flows.evaluate import new_run_id
 from flows.execution import auto_chunk_size, chunks_in_flight, split
 from flows.manifest import OFFLINE_NOTICE, build_manifest
@@ -75,6 +76,10 @@ class CompareParams(BaseModel):
         None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
     )
     use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
+    max_error_share: float = Field(
+        0.05, ge=0, le=1, description="Largest share of pairs without a verdict; above it the "
+        "run is published as incomplete",
+    )
     storage_options: StorageOptions = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -146,7 +151,7 @@ def _counts(pair_set: PairSet) -> dict[str, int]:
 
 def compare_manifest(params: CompareParams, location: RunLocation, pair_set: PairSet,
                      rubric: Rubric | None, usage: Usage, started_at: datetime,
-                     timings: dict[str, float]) -> dict:
+                     timings: dict[str, float], completeness: Completeness) -> dict:
     """The run's manifest: the shared fields, this judge's provenance and how pairs were judged."""
     manifest = build_manifest(
         kind="compare", suite=location.suite, run_id=location.run_id,
@@ -156,6 +161,7 @@ def compare_manifest(params: CompareParams, location: RunLocation, pair_set: Pai
         plan=JudgePlan((), (), ()), usage=usage, started_at=started_at,
         finished_at=datetime.now(UTC), timings=timings,
         config=params.model_dump(mode="json", exclude={"storage_options"}),
+        status=completeness.status, incomplete_reasons=completeness.reasons,
     )
     return manifest | {"judges": [judge_entry()], "pairwise": pairwise_section(params, rubric)}
 
@@ -191,8 +197,9 @@ async def compare(params: CompareParams) -> dict:
         metrics = {**compare_metrics(verdicts, options, seed=params.bootstrap_seed,
                                      resamples=params.bootstrap_resamples),
                    **{f"rows/{k.removeprefix('rows_')}": v for k, v in _counts(pair_set).items()}}
+        completeness = assess_pairs(metrics, staging.iter_records, params.max_error_share)
         manifest = compare_manifest(params, location, pair_set, rubric, usage, started_at,
-                                    timings)
+                                    timings, completeness)
         urls = publish_run(location, staging, metrics, manifest, pair_set.rejected,
                            pairwise=metrics)
     finally:
@@ -201,4 +208,5 @@ async def compare(params: CompareParams) -> dict:
     logger.info("report: %s", urls["report.html"])
     return {"run_id": location.run_id, "run_url": location.url(), "files": urls,
             "metrics": metrics, "offline": settings.is_offline, "swap": params.swap,
-            "usage": usage.as_dict()}
+            "usage": usage.as_dict(), "status": completeness.status,
+            "incomplete_reasons": completeness.reasons}

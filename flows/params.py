@@ -10,7 +10,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    field_validator,
     model_validator,
 )
 
@@ -148,7 +147,10 @@ class EvaluateParams(BaseModel):
         description="Aspect critics: NAME=DEFINITION, or a predefined name (harmfulness, "
         "maliciousness, coherence, correctness, conciseness)",
     )
-    strictness: int = Field(1, ge=1, le=15, description="Samples per aspect (odd): majority vote")
+    strictness: int = Field(
+        1, ge=1, le=15, description="Samples per aspect; a verdict needs a strict majority (an "
+        "even number is rounded up to the next odd one, with a warning)",
+    )
     chunk_size: int | None = Field(
         None, ge=1, le=10_000, description="Rows per task run (default: sized to ~200 tasks)"
     )
@@ -168,13 +170,6 @@ class EvaluateParams(BaseModel):
     )
     use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
     storage_options: StorageOptions = Field(default_factory=dict)
-
-    @field_validator("strictness")
-    @classmethod
-    def _strictness_is_odd(cls, value: int) -> int:
-        if value % 2 == 0:
-            raise ValueError(f"strictness must be odd so that a majority exists, got {value}")
-        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> EvaluateParams:
