@@ -8,12 +8,14 @@ from collections.abc import Sequence
 
 from prefect.utilities.annotations import quote
 
+from judges.engine import failed_rows
 from judges.llm import LLMSettings, Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan
+from judges.result_names import row_record
 from judges.rows import EvalRow
 from tasks.generate import generate_chunk
-from tasks.judge import failed_chunk_records, judge_chunk
+from tasks.judge import judge_chunk
 from tasks.staging import ResultStaging
 
 TARGET_TASK_RUNS = 200
@@ -63,14 +65,13 @@ async def judge_all(
         calls: list[dict] = []
         if state.is_completed():
             result = await state.aresult()
-            records, calls = result.records, result.calls
+            results, calls = result.results, result.calls
             usage.add(result.usage)
         else:
-            error = state.message or "task failed"
-            records = failed_chunk_records(chunk, plan, error)
-        staging.write_chunk(index, records, calls)
-        for record in records:
-            accumulator.add(record)
+            results = failed_rows(chunk, plan, state.message or "task failed")
+        staging.write_chunk(index, [row_record(r) for r in results], calls)
+        for row_result in results:
+            accumulator.add(row_result)
 
     await asyncio.gather(*(run_one(i, c) for i, c in enumerate(split(rows, chunk_size))))
     return usage

@@ -52,8 +52,13 @@ class AspectCritic(JudgeSpec):
         digest = hashlib.sha256((template_hash(self.template) + self.definition).encode())
         return digest.hexdigest()[:16]
 
-    def output_fields(self) -> tuple[str, ...]:
-        return (*super().output_fields(), "verdicts")
+    @property
+    def samples(self) -> int:
+        return self.strictness
+
+    @property
+    def records_samples(self) -> bool:
+        return True
 
 
 def make_aspect(spec: str, strictness: int) -> AspectCritic:

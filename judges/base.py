@@ -86,6 +86,7 @@ class BinaryVerdict(BaseModel):
 
 
 JudgeKind = Literal["answer", "retrieval", "deterministic"]
+JudgeMode = Literal["answer", "per_chunk"]
 Requirement = Literal["response", "expected", "context", "expected_context"]
 
 REQUIREMENT_TESTS: dict[str, Callable[[EvalRow], bool]] = {
@@ -129,14 +130,20 @@ class JudgeSpec:
         area = "response" if self.kind == "answer" else "retrieval"
         return f"{area}/llm_judged/{self.name}"
 
-    def output_fields(self) -> tuple[str, ...]:
-        """The per-row fields this judge writes, under its prefix."""
-        if self.per_chunk:
-            return (
-                "ratings", "rationales", "error_messages", "precision", "error_message",
-                "unjudged_chunk_count",
-            )
-        return ("rating", "rationale", "error_message")
+    @property
+    def mode(self) -> JudgeMode:
+        """How the engine runs it: one call per row, or one per retrieved chunk."""
+        return "per_chunk" if self.per_chunk else "answer"
+
+    @property
+    def samples(self) -> int:
+        """Independent samples per row; more than one makes the verdict a majority vote."""
+        return 1
+
+    @property
+    def records_samples(self) -> bool:
+        """Whether each sample's rating is published (`…/verdicts`)."""
+        return False
 
     def applies_to(self, row: EvalRow) -> bool:
         return all(REQUIREMENT_TESTS[need](row) for need in self.requires)

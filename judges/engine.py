@@ -1,19 +1,27 @@
-"""Judging a chunk of rows: every call of every judge concurrent, under the process bounds."""
+"""Judging rows: every call of every judge concurrent, dispatched on the judge's mode.
+
+An "answer" judge asks once per row, or `samples` times and takes a strict majority; a
+"per_chunk" judge asks once per retrieved chunk and reports precision. Outcomes are typed
+(judges/results.py); output names come later, in one place.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import NamedTuple
 
 import jinja2
 
-from judges.aspect_critic import AspectCritic, majority
+from judges.aspect_critic import majority
 from judges.base import JudgeSpec
-from judges.calls import CallOutcome, JudgeContext, judged_call
+from judges.calls import JudgeContext, judged_call
 from judges.plan import JudgePlan
+from judges.results import JudgeResult, RowResult, Verdict, failed, not_applied
 from judges.rows import Chunk, EvalRow
 
 VOTE_MIN_TEMPERATURE = 0.7
+NO_CONTENT = "not judged: the chunk has no content"
+# Set on a row (in its extra fields) whose candidate response could not be generated.
+GENERATION_ERROR = "agent/generation_error"
 
 
 class PromptRenderError(ValueError):
@@ -35,162 +43,122 @@ def provenance(spec: JudgeSpec, row: EvalRow, chunk_index: int | None = None) ->
             "request_id": row.request_id, "row_index": row.row_index, "chunk_index": chunk_index}
 
 
-async def _judge_once(
-    ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk=None, chunk_index: int | None = None
-) -> dict:
-    try:
-        outcome = await judged_call(ctx, _render(spec, row, chunk), spec.prompt_hash,
-                                    provenance=provenance(spec, row, chunk_index))
-    except PromptRenderError as error:
-        outcome = CallOutcome(None, str(error))
-    verdict = outcome.verdict
-    return {
-        f"{spec.prefix}/rating": verdict.rating if verdict else None,
-        f"{spec.prefix}/rationale": verdict.rationale if verdict else None,
-        f"{spec.prefix}/error_message": outcome.error,
-    }
+async def _ask(
+    ctx: JudgeContext, spec: JudgeSpec, messages: list[dict], who: dict, sample: int = 0
+) -> Verdict:
+    outcome = await judged_call(ctx, messages, spec.prompt_hash, sample_index=sample,
+                                provenance=who)
+    if outcome.verdict is None:
+        return Verdict(error=outcome.error)
+    return Verdict(outcome.verdict.rating, outcome.verdict.rationale)
 
 
-NO_CONTENT = "not judged: the chunk has no content"
-# Set on a row (in its extra fields) whose candidate response could not be generated.
-GENERATION_ERROR = "agent/generation_error"
-
-
-class ChunkOutcome(NamedTuple):
-    rating: str | None
-    rationale: str | None
-    error: str | None
-
-
-async def _judge_chunk_one(
-    ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk: Chunk, index: int
-) -> ChunkOutcome:
-    if not chunk.content:
-        return ChunkOutcome(None, NO_CONTENT, None)
-    fields = await _judge_once(ctx, spec, row, chunk, index)
-    return ChunkOutcome(
-        fields[f"{spec.prefix}/rating"],
-        fields[f"{spec.prefix}/rationale"],
-        fields[f"{spec.prefix}/error_message"],
-    )
-
-
-def chunk_failure(failed: list[int], total: int, first_error: str) -> str:
-    """The row-level error of a per-chunk judge: which chunks could not be rated, and why."""
-    which = ", ".join(str(i) for i in failed)
-    return f"chunk(s) {which} of {total} could not be rated, so no precision: {first_error}"
-
-
-async def _judge_per_chunk(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> dict:
-    chunks = row.retrieved_context or []
-    results = await asyncio.gather(
-        *(_judge_chunk_one(ctx, spec, row, c, i) for i, c in enumerate(chunks))
-    )
-    failed = [index for index, r in enumerate(results) if r.error]
-    rated = [r.rating for r in results if r.rating is not None]
-    # A chunk that could not be rated leaves the row without a precision (an error of the
-    # judge), rather than quietly shrinking the denominator. Chunks without content cannot be
-    # judged at all: they are left out and counted.
-    precision = rated.count("yes") / len(rated) if rated and not failed else None
-    return {
-        f"{spec.prefix}/ratings": [r.rating for r in results],
-        f"{spec.prefix}/rationales": [r.rationale for r in results],
-        f"{spec.prefix}/error_messages": [r.error for r in results],
-        f"{spec.prefix}/precision": precision,
-        f"{spec.prefix}/error_message": (
-            chunk_failure(failed, len(chunks), results[failed[0]].error) if failed else None
-        ),
-        f"{spec.prefix}/unjudged_chunk_count": sum(not c.content for c in chunks),
-    }
-
-
-def empty_fields(spec: JudgeSpec) -> dict:
-    """The judge's fields for a row it did not judge (its inputs are missing)."""
-    return {f"{spec.prefix}/{name}": None for name in spec.output_fields()}
-
-
-def error_fields(spec: JudgeSpec, message: str) -> dict:
-    """The judge's fields for a row it should have judged but could not."""
-    return {**empty_fields(spec), f"{spec.prefix}/error_message": message}
-
-
-def _unjudged_fields(spec: JudgeSpec, row: EvalRow) -> dict:
-    """A row the judge does not apply to; a response that failed to generate is its error."""
-    failure = row.extra.get(GENERATION_ERROR)
-    if failure and spec.needs_response:
-        return error_fields(spec, f"no response to judge: its generation failed ({failure})")
-    return empty_fields(spec)
-
-
-async def _judge_by_vote(ctx: JudgeContext, spec: AspectCritic, row: EvalRow) -> dict:
-    """`strictness` independent samples of one prompt; a verdict needs a strict majority."""
+async def _judge_answer(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> JudgeResult:
+    """One call, or `samples` independent ones whose strict majority is the verdict."""
     try:
         messages = _render(spec, row)
     except PromptRenderError as error:
-        return {**error_fields(spec, str(error)), f"{spec.prefix}/verdicts": None}
+        return failed(spec, str(error))
+    who = provenance(spec, row)
+    if spec.samples == 1:
+        verdict = await _ask(ctx, spec, messages, who)
+        return JudgeResult(spec, verdict, samples=(verdict.rating,))
     # At temperature 0 the N samples would be N copies of one answer: a vote needs variety.
-    sampler = ctx.sampling(VOTE_MIN_TEMPERATURE) if spec.strictness > 1 else ctx
-    outcomes = await asyncio.gather(*(
-        judged_call(sampler, messages, spec.prompt_hash, sample_index=index,
-                    provenance=provenance(spec, row))
-        for index in range(spec.strictness)
+    sampler = ctx.sampling(VOTE_MIN_TEMPERATURE)
+    verdicts = await asyncio.gather(*(
+        _ask(sampler, spec, messages, who, sample) for sample in range(spec.samples)
     ))
-    verdicts = [o.verdict.rating if o.verdict else None for o in outcomes]
-    vote = majority(verdicts)
-    rationale = next(
-        (o.verdict.rationale for o in outcomes if o.verdict and o.verdict.rating == vote.winner),
-        None,
+    vote = majority([v.rating for v in verdicts])
+    problems = "; ".join(dict.fromkeys(v.error for v in verdicts if v.error))
+    if vote.winner is None:
+        verdict = Verdict(error=f"{vote.explanation}{': ' + problems if problems else ''}")
+    else:
+        rationale = next(v.rationale for v in verdicts if v.rating == vote.winner)
+        verdict = Verdict(vote.winner, rationale)
+    return JudgeResult(spec, verdict, samples=tuple(v.rating for v in verdicts))
+
+
+async def _judge_chunk(
+    ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk: Chunk, index: int
+) -> Verdict:
+    if not chunk.content:
+        return Verdict(rationale=NO_CONTENT)
+    try:
+        messages = _render(spec, row, chunk)
+    except PromptRenderError as error:
+        return Verdict(error=str(error))
+    return await _ask(ctx, spec, messages, provenance(spec, row, index))
+
+
+def chunk_failure(failed_chunks: list[int], total: int, first_error: str) -> str:
+    """The row-level error of a per-chunk judge: which chunks could not be rated, and why."""
+    which = ", ".join(str(i) for i in failed_chunks)
+    return f"chunk(s) {which} of {total} could not be rated, so no precision: {first_error}"
+
+
+async def _judge_per_chunk(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> JudgeResult:
+    chunks = row.retrieved_context or []
+    verdicts = await asyncio.gather(
+        *(_judge_chunk(ctx, spec, row, chunk, i) for i, chunk in enumerate(chunks))
     )
-    problems = "; ".join(dict.fromkeys(o.error for o in outcomes if o.error))
-    error = None if vote.winner else f"{vote.explanation}{': ' + problems if problems else ''}"
-    return {
-        f"{spec.prefix}/rating": vote.winner,
-        f"{spec.prefix}/rationale": rationale,
-        f"{spec.prefix}/error_message": error,
-        f"{spec.prefix}/verdicts": verdicts,
-    }
+    failed_chunks = [index for index, v in enumerate(verdicts) if v.error]
+    rated = [v.rating for v in verdicts if v.rating is not None]
+    # A chunk that could not be rated leaves the row without a precision (an error of the
+    # judge), rather than quietly shrinking the denominator. Chunks without content cannot be
+    # judged at all: they are left out and counted.
+    error = (
+        chunk_failure(failed_chunks, len(chunks), verdicts[failed_chunks[0]].error)
+        if failed_chunks else None
+    )
+    precision = rated.count("yes") / len(rated) if rated and not error else None
+    return JudgeResult(
+        spec, Verdict(error=error), chunks=tuple(verdicts), precision=precision,
+        unjudged_chunks=sum(not c.content for c in chunks),
+    )
 
 
-async def _judge_fields(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> dict:
+_BY_MODE = {"answer": _judge_answer, "per_chunk": _judge_per_chunk}
+
+
+def unjudged(spec: JudgeSpec, row: EvalRow) -> JudgeResult:
+    """A row the judge does not apply to; a response that failed to generate is its error."""
+    failure = row.extra.get(GENERATION_ERROR)
+    if failure and spec.needs_response:
+        return failed(spec, f"no response to judge: its generation failed ({failure})")
+    return not_applied(spec)
+
+
+async def judge_with(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> JudgeResult:
+    """One judge's result on one row."""
     if not spec.applies_to(row):
-        return _unjudged_fields(spec, row)
-    if spec.per_chunk:
-        return await _judge_per_chunk(ctx, spec, row)
-    if isinstance(spec, AspectCritic):
-        return await _judge_by_vote(ctx, spec, row)
-    return await _judge_once(ctx, spec, row)
+        return unjudged(spec, row)
+    return await _BY_MODE[spec.mode](ctx, spec, row)
 
 
-def input_fields(row: EvalRow) -> dict:
-    """The row's inputs as they appear in results (Databricks names)."""
-    return {
-        "row_index": row.row_index,
-        "request_id": row.request_id,
-        "request": row.request,
-        "response": row.response,
-        "expected_facts": row.expected_facts,
-        "expected_response": row.expected_response,
-        "retrieved_context": _chunks(row.retrieved_context),
-        "expected_retrieved_context": _chunks(row.expected_retrieved_context),
-        **row.extra,
-    }
+async def judge_row(ctx: JudgeContext, plan: JudgePlan, row: EvalRow) -> RowResult:
+    """Every planned judge's and metric's result on one row."""
+    results = await asyncio.gather(*(judge_with(ctx, spec, row) for spec in plan.judges))
+    metrics = tuple((metric, metric.compute(row)) for metric in plan.metrics)
+    return RowResult(row, tuple(results), metrics)
 
 
-def _chunks(chunks: list[Chunk] | None) -> list[dict] | None:
-    return None if chunks is None else [c.model_dump() for c in chunks]
-
-
-async def judge_row(ctx: JudgeContext, plan: JudgePlan, row: EvalRow) -> dict:
-    """The result record of one row: its inputs, then every planned judge's and metric's fields."""
-    per_judge = await asyncio.gather(*(_judge_fields(ctx, spec, row) for spec in plan.judges))
-    record = input_fields(row)
-    for fields in per_judge:
-        record.update(fields)
-    for metric in plan.metrics:
-        record[metric.field] = metric.compute(row)
-    return record
-
-
-async def judge_rows(ctx: JudgeContext, plan: JudgePlan, rows: list[EvalRow]) -> list[dict]:
-    """Result records for `rows`, in input order."""
+async def judge_rows(ctx: JudgeContext, plan: JudgePlan, rows: list[EvalRow]) -> list[RowResult]:
+    """Results for `rows`, in input order."""
     return list(await asyncio.gather(*(judge_row(ctx, plan, row) for row in rows)))
+
+
+def failed_rows(rows: list[EvalRow], plan: JudgePlan, error: str) -> list[RowResult]:
+    """Results for rows whose chunk task failed for good: every applicable judge carries why."""
+    message = f"chunk task failed: {error}"
+    return [
+        RowResult(
+            row,
+            tuple(
+                failed(spec, message, len(row.retrieved_context or []))
+                if spec.applies_to(row) else unjudged(spec, row)
+                for spec in plan.judges
+            ),
+            tuple((metric, metric.compute(row)) for metric in plan.metrics),
+        )
+        for row in rows
+    ]

@@ -1,41 +1,29 @@
-"""Run-level aggregates with Databricks names, accumulated one record at a time.
+"""Run-level aggregates, accumulated one typed row result at a time.
 
 Rows a judge errored on are left out of its denominator and counted apart; rows it did not
-judge (missing inputs) are in neither.
+judge (missing inputs) are in neither. Names come from judges/result_names.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from judges.base import JudgeSpec
-from judges.deterministic import MetricSpec
 from judges.plan import JudgePlan
+from judges.result_names import aggregate_name, count_names
+from judges.results import JudgeResult, RowResult
 
 
 @dataclass
-class RatingTally:
-    yes: int = 0
-    rated: int = 0
-    errors: int = 0
+class Tally:
+    """A running mean of a headline value ("yes" counts 1), with rated and error counts."""
 
-    def add(self, rating: str | None, error: str | None) -> None:
-        if rating in ("yes", "no"):
-            self.rated += 1
-            self.yes += rating == "yes"
-        elif error:
-            self.errors += 1
-
-
-@dataclass
-class MeanTally:
     total: float = 0.0
     rated: int = 0
     errors: int = 0
 
-    def add(self, value: float | None, errored: bool = False) -> None:
+    def add(self, value: str | float | None, errored: bool = False) -> None:
         if value is not None:
-            self.total += value
+            self.total += (value == "yes") if isinstance(value, str) else value
             self.rated += 1
         elif errored:
             self.errors += 1
@@ -46,56 +34,36 @@ class MeanTally:
 
 
 class MetricsAccumulator:
-    """Feed it result records as chunks finish; ask for the flat metrics dict at the end."""
+    """Feed it row results as chunks finish; ask for the flat metrics dict at the end."""
 
     def __init__(self, plan: JudgePlan):
-        self._judges = plan.judges
-        self._metrics = plan.metrics
+        self._plan = plan
         # Keyed by output prefix: an aspect and a judge may share a name, never a prefix.
-        self._ratings = {j.prefix: RatingTally() for j in plan.judges if not j.per_chunk}
-        self._means = {j.prefix: MeanTally() for j in plan.judges if j.per_chunk}
-        self._means.update({m.field: MeanTally() for m in plan.metrics})
+        self._judges = {j.prefix: Tally() for j in plan.judges}
+        self._metrics = {m.field: Tally() for m in plan.metrics}
         self._unjudged_chunks = {j.prefix: 0 for j in plan.judges if j.per_chunk}
 
-    def add(self, record: dict) -> None:
-        for judge in self._judges:
-            prefix = judge.prefix
-            if judge.per_chunk:
-                errored = bool(record.get(f"{prefix}/error_message"))
-                self._means[prefix].add(record.get(f"{prefix}/precision"), errored)
-                self._unjudged_chunks[prefix] += record.get(f"{prefix}/unjudged_chunk_count") or 0
-            else:
-                self._ratings[prefix].add(
-                    record.get(f"{prefix}/rating"), record.get(f"{prefix}/error_message")
-                )
-        for metric in self._metrics:
-            self._means[metric.field].add(record.get(metric.field))
+    def add(self, result: RowResult) -> None:
+        for judged in result.judges:
+            self._add_judge(judged)
+        for metric, value in result.metrics:
+            self._metrics[metric.field].add(value)
+
+    def _add_judge(self, judged: JudgeResult) -> None:
+        prefix = judged.spec.prefix
+        self._judges[prefix].add(judged.value, judged.errored)
+        if judged.spec.per_chunk:
+            self._unjudged_chunks[prefix] += judged.unjudged_chunks
 
     def result(self) -> dict[str, float | int | None]:
         out: dict[str, float | int | None] = {}
-        for judge in self._judges:
-            out.update(self._judge_metrics(judge))
-        for metric in self._metrics:
-            out.update(self._metric_metrics(metric))
+        for judge in self._plan.judges:
+            tally = self._judges[judge.prefix]
+            rated, errors = count_names(judge.prefix)
+            out |= {aggregate_name(judge): tally.mean, rated: tally.rated, errors: tally.errors}
+            if judge.per_chunk:
+                out[f"{judge.prefix}/unjudged_chunk_count"] = self._unjudged_chunks[judge.prefix]
+        for metric in self._plan.metrics:
+            tally = self._metrics[metric.field]
+            out |= {metric.average_name(): tally.mean, f"{metric.field}/rated_count": tally.rated}
         return out
-
-    def _judge_metrics(self, judge: JudgeSpec) -> dict:
-        counts = {}
-        if judge.per_chunk:
-            tally = self._means[judge.prefix]
-            value, name = tally.mean, f"{judge.prefix}/precision/average"
-            counts[f"{judge.prefix}/unjudged_chunk_count"] = self._unjudged_chunks[judge.prefix]
-        else:
-            tally = self._ratings[judge.prefix]
-            value = tally.yes / tally.rated if tally.rated else None
-            name = f"{judge.prefix}/rating/{judge.aggregate}"
-        return {
-            name: value,
-            f"{judge.prefix}/rated_count": tally.rated,
-            f"{judge.prefix}/error_count": tally.errors,
-            **counts,
-        }
-
-    def _metric_metrics(self, metric: MetricSpec) -> dict:
-        tally = self._means[metric.field]
-        return {metric.average_name(): tally.mean, f"{metric.field}/rated_count": tally.rated}

@@ -6,19 +6,20 @@ from dataclasses import dataclass
 
 from prefect import task
 
-from judges.engine import empty_fields, error_fields, input_fields, judge_rows
+from judges.engine import judge_rows
 from judges.llm import LLMSettings, Usage
 from judges.plan import JudgePlan
+from judges.results import RowResult
 from judges.rows import EvalRow
 from tasks.chunk_task import CHUNK_TASK_OPTIONS, judge_context
 
 
 @dataclass
 class ChunkResult:
-    """A judged chunk: one record per row in input order, the usage and the call audit log."""
+    """A judged chunk: one typed result per row in input order, the usage and the call log."""
 
     index: int
-    records: list[dict]
+    results: list[RowResult]
     usage: Usage
     calls: list[dict]
 
@@ -34,22 +35,5 @@ async def judge_chunk(
 ) -> ChunkResult:
     """Judge one chunk of rows: all their calls concurrent under the process-wide bounds."""
     ctx = judge_context(settings, cache_url, storage_options)
-    records = await judge_rows(ctx, plan, rows)
-    return ChunkResult(index, records, ctx.usage, ctx.calls)
-
-
-def failed_chunk_records(rows: list[EvalRow], plan: JudgePlan, error: str) -> list[dict]:
-    """Records for a chunk whose task failed for good: every judge field carries the error."""
-    records = []
-    for row in rows:
-        record = input_fields(row)
-        message = f"chunk task failed: {error}"
-        for spec in plan.judges:
-            fields = error_fields(spec, message) if spec.applies_to(row) else empty_fields(spec)
-            if spec.per_chunk and spec.applies_to(row):
-                fields[f"{spec.prefix}/error_messages"] = [message] * len(row.retrieved_context)
-            record.update(fields)
-        for metric in plan.metrics:
-            record[metric.field] = metric.compute(row)
-        records.append(record)
-    return records
+    results = await judge_rows(ctx, plan, rows)
+    return ChunkResult(index, results, ctx.usage, ctx.calls)

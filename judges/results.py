@@ -1,0 +1,79 @@
+"""Typed judge outcomes: what judges produce inside a run, before any output name exists.
+
+A run's rows travel as `RowResult`s from the engine to aggregation; the Databricks field names
+are produced from them in one place (judges/result_names.py) when records are staged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from judges.base import JudgeSpec
+from judges.deterministic import MetricSpec
+from judges.rows import EvalRow
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One judgment of one prompt (a row, a chunk or a sample): a rating or an error."""
+
+    rating: str | None = None
+    rationale: str | None = None
+    error: str | None = None
+
+
+NOT_APPLIED = Verdict()
+
+
+@dataclass(frozen=True)
+class JudgeResult:
+    """One judge's outcome on one row.
+
+    Attributes:
+        spec: the judge.
+        verdict: the row's verdict; for a per-chunk judge only its error (the row's rating is
+            the precision).
+        applied: False when the row lacks the judge's inputs (neither rated nor an error).
+        chunks: per-chunk judges: one verdict per retrieved chunk, in order.
+        precision: per-chunk judges: relevant / rated chunks, None unless every chunk with
+            content was rated.
+        unjudged_chunks: per-chunk judges: chunks without content, which cannot be judged.
+        samples: voting judges: each sample's rating (None where the sample failed).
+    """
+
+    spec: JudgeSpec
+    verdict: Verdict = NOT_APPLIED
+    applied: bool = True
+    chunks: tuple[Verdict, ...] = ()
+    precision: float | None = None
+    unjudged_chunks: int = 0
+    samples: tuple[str | None, ...] = ()
+
+    @property
+    def errored(self) -> bool:
+        return self.verdict.error is not None
+
+    @property
+    def value(self) -> str | float | None:
+        """The headline value aggregated over rows: the rating, or the precision."""
+        return self.precision if self.spec.per_chunk else self.verdict.rating
+
+
+def not_applied(spec: JudgeSpec) -> JudgeResult:
+    """The result of a judge on a row that lacks its inputs."""
+    return JudgeResult(spec, applied=False)
+
+
+def failed(spec: JudgeSpec, error: str, chunk_count: int = 0) -> JudgeResult:
+    """The result of a judge that should have judged the row but could not."""
+    chunks = tuple(Verdict(error=error) for _ in range(chunk_count)) if spec.per_chunk else ()
+    return JudgeResult(spec, Verdict(error=error), chunks=chunks)
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """Everything a run learned about one input row."""
+
+    row: EvalRow
+    judges: tuple[JudgeResult, ...]
+    metrics: tuple[tuple[MetricSpec, float | None], ...]
