@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Literal
 
 from prefect import flow, get_run_logger
+from prefect.client.schemas.objects import State
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flows.completeness import Completeness, assess_pairs
 from flows.evaluate import new_run_id
-from flows.execution import auto_chunk_size, chunks_in_flight, split
+from flows.execution import auto_chunk_size, chunks_in_flight, run_chunks
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.params import JudgeModel, SafeName, StorageOptions
 from judges import pairwise_judge
@@ -106,12 +107,12 @@ async def judge_all_pairs(
         task fails after its retries yields an error verdict per pair: no pair is lost.
     """
     usage, by_chunk = Usage(), {}
-    window = asyncio.Semaphore(chunks_in_flight(settings.concurrency, chunk_size))
 
-    async def run_one(index: int, chunk: list[Pair]) -> None:
-        async with window:
-            state = await compare_chunk(index, quote(chunk), options, settings, cache_url,
-                                        storage_options, return_state=True)
+    def submit(index: int, chunk: list[Pair]) -> Awaitable[State]:
+        return compare_chunk(index, quote(chunk), options, settings, cache_url, storage_options,
+                             return_state=True)
+
+    async def finish(index: int, chunk: list[Pair], state: State) -> None:
         if state.is_completed():
             result = await state.aresult()
         else:
@@ -120,7 +121,8 @@ async def judge_all_pairs(
         staging.write_chunk(index, result.records, result.calls)
         by_chunk[index] = result.verdicts
 
-    await asyncio.gather(*(run_one(i, c) for i, c in enumerate(split(pairs, chunk_size))))
+    in_flight = chunks_in_flight(settings.concurrency, chunk_size)
+    await run_chunks(pairs, chunk_size, in_flight, submit, finish)
     return [v for index in sorted(by_chunk) for v in by_chunk[index]], usage
 
 

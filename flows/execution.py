@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
+from prefect.client.schemas.objects import State
 from prefect.utilities.annotations import quote
 
 from judges.engine import failed_rows
@@ -14,7 +16,7 @@ from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan
 from judges.result_names import row_record
 from judges.rows import EvalRow
-from tasks.generate import generate_chunk
+from tasks.generate import generate_chunk, mark_generation_failed
 from tasks.judge import judge_chunk
 from tasks.staging import ResultStaging
 
@@ -22,6 +24,7 @@ TARGET_TASK_RUNS = 200
 # Prefect costs tens of ms per task run; below ~50 rows a chunk that overhead shows (make bench).
 MIN_CHUNK_SIZE = 50
 MAX_CHUNKS_IN_FLIGHT = 8
+T = TypeVar("T")
 
 
 def auto_chunk_size(row_count: int) -> int:
@@ -34,8 +37,32 @@ def chunks_in_flight(concurrency: int, chunk_size: int) -> int:
     return max(2, min(MAX_CHUNKS_IN_FLIGHT, math.ceil(2 * concurrency / chunk_size)))
 
 
-def split(rows: Sequence[EvalRow], size: int) -> list[list[EvalRow]]:
-    return [list(rows[start : start + size]) for start in range(0, len(rows), size)]
+def split(items: Sequence[T], size: int) -> list[list[T]]:
+    """Consecutive chunks of `size` items (the last may be shorter)."""
+    return [list(items[start : start + size]) for start in range(0, len(items), size)]
+
+
+async def run_chunks(
+    items: Sequence[T],
+    chunk_size: int,
+    in_flight: int,
+    submit: Callable[[int, list[T]], Awaitable[State]],
+    finish: Callable[[int, list[T], State], Awaitable[None]],
+) -> None:
+    """The one chunk-window executor: every chunk's task, at most `in_flight` at once.
+
+    A finished chunk frees its place at once (the window never drains at chunk boundaries),
+    and its final state, completed or failed after its retries, goes to `finish`: the caller
+    decides what a failed chunk's items become, so that none is lost.
+    """
+    window = asyncio.Semaphore(in_flight)
+
+    async def one(index: int, chunk: list[T]) -> None:
+        async with window:
+            state = await submit(index, chunk)
+        await finish(index, chunk, state)
+
+    await asyncio.gather(*(one(i, c) for i, c in enumerate(split(items, chunk_size))))
 
 
 async def judge_all(
@@ -48,20 +75,18 @@ async def judge_all(
     staging: ResultStaging,
     accumulator: MetricsAccumulator,
 ) -> Usage:
-    """Judge every chunk (a few at a time), staging each chunk's records as it completes.
+    """Judge every chunk, staging each chunk's records and tallying them as it completes.
 
-    A chunk whose task fails after its retries still yields a record per row, each judge
-    field carrying the failure, so that no row is lost.
+    A chunk whose task fails after its retries still yields a result per row, each judge
+    carrying the failure, so that no row is lost.
     """
     usage = Usage()
-    window = asyncio.Semaphore(chunks_in_flight(settings.concurrency, chunk_size))
 
-    async def run_one(index: int, chunk: list[EvalRow]) -> None:
-        async with window:
-            state = await judge_chunk(
-                index, quote(chunk), quote(plan), settings, cache_url, storage_options,
-                return_state=True,
-            )
+    def submit(index: int, chunk: list[EvalRow]) -> Awaitable[State]:
+        return judge_chunk(index, quote(chunk), quote(plan), settings, cache_url,
+                           storage_options, return_state=True)
+
+    async def finish(index: int, chunk: list[EvalRow], state: State) -> None:
         calls: list[dict] = []
         if state.is_completed():
             result = await state.aresult()
@@ -73,22 +98,33 @@ async def judge_all(
         for row_result in results:
             accumulator.add(row_result)
 
-    await asyncio.gather(*(run_one(i, c) for i, c in enumerate(split(rows, chunk_size))))
+    in_flight = chunks_in_flight(settings.concurrency, chunk_size)
+    await run_chunks(rows, chunk_size, in_flight, submit, finish)
     return usage
 
 
 async def generate_all(
     rows: Sequence[EvalRow], settings: LLMSettings, chunk_size: int
 ) -> tuple[list[EvalRow], Usage]:
-    """Rows with the candidate's responses, in input order (a few chunks in flight)."""
-    usage = Usage()
-    window = asyncio.Semaphore(chunks_in_flight(settings.concurrency, chunk_size))
+    """Rows with the candidate's responses, in input order.
 
-    async def run_one(chunk: list[EvalRow]) -> list[EvalRow]:
-        async with window:
-            generated, chunk_usage = await generate_chunk(quote(chunk), settings)
-        usage.add(chunk_usage)
-        return generated
+    A chunk whose task fails after its retries keeps its rows, each marked with the failure
+    as its generation error (so every judge that needed the response counts an error).
+    """
+    usage, by_chunk = Usage(), {}
 
-    chunks = await asyncio.gather(*(run_one(c) for c in split(rows, chunk_size)))
-    return [row for chunk in chunks for row in chunk], usage
+    def submit(index: int, chunk: list[EvalRow]) -> Awaitable[State]:
+        return generate_chunk(quote(chunk), settings, return_state=True)
+
+    async def finish(index: int, chunk: list[EvalRow], state: State) -> None:
+        if state.is_completed():
+            generated, chunk_usage = await state.aresult()
+            usage.add(chunk_usage)
+        else:
+            error = f"generation task failed: {state.message or 'task failed'}"
+            generated = [mark_generation_failed(row, error) for row in chunk]
+        by_chunk[index] = generated
+
+    in_flight = chunks_in_flight(settings.concurrency, chunk_size)
+    await run_chunks(rows, chunk_size, in_flight, submit, finish)
+    return [row for index in sorted(by_chunk) for row in by_chunk[index]], usage

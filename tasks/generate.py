@@ -11,9 +11,14 @@ from judges.llm import LLMCallError, LLMClient, LLMSettings, Usage
 from judges.rows import EvalRow
 from tasks.chunk_task import CHUNK_TASK_OPTIONS
 
-__all__ = ["GENERATION_ATTEMPTS", "GENERATION_ERROR", "generate_chunk"]
+__all__ = ["GENERATION_ATTEMPTS", "GENERATION_ERROR", "generate_chunk", "mark_generation_failed"]
 
 GENERATION_ATTEMPTS = "agent/generation_attempts"
+
+
+def mark_generation_failed(row: EvalRow, error: str) -> EvalRow:
+    """The row, carrying why its response could not be generated."""
+    return row.model_copy(update={"extra": {**row.extra, GENERATION_ERROR: error}})
 
 
 async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRow:
@@ -25,7 +30,7 @@ async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRo
         completion = await client.complete(messages, call_usage)
     except LLMCallError as error:
         usage.add(call_usage)
-        return row.model_copy(update={"extra": {**row.extra, GENERATION_ERROR: str(error)}})
+        return mark_generation_failed(row, str(error))
     usage.add(call_usage)
     return row.model_copy(update={
         "response": completion.text,

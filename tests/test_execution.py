@@ -1,0 +1,41 @@
+"""The one chunk-window executor: bounded, never losing a chunk, failures handed back."""
+
+import asyncio
+
+from prefect.states import Completed, Failed
+
+from flows.execution import auto_chunk_size, chunks_in_flight, run_chunks, split
+
+
+def test_split_keeps_every_item_in_order():
+    assert split(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_chunk_sizing_gives_tens_to_hundreds_of_tasks():
+    assert auto_chunk_size(10) == 50  # never tiny chunks: Prefect's per-task cost
+    assert 150 <= 100_000 / auto_chunk_size(100_000) <= 200
+    assert chunks_in_flight(concurrency=64, chunk_size=50) == 3
+
+
+def test_window_bounds_chunks_in_flight_and_refills_without_draining():
+    running, peak, finished = 0, 0, {}
+
+    async def submit(index, chunk):
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.01 * (index % 3 + 1))  # uneven chunk durations
+        running -= 1
+        if index == 4:
+            return Failed(message="worker died")
+        return Completed(data=[x * 10 for x in chunk])
+
+    async def finish(index, chunk, state):
+        lost = [f"lost: {state.message}"] * len(chunk)
+        finished[index] = await state.aresult() if state.is_completed() else lost
+
+    asyncio.run(run_chunks(list(range(20)), 2, 3, submit, finish))
+    assert peak == 3
+    assert sorted(finished) == list(range(10))
+    assert finished[4] == ["lost: worker died"] * 2  # a failed chunk still accounts for its items
+    assert finished[0] == [0, 10]
