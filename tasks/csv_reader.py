@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.sources import DatasetReadError, RowProblem, text_of
+from tasks.table import DatasetReadError, RowProblem, text_of
 
 # Columns that hold nested values; CSV carries them as JSON strings.
 NESTED_COLUMNS = ("request", "expected_facts", "retrieved_context", "expected_retrieved_context")

@@ -7,42 +7,18 @@ read: it becomes a problem that names its row, so validation can report everythi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import fsspec
 import numpy as np
 import pandas as pd
 
+from tasks.csv_reader import read_csv
+from tasks.table import DatasetReadError, RawTable, RowProblem, text_of
+
+__all__ = ["DatasetReadError", "RawTable", "RowProblem", "read_table", "table_from_rows"]
+
 FORMATS = ("jsonl", "json", "csv", "parquet")
-
-
-class RowProblem(NamedTuple):
-    """One reason a row cannot be evaluated."""
-
-    row_index: int | None
-    request_id: str | None
-    column: str
-    problem: str
-
-    def describe(self) -> str:
-        if self.row_index is None and self.column.startswith("("):
-            return self.problem  # about the set as a whole, not one column
-        where = "the dataset" if self.row_index is None else f"row {self.row_index}"
-        if self.request_id is not None:
-            where += f" (request_id {self.request_id!r})"
-        return f"{where}, column {self.column!r}: {self.problem}"
-
-
-@dataclass
-class RawTable:
-    records: list[dict[str, Any]]
-    problems: list[RowProblem]
-    source: str
-
-
-class DatasetReadError(ValueError):
-    """The dataset cannot be read at all (missing file, unknown format, not UTF-8, corrupt)."""
 
 
 def detect_format(url: str) -> str:
@@ -69,8 +45,6 @@ def read_table(url: str, storage_options: dict | None = None) -> RawTable:
     """
     fmt = detect_format(url)
     data = _read_bytes(url, storage_options or {})
-    from tasks.csv_reader import read_csv  # it needs _text and RowProblem from here
-
     readers = {"jsonl": _read_jsonl, "json": _read_json, "csv": read_csv, "parquet": _read_parquet}
     try:
         records, problems = readers[fmt](data)
@@ -89,18 +63,6 @@ def _read_bytes(url: str, storage_options: dict) -> bytes:
         raise DatasetReadError(f"{url!r} is a folder; give the path of the set's file") from None
     except PermissionError as error:
         raise DatasetReadError(f"cannot read {url!r}: permission denied ({error})") from None
-
-
-def text_of(data: bytes) -> str:
-    """The file's text; bytes that are not UTF-8 are a DatasetReadError naming the line."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        bad = data[error.start : error.start + 1].hex()
-        raise DatasetReadError(
-            f"is not UTF-8 text (byte 0x{bad} on line {line}); save it as UTF-8"
-        ) from None
 
 
 def table_from_rows(rows: list[dict[str, Any]]) -> RawTable:
