@@ -21,6 +21,7 @@ from flows.compare_cli import compare_command  # noqa: E402
 from flows.evaluate import evaluate  # noqa: E402
 from flows.manifest import OFFLINE_NOTICE  # noqa: E402
 from flows.params import EvaluateParams, JudgeModel  # noqa: E402
+from flows.regression_cli import regression_command  # noqa: E402
 from judges.aspect_critic import AspectError  # noqa: E402
 from judges.custom import CustomJudgeError  # noqa: E402
 from judges.plan import JudgeSelectionError  # noqa: E402
@@ -173,6 +174,7 @@ def evaluate_command(
 
 
 app.command(name="compare")(compare_command)
+app.command(name="regression")(regression_command)
 
 
 def main() -> None:

@@ -1,19 +1,34 @@
-"""The publish step: every file of a run, manifest last, then the suite's latest.json."""
+"""The publish step: every file of a run, manifest last, then the suite's pointers.
+
+`latest.json` always moves to the run; `baseline.json` only for a run that passed (an
+evaluate run "complete", a regression run "passed"), so that the default baseline of the
+next regression run is never a failed or incomplete one.
+"""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from datetime import UTC, datetime
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from judges.cache import is_object_store
+from tasks.baseline import becomes_baseline, pointer_path
 from tasks.outputs import Publisher, RunLocation, records_frame
 from tasks.report import render_report
+from tasks.slices import slices_of_records
 from tasks.staging import ResultStaging
+from tasks.summary_md import summary_markdown
 
-DATA_FILES = ("results.jsonl", "results.parquet", "rejected.jsonl", "metrics.json", "report.html")
+DATA_FILES = ("results.jsonl", "results.parquet", "rejected.jsonl", "metrics.json", "report.html",
+              "summary.md")
+# How long the presigned HTTPS link to an S3 report stays valid: 7 days, the most SigV4 allows
+# (a link signed with temporary role credentials dies with them, usually sooner).
+LINK_EXPIRY_ENV = "JUDGEFLOW_REPORT_LINK_EXPIRY_SECONDS"
+DEFAULT_LINK_EXPIRY_SECONDS = 7 * 24 * 3600
 
 
 def _write_jsonl(staging: ResultStaging):
@@ -59,14 +74,23 @@ def publish_run(
     pairwise: dict | None = None,
     baseline_deltas: list[dict] | None = None,
 ) -> dict[str, str]:
-    """Write results, metrics and report, then manifest.json, then latest.json.
+    """Write results, metrics, report and summary.md, then manifest.json, then the pointers.
+
+    Per-tag aggregates (tasks/slices.py) are added to the metrics here when the caller has
+    not, so every kind of run publishes them.
 
     Returns:
-        The URL of every file written, by name.
+        The URL of every file written, by name, and `report_link`: a presigned HTTPS URL of
+        the report on S3 (None elsewhere).
     """
+    if not any(name.startswith("tag/") for name in metrics):
+        metrics = {**metrics, **slices_of_records(staging.iter_records(), metrics)}
     _withdraw_manifest(location)
     planned = [f"{location.run_dir}/{name}" for name in (*DATA_FILES, "manifest.json")]
-    publisher = Publisher(location, planned=[*planned, location.latest_path])
+    pointers = [location.latest_path]
+    if becomes_baseline(manifest):
+        pointers.append(pointer_path(location))
+    publisher = Publisher(location, planned=[*planned, *pointers])
     publisher.write_run_file("results.jsonl", _write_jsonl(staging))
     publisher.write_run_file("results.parquet", _write_parquet(staging))
     publisher.write_run_file("rejected.jsonl", _write_lines(rejected))
@@ -80,17 +104,36 @@ def publish_run(
         baseline_deltas=baseline_deltas,
     ).encode()
     publisher.write_run_file("report.html", lambda handle: handle.write(html))
+    summary = summary_markdown(manifest, metrics, f"`{location.url('report.html')}`").encode()
+    publisher.write_run_file("summary.md", lambda handle: handle.write(summary))
     manifest = {**manifest, "files": [*DATA_FILES, "manifest.json"]}
     manifest["published_at"] = datetime.now(UTC).isoformat()
     publisher.write_json(f"{location.run_dir}/manifest.json", manifest)
-    publisher.write_json(
-        location.latest_path,
-        {
-            "suite": location.suite,
-            "run_id": location.run_id,
-            "run_url": location.url(),
-            "manifest": location.url("manifest.json"),
-            "published_at": manifest["published_at"],
-        },
-    )
-    return {name: location.url(name) for name in (*DATA_FILES, "manifest.json")}
+    pointer = {
+        "suite": location.suite,
+        "run_id": location.run_id,
+        "status": manifest.get("status"),
+        "run_url": location.url(),
+        "manifest": location.url("manifest.json"),
+        "published_at": manifest["published_at"],
+    }
+    for path in pointers:
+        publisher.write_json(path, pointer)
+    urls = {name: location.url(name) for name in (*DATA_FILES, "manifest.json")}
+    return {**urls, "report_link": report_link(location)}
+
+
+def report_link(location: RunLocation) -> str | None:
+    """A presigned HTTPS URL of the report on an object store; None for local output.
+
+    Signing is local (no request is made); the expiry comes from $JUDGEFLOW_REPORT_LINK_
+    EXPIRY_SECONDS (default 7 days). A store that cannot presign gets no link.
+    """
+    fs = location.fs
+    if not is_object_store(fs):
+        return None
+    expires = int(os.environ.get(LINK_EXPIRY_ENV) or DEFAULT_LINK_EXPIRY_SECONDS)
+    try:
+        return fs.url(f"{location.run_dir}/report.html", expires=expires)
+    except (NotImplementedError, AttributeError, ValueError, OSError):
+        return None
