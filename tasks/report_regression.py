@@ -68,7 +68,8 @@ def regression_view(section: Mapping[str, Any] | None, suite: str) -> dict[str, 
                                f"{section['baseline_rows_error']}") if text]
     return {
         "outcome": section.get("outcome", "incomplete"),
-        "headline": headline(section, suite),
+        # The box shows the outcome in large type; the line under it need not repeat it.
+        "headline": headline(section, suite).partition(": ")[2],
         "gates": [{**gate_cells(g), "outcome": g["outcome"]} for g in section.get("gates") or []],
         "deltas": [delta_cells(x) for x in lines if not x.get("tag")],
         "tag_deltas": sorted(by_tag.items()),

@@ -40,9 +40,16 @@ def fmt_delta(metric: str, delta: float | None, low: float | None, high: float |
         return "—"
     rate = _is_rate(metric)
     text = _signed(delta, rate) + (" pp" if rate else "")
-    if low is not None and high is not None:
-        text += f" [{_signed(low, rate)}, {_signed(high, rate)}]"
-    return text
+    interval = fmt_interval(metric, low, high)
+    return f"{text} {interval}" if interval else text
+
+
+def fmt_interval(metric: str, low: float | None, high: float | None) -> str:
+    """'[−5.60, −0.91]' (points for rates); empty without an interval."""
+    if low is None or high is None:
+        return ""
+    rate = _is_rate(metric)
+    return f"[{_signed(low, rate)}, {_signed(high, rate)}]"
 
 
 def fmt_p(p: float | None) -> str:
@@ -67,6 +74,10 @@ def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
         "rule": gate.get("rule") or "",
         "values": values,
         "delta": fmt_delta(metric, gate.get("delta"), gate.get("low"), gate.get("high")),
+        "delta_point": fmt_delta(metric, gate.get("delta"), None, None),
+        "delta_ci": fmt_interval(metric, gate.get("low"), gate.get("high"))
+        if gate.get("delta") is not None else "",
+        "gate_parts": name.split("/"),
         "n": "—" if gate.get("n_paired") is None else f"{gate['n_paired']}",
         "p": f"{fmt_p(gate.get('p'))} / {fmt_p(gate.get('p_adjusted'))}",
         "reason": gate.get("reason") or "",

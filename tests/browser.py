@@ -89,7 +89,9 @@ class Browser:
         target = self.send("Target.createTarget", url=url)["targetId"]
         session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         deadline = time.monotonic() + 30
-        while not self.evaluate(session, f"Boolean({ready})"):
+        # Evaluated before the document exists, too: an exception means "not yet".
+        probe = f"(() => {{ try {{ return Boolean({ready}); }} catch (e) {{ return false; }} }})()"
+        while not self.evaluate(session, probe):
             if time.monotonic() > deadline:
                 raise AssertionError(f"{url} not ready ({ready}) within 30 s")
             time.sleep(0.1)

@@ -24,9 +24,9 @@ def record(i: int, rating: str | None, recall: float | None = 1.0, latency: floa
             "tags": list(tags)}
 
 
-def run(records: list[dict]) -> tuple[dict[str, RowData], dict]:
+def run(records: list[dict], extra: tuple[str, ...] = ()) -> tuple[dict[str, RowData], dict]:
     """Per-row data and the aggregates a run would publish (with its slices)."""
-    names = [RATE, RECALL, LATENCY]
+    names = [RATE, RECALL, LATENCY, *extra]
     specs = metric_fields(names)
     rows = {r["request_id"]: row_data(r, specs) for r in records}
     metrics = {}
