@@ -12,6 +12,7 @@ import json
 import os
 from datetime import UTC, datetime
 
+import fsspec
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -134,6 +135,15 @@ def report_link(location: RunLocation) -> str | None:
         return None
     expires = int(os.environ.get(LINK_EXPIRY_ENV) or DEFAULT_LINK_EXPIRY_SECONDS)
     try:
+        if "s3" in ((fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol):
+            fs = _sigv4_s3(location.storage_options)
         return fs.url(f"{location.run_dir}/report.html", expires=expires)
     except (NotImplementedError, AttributeError, ValueError, OSError):
         return None
+
+
+def _sigv4_s3(storage_options: dict):
+    """The run's S3 filesystem, presigning with SigV4 (X-Amz-Expires): botocore would use
+    SigV2 in us-east-1, which AWS has deprecated and which newer regions refuse."""
+    config = {**(storage_options.get("config_kwargs") or {}), "signature_version": "s3v4"}
+    return fsspec.filesystem("s3", **{**storage_options, "config_kwargs": config})

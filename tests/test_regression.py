@@ -90,6 +90,19 @@ def events(name: str, run_id: str) -> list[dict]:
     return []
 
 
+def artifacts(*keys: str) -> list:
+    """The latest artifact under each key."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async def fetch():
+        async with get_client() as client:
+            return [(await client.read_latest_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[key]))))[0] for key in keys]
+
+    return asyncio.run(fetch())
+
+
 def logs(state) -> list[str]:
     """The flow run's log, once its last line (the final state) has arrived."""
     flow_run_id = str(state.state_details.flow_run_id)
@@ -112,6 +125,12 @@ def test_first_run_is_incomplete_and_an_evaluate_run_seeds_the_baseline(fake_llm
     assert manifest(tmp_path, "night1")["status"] == "incomplete"
     assert pointer(tmp_path, "latest") == "night1" and pointer(tmp_path, "baseline") is None
     assert events(INCOMPLETE_EVENT, "night1")
+    summary_artifact, report_artifact = artifacts("judgeflow-nightly", "judgeflow-nightly-report")
+    assert "## ⚠️ INCOMPLETE: 1 of 1 gate(s)" in summary_artifact.data
+    assert "| **UNDECIDABLE** |" in summary_artifact.data
+    # Local output: no link a browser could not follow; the path as text and the figures.
+    assert report_artifact.type == "markdown"
+    assert "local file" in report_artifact.data and "night1/report.html`" in report_artifact.data
 
     seed(fake_llm, tmp_path, rows(20, {0}))
     assert pointer(tmp_path, "baseline") == "seed"

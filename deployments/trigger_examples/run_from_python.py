@@ -23,6 +23,7 @@ import sys
 
 from prefect.deployments import run_deployment
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployment", default="evaluate/evaluate", help="FLOW/DEPLOYMENT")
