@@ -40,6 +40,7 @@ class Comparison:
 
 
 def candidate_rows(judged: JudgedRun) -> dict[str, RowData]:
+    """The candidate's per-row data by request_id, read back from the staged results."""
     specs = metric_fields(judged.metrics)
     return {str(r["request_id"]): row_data(r, specs) for r in judged.staging.iter_records()}
 

@@ -31,6 +31,7 @@ class PreflightError(ValueError):
 
 
 def is_config_error(error: object) -> bool:
+    """Whether a run's error means bad input or configuration (exit 2), not a crash."""
     return isinstance(error, CONFIG_ERRORS)
 
 

@@ -43,6 +43,7 @@ def local_report_markdown(manifest: dict, metrics: dict, path: str) -> str:
 
 
 def artifact_key(manifest: dict) -> str:
+    """One key per suite, so the UI shows the newest run's artifacts under a stable name."""
     return f"judgeflow-{manifest['suite']}".lower().replace("_", "-").replace(".", "-")
 
 

@@ -36,6 +36,7 @@ class BaselineRun(NamedTuple):
 
 
 def pointer_path(location: RunLocation) -> str:
+    """Where the suite's baseline pointer lives: {output}/{suite}/baseline.json."""
     return f"{location.suite_dir}/{BASELINE_POINTER}"
 
 

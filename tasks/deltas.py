@@ -41,6 +41,7 @@ class DeltaLine(NamedTuple):
     lower_is_better: bool
 
     def as_dict(self) -> dict[str, Any]:
+        """The line as the manifest stores it."""
         return self._asdict()
 
 

@@ -62,10 +62,6 @@ class Gate(BaseModel):
         return self.max_drop is not None or self.max_rise is not None
 
     @property
-    def label(self) -> str:
-        return self.metric if self.tag is None else f"{self.metric} [tag {self.tag}]"
-
-    @property
     def rule(self) -> str:
         """The thresholds as a person reads them, e.g. 'drop ≤ 0.02 (α 0.05) · min 0.9'."""
         parts = []

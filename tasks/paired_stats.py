@@ -67,6 +67,7 @@ def _no_data(test: str = "none") -> PairedTest:
 
 
 def normal_cdf(z: float) -> float:
+    """Φ(z), the standard normal distribution function."""
     return 0.5 * math.erfc(-z / math.sqrt(2))
 
 

@@ -55,6 +55,8 @@ class GateResult(NamedTuple):
 
 
 class Verdict(NamedTuple):
+    """The run's outcome and every gate's result, in the gates file's order."""
+
     outcome: Outcome
     gates: list[GateResult]
 

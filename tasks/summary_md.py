@@ -30,6 +30,7 @@ def _format(value: Any) -> str:
 
 
 def gate_table(gates: list[Mapping[str, Any]]) -> list[str]:
+    """One Markdown table row per gate, under a header."""
     rows = [gate_cells(g) for g in gates]
     lines = ["| " + " | ".join(GATE_HEADERS) + " |", "|" + "---|" * len(GATE_HEADERS)]
     for row in rows:
@@ -58,6 +59,7 @@ def regression_lines(section: Mapping[str, Any], suite: str) -> list[str]:
 
 
 def key_figures(manifest: Mapping[str, Any], report: str) -> list[str]:
+    """Status, judge model, rows, calls and where the report is, as a Markdown list."""
     judge = manifest.get("judge") or {}
     dataset = manifest.get("dataset") or {}
     usage = manifest.get("usage") or {}

@@ -53,6 +53,7 @@ def fmt_interval(metric: str, low: float | None, high: float | None) -> str:
 
 
 def fmt_p(p: float | None) -> str:
+    """Three decimals, or two significant digits below 0.001; None -> an em dash."""
     if p is None:
         return "—"
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
