@@ -30,6 +30,8 @@ def fmt_value(metric: str, value: float | None) -> str:
 
 
 def _signed(number: float, rate: bool) -> str:
+    if number == 0:  # no sign on "no change"
+        return "0.00" if rate else "0"
     text = f"{number * 100:+.2f}" if rate else f"{number:+.4g}"
     return text.replace("-", MINUS)
 
@@ -78,7 +80,6 @@ def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
         "delta_point": fmt_delta(metric, gate.get("delta"), None, None),
         "delta_ci": fmt_interval(metric, gate.get("low"), gate.get("high"))
         if gate.get("delta") is not None else "",
-        "gate_parts": name.split("/"),
         "n": "—" if gate.get("n_paired") is None else f"{gate['n_paired']}",
         "p": f"{fmt_p(gate.get('p'))} / {fmt_p(gate.get('p_adjusted'))}",
         "reason": gate.get("reason") or "",
