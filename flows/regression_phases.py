@@ -68,6 +68,7 @@ async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
         return
     comparison.pairwise = result.metrics
     comparison.usage = result.usage
+    comparison.pairing["no_response"] = result.not_compared  # paired, but nothing to compare
     judged.staging = merge_fields(judged.staging, result.fields)
     judged.metrics.update(result.metrics)
 
