@@ -26,6 +26,7 @@ from flows.cli_common import (  # noqa: E402, F401 - re-exported for callers of 
 )
 from flows.compare_cli import compare_command  # noqa: E402
 from flows.evaluate_cli import evaluate_command  # noqa: E402
+from flows.regression_cli import regression_command  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
@@ -48,6 +49,7 @@ def _root(
 
 app.command(name="evaluate")(evaluate_command)
 app.command(name="compare")(compare_command)
+app.command(name="regression")(regression_command)
 
 
 def main() -> None:

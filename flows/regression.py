@@ -1,212 +1,127 @@
-"""The `regression` flow: tonight's candidate against the baseline run, with gates.
+"""The `regression` flow: tonight's candidate against the suite's baseline, with gates.
 
-It evaluates the candidate (generating its responses when a candidate model is given),
-computes per-metric deltas against the baseline run (the suite's latest.json or a named run),
-applies the gates file, publishes the run with the deltas in its report, and then ends Failed,
-naming every breached gate, after emitting `judgeflow.regression.detected`.
+evaluate the candidate (the evaluate flow's phases, with every evaluate parameter: custom
+judges, aspects, strictness) → pair its rows with the baseline's published results → paired
+deltas, per tag, and the head-to-head (in memory) → decide the gates → publish once → end
+Completed (passed) or Failed (failed / incomplete) with the verdict as the run's message.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
-from pydantic import BaseModel, ConfigDict, Field
+from prefect.states import Failed, State
+from pydantic import Field, model_validator
 
-from flows.compare import CompareParams, compare
 from flows.evaluate import new_run_id, run_summary
-from flows.evaluation import (
-    JudgedRun,
-    generate_responses,
-    judge,
-    prepare,
-    publish,
-    warn_if_offline,
-)
-from flows.params import (
-    CandidateModel,
-    EvaluateParams,
-    JudgeModel,
-    SafeName,
-    StorageOptions,
-    check_safe_name,
+from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
+from flows.params import EvaluateParams, SafeName
+from flows.regression_phases import (
+    DETECTED_EVENT,
+    INCOMPLETE_EVENT,
+    compare_with_baseline,
+    decide_run,
+    regression_section,
 )
 from tasks.artifacts import publish_artifacts
+from tasks.baseline import find_baseline
 from tasks.outputs import RunLocation
-from tasks.regression import (
-    apply_gates,
-    load_gates,
-    metric_deltas,
-    read_json,
-    unevaluated_gates,
+from tasks.regression import load_gates
+from tasks.verdict_text import gate_line, verdict_message
+
+REGRESSION_EVENT = DETECTED_EVENT  # the name earlier releases exported
+NO_CANDIDATE_MODEL = (
+    "candidate.model is empty: the run was started without a candidate model (a model.deployed "
+    "event must carry payload.model, e.g. emit_model_deployed.py --model NAME)"
 )
 
-REGRESSION_EVENT = "judgeflow.regression.detected"
+
+class RegressionNotPassed(RuntimeError):
+    """The run failed a gate or could not decide; `summary` is what it published."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message, summary)  # both in args: the exception pickles whole
+        self.summary = summary
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
-class RegressionDetected(RuntimeError):
-    """At least one gate was breached; the run is published, the flow run fails."""
+class RegressionParams(EvaluateParams):
+    """A nightly (or post-deploy) regression run of one suite: every evaluate parameter, plus
+    the baseline, the gates and how undecidable runs are told apart."""
 
-
-class RegressionParams(BaseModel):
-    """A nightly (or post-deploy) regression run of one suite."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    suite: SafeName = Field("nightly", description="Suite: the baseline is this suite's latest run")
-    data: str = Field(description="Evaluation set URL (path, file://, s3://)")
-    candidate: CandidateModel | None = Field(
-        None, description="Model that answers the requests (None: the set has responses)"
+    suite: SafeName = Field(
+        "nightly", description="Suite: the baseline is this suite's newest run that passed"
     )
-    baseline: SafeName = Field("latest", description="'latest' or the run id to compare against")
-    judge: JudgeModel = Field(description="The judge model")
-    output: str = Field("./results", description="Where runs are published")
+    baseline: SafeName | None = Field(
+        None, description="Run id to compare with (default: the suite's newest run that passed, "
+        "{output}/{suite}/baseline.json)",
+    )
     gates: str | None = Field(
         "deployments/gates.yaml", description="YAML file of gates (thresholds per metric)"
     )
-    judges: list[str] | None = Field(None, description="Judges to run (default: all applicable)")
     pairwise: bool = Field(
         True, description="Also judge baseline vs candidate responses head to head (both orders)"
     )
-    run_id: SafeName | None = Field(None, description="Run id (default: UTC timestamp)")
-    use_cache: bool = Field(True, description="Reuse cached judge replies")
-    storage_options: StorageOptions = Field(default_factory=dict)
-
-    def evaluation(self) -> EvaluateParams:
-        return EvaluateParams(
-            data=self.data,
-            judge=self.judge,
-            candidate=self.candidate,
-            output=self.output,
-            suite=self.suite,
-            run_id=self.run_id,
-            judges=self.judges,
-            use_cache=self.use_cache,
-            storage_options=self.storage_options,
-        )
-
-
-class Baseline(NamedTuple):
-    run_id: str
-    url: str
-    metrics: dict
-
-
-def find_baseline(params: RegressionParams) -> Baseline | None:
-    """The baseline run (id, folder URL, metrics), or None when the suite has no run yet."""
-    suite = RunLocation(params.output, params.suite, "latest", params.storage_options)
-    run_id = params.baseline
-    if run_id == "latest":
-        pointer = read_json(
-            suite.fs.unstrip_protocol(f"{suite.suite_dir}/latest.json"), params.storage_options
-        )
-        if pointer is None:
-            return None
-        run_id = check_safe_name(pointer["run_id"], "baseline run_id")
-    run = RunLocation(params.output, params.suite, run_id, params.storage_options)
-    if read_json(run.url("manifest.json"), params.storage_options) is None:
-        raise FileNotFoundError(f"baseline run {run.url()} is incomplete or missing")
-    return Baseline(
-        run_id, run.url(), read_json(run.url("metrics.json"), params.storage_options) or {}
+    rubric: str | None = Field(None, description="Fixed rubric file for the head-to-head")
+    strict_ties: bool = Field(False, description="Head-to-head: one tie + one preference = tie")
+    min_paired: int = Field(
+        10, ge=1, description="Fewest rows paired with the baseline for a gate to be decided"
     )
+    @model_validator(mode="after")
+    def _candidate_is_named(self) -> RegressionParams:
+        if self.candidate is not None and not self.candidate.model.strip():
+            raise ValueError(NO_CANDIDATE_MODEL)
+        return self
 
 
-async def head_to_head(
-    params: RegressionParams, baseline: Baseline, judged: JudgedRun, run_id: str
-) -> dict:
-    """Pairwise rubric judgment of baseline vs candidate responses, published as its own run.
-
-    Rows that lack a response on either side are listed by the compare run, not judged.
-    """
-    candidate_results = judged.staging.export_jsonl("candidate-results.jsonl")
-    summary = await compare(
-        CompareParams(
-            baseline=baseline.url,
-            candidate=str(candidate_results),
-            judge=params.judge,
-            output=params.output,
-            suite=f"{params.suite}-pairwise",
-            run_id=run_id,
-            on_invalid="skip",
-            use_cache=params.use_cache,
-            storage_options=params.storage_options,
-        )
+def _emit(params: RegressionParams, event: str, run_id: str, urls: dict, section: dict) -> None:
+    gates = [g for g in section["gates"] if g["outcome"] != "held"]
+    emit_event(
+        event=event,
+        resource={"prefect.resource.id": f"judgeflow.suite.{params.suite}",
+                  "prefect.resource.name": params.suite},
+        payload={"run_id": run_id,
+                 "outcome": section["outcome"], "report": urls["report.html"],
+                 "gates": [gate_line(g) for g in gates], "breaches": [
+                     gate_line(g) for g in gates if g["outcome"] == "breached"]},
     )
-    metrics = {k: v for k, v in summary["metrics"].items() if not k.startswith("rows/")}
-    return {"run_id": summary["run_id"], "run_url": summary["run_url"], "metrics": metrics}
 
 
 @flow(name="regression", log_prints=True)
-async def regression(params: RegressionParams) -> dict:
-    """Evaluate the candidate, compare with the baseline, publish, fail on breached gates."""
+async def regression(params: RegressionParams) -> dict | State:
+    """Evaluate the candidate, compare with the baseline, publish; fail unless it passed."""
     logger = get_run_logger()
     started_at = datetime.now(UTC)
-    evaluation = params.evaluation()
-    warn_if_offline(evaluation)
+    warn_if_offline(params)
     gates = load_gates(params.gates, params.storage_options)
-    baseline = find_baseline(params)  # read before this run replaces latest.json
-    location = RunLocation(
-        params.output, params.suite, params.run_id or new_run_id(started_at), params.storage_options
-    )
-    prepared = prepare(evaluation)
-    await generate_responses(evaluation, prepared)
-    judged = await judge(evaluation, prepared)
-    pairwise, pairwise_error = None, None
-    if baseline and params.pairwise:
-        try:
-            pairwise = await head_to_head(params, baseline, judged, location.run_id)
-        except Exception as error:  # noqa: BLE001 - the evaluation is still worth publishing
-            pairwise_error = f"{type(error).__name__}: {error}"
-            logger.error("head-to-head comparison failed, publishing without it: %s", error)
-    deltas = metric_deltas(baseline.metrics, judged.metrics) if baseline else []
-    # Pairwise names (winrate, …) never collide with Databricks names; gates may use either.
-    gated_values = {**(pairwise["metrics"] if pairwise else {}), **judged.metrics}
-    breaches = apply_gates(gates, gated_values, deltas)
-    unevaluated = unevaluated_gates(gates, gated_values, deltas)
-    if unevaluated:
-        logger.warning("gates not evaluated (metric absent from this run): %s", unevaluated)
-    section = {
-        "regression": {
-            "baseline_run_id": baseline.run_id if baseline else None,
-            "pairwise_run": pairwise and {"run_id": pairwise["run_id"], "url": pairwise["run_url"]},
-            "pairwise_error": pairwise_error,
-            "deltas": deltas,
-            "gates": [g.model_dump(exclude_none=True) for g in gates],
-            "breaches": breaches,
-            "unevaluated_gates": unevaluated,
-            "passed": not breaches,
-        }
-    }
-    manifest, urls = publish(
-        evaluation,
-        location,
-        prepared,
-        judged,
-        started_at,
-        section,
-        pairwise=pairwise and pairwise["metrics"],
-        kind="regression",
-    )
+    # Read before this run is published: it may become the suite's next baseline.
+    baseline = find_baseline(params.output, params.suite, params.baseline, params.storage_options)
+    location = RunLocation(params.output, params.suite,
+                           params.run_id or new_run_id(started_at), params.storage_options)
+    prepared = prepare(params)
+    generation_usage = await generate_responses(params, prepared)
+    judged = await judge(params, prepared)
+    comparison = await compare_with_baseline(params, baseline, prepared, judged)
+    verdict = decide_run(params, gates, baseline, judged, comparison)
+    section = regression_section(params, gates, baseline, comparison, verdict)
+    extra: dict[str, Any] = {"status": verdict.outcome, "regression": section}
+    if params.candidate is not None:
+        extra["generation_usage"] = generation_usage.as_dict()
+    manifest, urls = publish(params, location, prepared, judged, started_at, extra,
+                             pairwise=comparison.pairwise, kind="regression")
     publish_artifacts(manifest, judged.metrics, urls)
-    if breaches:
-        emit_event(
-            event=REGRESSION_EVENT,
-            resource={
-                "prefect.resource.id": f"judgeflow.suite.{params.suite}",
-                "prefect.resource.name": params.suite,
-            },
-            payload={
-                "run_id": location.run_id,
-                "report": urls["report.html"],
-                "breaches": breaches,
-                "deltas": deltas,
-            },
-        )
-        raise RegressionDetected(
-            f"{len(breaches)} gate(s) breached in suite {params.suite!r} (report: "
-            f"{urls['report.html']}):\n" + "\n".join(f"  - {b}" for b in breaches)
-        )
-    logger.info("no gate breached; report: %s", urls["report.html"])
-    return {**run_summary(location, manifest, judged.metrics, urls), "deltas": deltas}
+    message = verdict_message(section, params.suite, urls["report.html"])
+    summary = {**run_summary(location, manifest, judged.metrics, urls),
+               "status": verdict.outcome, "regression": section, "deltas": section["deltas"]}
+    if verdict.outcome == "passed":
+        logger.info(message)
+        return summary
+    _emit(params, DETECTED_EVENT if verdict.outcome == "failed" else INCOMPLETE_EVENT,
+          location.run_id, urls, section)
+    # A returned Failed state ends the run with this message and no traceback in its log.
+    return Failed(message=message, data=RegressionNotPassed(message, summary))

@@ -1,4 +1,10 @@
-"""Prefect artifacts on the flow run: a markdown summary, the metrics table, the report link."""
+"""Prefect artifacts on the flow run: the summary (verdict first), the metrics, the report.
+
+The summary is summary.md's text, so the UI and a pull-request comment say the same thing.
+The report is linked only where a browser can follow the link: on S3, a presigned HTTPS URL
+(publish_run signs it); a local path is no link from a web page, so local runs get a
+markdown artifact instead, with the path as text and the key figures in the artifact itself.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
+from tasks.summary_md import cell, key_figures, metric_lines, regression_lines, summary_markdown
+
 
 def _format(value) -> str:
     if isinstance(value, float):
@@ -17,34 +25,34 @@ def _format(value) -> str:
     return "n/a" if value is None else str(value)
 
 
-def summary_markdown(manifest: dict, metrics: dict, report_url: str) -> str:
-    judge = manifest["judge"]
-    lines = [f"# judgeflow {manifest['kind']}: {manifest['suite']} / {manifest['run_id']}", ""]
-    if manifest.get("offline_notice"):
-        lines += [f"> **{manifest['offline_notice']}**", ""]
-    dataset = manifest["dataset"]
-    lines += [
-        f"- judge model: `{judge['model']}`",
-        f"- rows: {dataset.get('rows_total')} total, {dataset.get('rows_judged')} judged, "
-        f"{dataset.get('rows_rejected')} rejected",
-        f"- judge calls: {manifest['usage']['calls']} "
-        f"(cache hits {manifest['usage']['cache_hits']}, retries {manifest['usage']['retries']})",
-        f"- report: {report_url}",
-        "",
-        "| metric | value |",
-        "|---|---|",
-    ]
-    headline = [k for k in metrics if k.endswith(("/percentage", "/average")) or "rate" in k]
-    lines += [f"| `{name}` | {_format(metrics[name])} |" for name in headline]
-    return "\n".join(lines)
+def report_reference(urls: dict[str, str | None]) -> str:
+    """The report as Markdown: a link when it has an HTTPS URL, else its path as text."""
+    link = urls.get("report_link")
+    return f"[report.html]({link})" if link else f"`{urls['report.html']}`"
+
+
+def local_report_markdown(manifest: dict, metrics: dict, path: str) -> str:
+    """What stands in for a link to a local report: where it is, and what it says."""
+    lines = [f"# Report of {cell(manifest.get('suite'))} / {cell(manifest.get('run_id'))}", "",
+             f"The report is a local file (no link from the UI): `{path}`", ""]
+    if manifest.get("regression"):
+        lines += regression_lines(manifest["regression"], manifest.get("suite", ""))
+    lines += key_figures(manifest, f"`{path}`")
+    lines += metric_lines(metrics)
+    return "\n".join(lines) + "\n"
+
+
+def artifact_key(manifest: dict) -> str:
+    """One key per suite, so the UI shows the newest run's artifacts under a stable name."""
+    return f"judgeflow-{manifest['suite']}".lower().replace("_", "-").replace(".", "-")
 
 
 @task(name="publish-artifacts", cache_policy=NO_CACHE)
-def publish_artifacts(manifest: dict, metrics: dict, urls: dict[str, str]) -> None:
-    """Attach the run's summary, metrics table and report link to the flow run."""
-    key = f"judgeflow-{manifest['suite']}".lower().replace("_", "-").replace(".", "-")
+def publish_artifacts(manifest: dict, metrics: dict, urls: dict[str, str | None]) -> None:
+    """Attach the run's summary, metrics table and report (link or key figures) to the run."""
+    key = artifact_key(manifest)
     create_markdown_artifact(
-        markdown=summary_markdown(manifest, metrics, urls["report.html"]),
+        markdown=summary_markdown(manifest, metrics, report_reference(urls)),
         key=key,
         description="judgeflow run summary",
     )
@@ -53,7 +61,14 @@ def publish_artifacts(manifest: dict, metrics: dict, urls: dict[str, str]) -> No
         key=f"{key}-metrics",
         description="Aggregate metrics",
     )
-    create_link_artifact(
-        link=urls["report.html"], link_text="report.html", key=f"{key}-report",
-        description="Self-contained HTML report",
-    )
+    if urls.get("report_link"):
+        create_link_artifact(
+            link=urls["report_link"], link_text="report.html", key=f"{key}-report",
+            description="Self-contained HTML report (presigned link; it expires)",
+        )
+    else:
+        create_markdown_artifact(
+            markdown=local_report_markdown(manifest, metrics, urls["report.html"]),
+            key=f"{key}-report",
+            description="Where the report is, and its key figures",
+        )

@@ -1,24 +1,43 @@
-"""The publish step: every file of a run, manifest last, then the suite's latest.json."""
+"""The publish step: every file of a run, manifest last, then the suite's pointers.
+
+`latest.json` always moves to the run; `baseline.json` only for a run that passed (an
+evaluate run "complete", a regression run "passed"), so that the default baseline of the
+next regression run is never a failed or incomplete one.
+"""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from datetime import UTC, datetime
+from pathlib import Path
 
+import fsspec
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from judges.cache import is_object_store
+from judges.nova_format import nova_results
+from tasks.baseline import becomes_baseline, pointer_path
 from tasks.outputs import Publisher, RunLocation, records_frame
 from tasks.report import render_report
+from tasks.slices import slices_of_records
 from tasks.staging import ResultStaging
+from tasks.summary_md import summary_markdown
 
-DATA_FILES = ("results.jsonl", "results.parquet", "rejected.jsonl", "metrics.json", "report.html")
+DATA_FILES = ("results.jsonl", "results.parquet", "rejected.jsonl", "metrics.json", "report.html",
+              "summary.md")
+# How long the presigned HTTPS link to an S3 report stays valid: 7 days, the most SigV4 allows
+# (a link signed with temporary role credentials dies with them, usually sooner).
+LINK_EXPIRY_ENV = "JUDGEFLOW_REPORT_LINK_EXPIRY_SECONDS"
+DEFAULT_LINK_EXPIRY_SECONDS = 7 * 24 * 3600
 
 
-def _write_jsonl(staging: ResultStaging):
+def _concatenated(paths: list[Path]):
+    """Staged JSONL files, chunk by chunk, as one file (results, or the calls' audit log)."""
     def produce(handle: io.IOBase) -> None:
-        for path in staging.chunk_files():
+        for path in paths:
             handle.write(path.read_bytes())
 
     return produce
@@ -59,18 +78,32 @@ def publish_run(
     pairwise: dict | None = None,
     baseline_deltas: list[dict] | None = None,
 ) -> dict[str, str]:
-    """Write results, metrics and report, then manifest.json, then latest.json.
+    """Write results, metrics, report and summary.md, then manifest.json, then the pointers.
+
+    Per-tag aggregates (tasks/slices.py) are added to the metrics here when the caller has
+    not, so every kind of run publishes them.
 
     Returns:
-        The URL of every file written, by name.
+        The URL of every file written, by name, and `report_link`: a presigned HTTPS URL of
+        the report on S3 (None elsewhere).
     """
+    if not any(name.startswith("tag/") for name in metrics):
+        metrics = {**metrics, **slices_of_records(staging.iter_records(), metrics)}
     _withdraw_manifest(location)
-    planned = [f"{location.run_dir}/{name}" for name in (*DATA_FILES, "manifest.json")]
-    publisher = Publisher(location, planned=[*planned, location.latest_path])
-    publisher.write_run_file("results.jsonl", _write_jsonl(staging))
+    files = [*DATA_FILES, "calls.jsonl", *(["nova_results.json"] if pairwise else [])]
+    planned = [f"{location.run_dir}/{name}" for name in (*files, "manifest.json")]
+    pointers = [location.latest_path]
+    if becomes_baseline(manifest):
+        pointers.append(pointer_path(location))
+    publisher = Publisher(location, planned=[*planned, *pointers])
+    publisher.write_run_file("results.jsonl", _concatenated(staging.chunk_files()))
     publisher.write_run_file("results.parquet", _write_parquet(staging))
     publisher.write_run_file("rejected.jsonl", _write_lines(rejected))
+    publisher.write_run_file("calls.jsonl", _concatenated(staging.call_files()))
     publisher.write_json(f"{location.run_dir}/metrics.json", metrics)
+    if pairwise:
+        publisher.write_json(f"{location.run_dir}/nova_results.json",
+                             nova_results(pairwise, manifest))
     html = render_report(
         manifest=manifest,
         metrics=metrics,
@@ -80,17 +113,45 @@ def publish_run(
         baseline_deltas=baseline_deltas,
     ).encode()
     publisher.write_run_file("report.html", lambda handle: handle.write(html))
-    manifest = {**manifest, "files": [*DATA_FILES, "manifest.json"]}
+    summary = summary_markdown(manifest, metrics, f"`{location.url('report.html')}`").encode()
+    publisher.write_run_file("summary.md", lambda handle: handle.write(summary))
+    manifest = {**manifest, "files": [*files, "manifest.json"]}
     manifest["published_at"] = datetime.now(UTC).isoformat()
     publisher.write_json(f"{location.run_dir}/manifest.json", manifest)
-    publisher.write_json(
-        location.latest_path,
-        {
-            "suite": location.suite,
-            "run_id": location.run_id,
-            "run_url": location.url(),
-            "manifest": location.url("manifest.json"),
-            "published_at": manifest["published_at"],
-        },
-    )
-    return {name: location.url(name) for name in (*DATA_FILES, "manifest.json")}
+    pointer = {
+        "suite": location.suite,
+        "run_id": location.run_id,
+        "status": manifest.get("status"),
+        "run_url": location.url(),
+        "manifest": location.url("manifest.json"),
+        "published_at": manifest["published_at"],
+    }
+    for path in pointers:
+        publisher.write_json(path, pointer)
+    urls = {name: location.url(name) for name in (*files, "manifest.json")}
+    return {**urls, "report_link": report_link(location)}
+
+
+def report_link(location: RunLocation) -> str | None:
+    """A presigned HTTPS URL of the report on an object store; None for local output.
+
+    Signing is local (no request is made); the expiry comes from $JUDGEFLOW_REPORT_LINK_
+    EXPIRY_SECONDS (default 7 days). A store that cannot presign gets no link.
+    """
+    fs = location.fs
+    if not is_object_store(fs):
+        return None
+    expires = int(os.environ.get(LINK_EXPIRY_ENV) or DEFAULT_LINK_EXPIRY_SECONDS)
+    try:
+        if "s3" in ((fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol):
+            fs = _sigv4_s3(location.storage_options)
+        return fs.url(f"{location.run_dir}/report.html", expires=expires)
+    except (NotImplementedError, AttributeError, ValueError, OSError):
+        return None
+
+
+def _sigv4_s3(storage_options: dict):
+    """The run's S3 filesystem, presigning with SigV4 (X-Amz-Expires): botocore would use
+    SigV2 in us-east-1, which AWS has deprecated and which newer regions refuse."""
+    config = {**(storage_options.get("config_kwargs") or {}), "signature_version": "s3v4"}
+    return fsspec.filesystem("s3", **{**storage_options, "config_kwargs": config})

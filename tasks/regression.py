@@ -1,145 +1,219 @@
-"""Regression gates: per-metric deltas against a baseline run, significance, thresholds.
+"""Deciding a regression run: each gate held, breached or undecidable; the run passed,
+failed or incomplete.
 
-Rates (`…/rating/percentage`, `…/rating/average`) get a two-sided two-proportion z-test
-(pooled), the usual test for a difference between two binomial rates; other aggregates get
-the delta alone.
+A gate is undecidable when the run cannot tell: the metric is missing, the candidate's judge
+errored on too many rows, too few rows pair with the baseline, or there is no baseline yet.
+Failed wins over incomplete (a known regression is reported even if another gate could not
+be checked), and incomplete never counts as passed. Relative gates with an alpha breach only
+on a significant change, their one-sided p-values adjusted by Holm across the run's gates.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
-import fsspec
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from tasks.deltas import DeltaLine
+from tasks.gates import Gate, GateConfigError, load_gates
+from tasks.metric_fields import is_pairwise, metric_field, tag_metric
+from tasks.paired_stats import holm
 
-RATE_SUFFIXES = ("/rating/percentage", "/rating/average")
+__all__ = ["Context", "Gate", "GateConfigError", "GateResult", "Verdict", "decide", "load_gates"]
 
-
-class GateConfigError(ValueError):
-    """The gates file cannot be read or is malformed."""
+Outcome = Literal["passed", "failed", "incomplete"]
 
 
-class Gate(BaseModel):
-    """One threshold: a largest allowed drop against the baseline, and/or absolute bounds."""
+class Context(NamedTuple):
+    """What a decision needs besides the gates and the numbers."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    metric: str = Field(description="Metric name in metrics.json, or a pairwise metric (winrate)")
-    max_drop: float | None = Field(None, ge=0, description="Largest allowed baseline − candidate")
-    min: float | None = Field(None, description="Smallest allowed candidate value")
-    max: float | None = Field(None, description="Largest allowed candidate value")
-    alpha: float | None = Field(
-        None, gt=0, lt=1, description="Only breach a max_drop when the drop is significant"
-    )
-
-    @model_validator(mode="after")
-    def _has_a_threshold(self) -> Gate:
-        if self.max_drop is None and self.min is None and self.max is None:
-            raise ValueError(f"gate {self.metric!r} needs max_drop, min or max")
-        return self
+    suite: str
+    baseline_run_id: str | None
+    max_error_share: float
+    min_paired: int
+    pairwise: Mapping[str, Any] | None = None
+    pairwise_unavailable: str | None = None  # why there is no head-to-head, when there is none
+    tags: Sequence[str] = ()
 
 
-def load_gates(url: str | None, storage_options: dict | None = None) -> list[Gate]:
-    """Gates from a YAML file of the form `gates: [{metric, max_drop|min|max}, ...]`."""
-    if url is None:
-        return []
-    try:
-        with fsspec.open(url, "r", **(storage_options or {})) as handle:
-            data = yaml.safe_load(handle) or {}
-        return [Gate.model_validate(entry) for entry in data.get("gates", [])]
-    except (OSError, yaml.YAMLError, ValidationError, AttributeError) as error:
-        raise GateConfigError(f"cannot use gates file {url!r}: {error}") from None
+class GateResult(NamedTuple):
+    """One gate's line: what was compared, the statistics, and the verdict with its reason."""
+
+    metric: str
+    tag: str | None
+    rule: str
+    outcome: Literal["held", "breached", "undecidable"]
+    reason: str
+    baseline: float | None
+    candidate: float | None
+    delta: float | None
+    low: float | None
+    high: float | None
+    n_paired: int | None
+    p: float | None
+    p_adjusted: float | None
+    worst_slice: dict | None
 
 
-def two_proportion_p_value(p1: float, n1: int, p2: float, n2: int) -> float | None:
-    """Two-sided p-value that two rates differ (pooled z-test); None without data."""
-    if n1 == 0 or n2 == 0:
+class Verdict(NamedTuple):
+    """The run's outcome and every gate's result, in the gates file's order."""
+
+    outcome: Outcome
+    gates: list[GateResult]
+
+
+def _share(errors: Any, rated: Any) -> float:
+    total = (errors or 0) + (rated or 0)
+    return (errors or 0) / total if total else 0.0
+
+
+def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str | None:
+    """Why neither part of the gate can be decided, if so."""
+    if is_pairwise(gate.metric):
+        pairs = ctx.pairwise
+        if pairs is None:
+            return ctx.pairwise_unavailable or "no head-to-head comparison in this run"
+        if pairs.get(gate.metric) is None:
+            return f"pairwise metric {gate.metric!r} is absent or undefined in this run"
+        errors, total = pairs.get("pairs_error") or 0, pairs.get("pairs_total") or 0
+        if _share(errors, total - errors) > ctx.max_error_share:
+            return (f"the pairwise judge failed on {errors} of {total} pairs, above "
+                    f"max_error_share {ctx.max_error_share:g}")
+        if total - errors < ctx.min_paired:
+            return f"only {total - errors} pairs judged (min_paired {ctx.min_paired})"
         return None
-    pooled = (p1 * n1 + p2 * n2) / (n1 + n2)
-    variance = pooled * (1 - pooled) * (1 / n1 + 1 / n2)
-    if variance == 0:
-        return 1.0 if p1 == p2 else 0.0
-    z = (p2 - p1) / math.sqrt(variance)
-    return math.erfc(abs(z) / math.sqrt(2))
-
-
-def _count_name(metric: str) -> str:
-    for suffix in RATE_SUFFIXES:
-        if metric.endswith(suffix):
-            return metric[: -len(suffix)] + "/rated_count"
-    return ""
-
-
-def metric_deltas(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[dict]:
-    """Delta of every aggregate both runs have, with a p-value for rates."""
-    deltas = []
-    for name, value in candidate.items():
-        if not name.endswith(("/percentage", "/average")) or name not in baseline:
-            continue
-        before = baseline[name]
-        delta = None if value is None or before is None else value - before
-        p_value = None
-        if delta is not None and name.endswith(RATE_SUFFIXES):
-            count = _count_name(name)
-            p_value = two_proportion_p_value(before, int(baseline.get(count) or 0),
-                                             value, int(candidate.get(count) or 0))
-        deltas.append({"metric": name, "baseline": before, "candidate": value,
-                       "delta": delta, "p_value": p_value, "gate": None, "breached": False})
-    return deltas
-
-
-def _breach(gate: Gate, value: float | None, delta: dict | None) -> str | None:
-    if value is None:
-        return None
-    if gate.min is not None and value < gate.min:
-        return f"{gate.metric} = {value:.4f} is below the minimum {gate.min}"
-    if gate.max is not None and value > gate.max:
-        return f"{gate.metric} = {value:.4f} is above the maximum {gate.max}"
-    if gate.max_drop is not None and delta and delta["delta"] is not None:
-        p_value = delta["p_value"]
-        significant = gate.alpha is None or (p_value is not None and p_value < gate.alpha)
-        if -delta["delta"] > gate.max_drop and significant:
-            return (f"{gate.metric} dropped {-delta['delta']:.4f} "
-                    f"({delta['baseline']:.4f} → {value:.4f}), more than {gate.max_drop}")
+    spec = metric_field(gate.metric)
+    scoped = (lambda name: name) if gate.tag is None else (lambda name: tag_metric(gate.tag, name))
+    if metrics.get(scoped(gate.metric)) is None:
+        where = "this run" if gate.tag is None else f"rows tagged {gate.tag!r}"
+        return f"metric {gate.metric!r} is absent or unrated in {where}"
+    if spec is not None:
+        errors = metrics.get(scoped(f"{spec.base}/error_count"))
+        share = _share(errors, metrics.get(scoped(f"{spec.base}/rated_count")))
+        if share > ctx.max_error_share:
+            return (f"the judge errored on {share:.1%} of the candidate's rows ({errors}), "
+                    f"above max_error_share {ctx.max_error_share:.1%}")
     return None
 
 
-def apply_gates(gates: list[Gate], metrics: dict[str, Any], deltas: list[dict]) -> list[str]:
-    """Mark gated deltas and return one message per breached gate."""
-    by_metric = {d["metric"]: d for d in deltas}
-    breaches = []
-    for gate in gates:
-        delta = by_metric.get(gate.metric)
-        message = _breach(gate, metrics.get(gate.metric), delta)
-        if delta is None and gate.metric in metrics:
-            delta = {"metric": gate.metric, "baseline": None, "candidate": metrics[gate.metric],
-                     "delta": None, "p_value": None}
-            deltas.append(delta)
-        if delta is not None:
-            delta["gate"] = gate.model_dump(exclude_none=True)
-            delta["breached"] = message is not None
-        if message:
-            breaches.append(message)
-    return breaches
+def _relative_reason(gate: Gate, ctx: Context, line: DeltaLine | None) -> str | None:
+    if ctx.baseline_run_id is None:
+        return f"no baseline yet: first run of suite {ctx.suite!r}"
+    if line is None or line.n_paired == 0:
+        return (f"no row rated in both runs for {gate.metric!r}: the baseline run "
+                f"{ctx.baseline_run_id!r} lacks it, or no request_id matches")
+    if line.n_paired < ctx.min_paired:
+        return (f"only {line.n_paired} rows paired with baseline run {ctx.baseline_run_id!r} "
+                f"(min_paired {ctx.min_paired})")
+    return None
 
 
-def unevaluated_gates(
-    gates: list[Gate], metrics: dict[str, Any], deltas: list[dict]
-) -> list[str]:
-    """Gates this run could not check: its metric is absent, or a max_drop has no baseline."""
-    with_delta = {d["metric"] for d in deltas if d.get("delta") is not None}
-    return [
-        g.metric for g in gates
-        if metrics.get(g.metric) is None or (g.max_drop is not None and g.metric not in with_delta)
-    ]
+def _p_value(gate: Gate, line: DeltaLine) -> float | None:
+    drop_side = gate.max_drop is not None and (gate.max_rise is None or (line.delta or 0) <= 0)
+    return line.p_drop if drop_side else line.p_rise
 
 
-def read_json(url: str, storage_options: dict | None = None) -> dict | None:
-    try:
-        with fsspec.open(url, "r", **(storage_options or {})) as handle:
-            return json.load(handle)
-    except FileNotFoundError:
+def _relative_breach(gate: Gate, line: DeltaLine, p_adj: float | None) -> tuple[bool, str]:
+    delta = line.delta or 0.0
+    for limit, change, word in ((gate.max_drop, -delta, "dropped"), (gate.max_rise, delta, "rose")):
+        if limit is None or change <= limit:
+            continue
+        if gate.alpha is not None and not (p_adj is not None and p_adj < gate.alpha):
+            return False, (f"{word} {change:.4f} > {limit:g}, but not significant "
+                           f"(adjusted p {p_adj:.4g} ≥ α {gate.alpha:g})")
+        return True, f"{word} {change:.4f}, more than {limit:g}"
+    return False, f"change {delta:+.4f} within the limit"
+
+
+def _absolute_breach(gate: Gate, value: float, pairwise: Mapping | None) -> tuple[bool, str]:
+    low = high = value
+    if gate.metric == "winrate" and pairwise is not None:
+        # The win rate decides on its bootstrap interval: a breach needs the whole interval
+        # beyond the bound, so a handful of pairs cannot fail a run on noise.
+        low, high = (value if pairwise.get(k) is None else pairwise[k]
+                     for k in ("lower_rate", "upper_rate"))
+    interval = f" (95% interval [{low:.4f}, {high:.4f}])" if (low, high) != (value, value) else ""
+    if gate.min is not None and high < gate.min:
+        return True, f"{value:.4f}{interval} is below the minimum {gate.min:g}"
+    if gate.max is not None and low > gate.max:
+        return True, f"{value:.4f}{interval} is above the maximum {gate.max:g}"
+    note = (pairwise or {}).get("winrate_note") if gate.metric == "winrate" else None
+    return False, f"{value:.4f}{interval} within the bounds" + (f"; {note}" if note else "")
+
+
+def _worst_slice(gate: Gate, lines: Sequence[DeltaLine]) -> dict | None:
+    """The tag whose slice moved most in the gate's bad direction."""
+    if gate.tag is not None or not gate.relative:
         return None
+    sign = 1 if gate.max_drop is None else -1  # rises are bad for max_rise gates
+    tagged = [x for x in lines if x.metric == gate.metric and x.tag and x.delta is not None]
+    if not tagged:
+        return None
+    worst = max(tagged, key=lambda x: sign * x.delta)
+    return {"tag": worst.tag, "delta": worst.delta, "low": worst.low, "high": worst.high,
+            "n_paired": worst.n_paired}
+
+
+def even_when_all_ties(pairwise: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The pairwise block with a win rate of 0.5 when every judgment was a tie.
+
+    Nova's win rate leaves ties out, so a head-to-head of identical responses (a nightly run
+    of a set whose responses did not change) has none; neither side lost, so for the gates
+    it counts as even, interval included, rather than as undecidable.
+    """
+    if not pairwise or pairwise.get("winrate") is not None:
+        return pairwise
+    if (pairwise.get("a_scores") or 0) + (pairwise.get("b_scores") or 0) or not pairwise.get(
+            "ties"):
+        return pairwise
+    return {**pairwise, "winrate": 0.5, "lower_rate": 0.5, "upper_rate": 0.5,
+            "winrate_note": "every judgment was a tie: counted as even"}
+
+
+def decide(gates: Sequence[Gate], metrics: Mapping[str, Any], lines: Sequence[DeltaLine],
+           ctx: Context) -> Verdict:
+    """Judge every gate, then the run (see the module docstring)."""
+    ctx = ctx._replace(pairwise=even_when_all_ties(ctx.pairwise))
+    by_key = {(x.metric, x.tag): x for x in lines}
+    found = [by_key.get((g.metric, g.tag)) for g in gates]
+    common = [_common_reason(g, ctx, metrics) for g in gates]
+    relative = [_relative_reason(g, ctx, x) if g.relative and c is None else None
+                for g, x, c in zip(gates, found, common, strict=True)]
+    raw = [_p_value(g, x) if g.relative and x is not None and c is None and r is None else None
+           for g, x, c, r in zip(gates, found, common, relative, strict=True)]
+    tested = [i for i, g in enumerate(gates) if g.alpha is not None and raw[i] is not None]
+    adjusted = dict(zip(tested, holm([raw[i] for i in tested]), strict=True))
+    results = [_result(g, ctx, metrics, found[i], common[i], relative[i], raw[i],
+                       adjusted.get(i), lines) for i, g in enumerate(gates)]
+    outcomes = {r.outcome for r in results}
+    outcome: Outcome = ("failed" if "breached" in outcomes
+                        else "incomplete" if "undecidable" in outcomes else "passed")
+    return Verdict(outcome, results)
+
+
+def _result(gate: Gate, ctx: Context, metrics: Mapping[str, Any], line: DeltaLine | None,
+            common: str | None, relative: str | None, p: float | None, p_adj: float | None,
+            lines: Sequence[DeltaLine]) -> GateResult:
+    name = gate.metric if gate.tag is None else tag_metric(gate.tag, gate.metric)
+    source = ctx.pairwise if is_pairwise(gate.metric) else metrics
+    value = None if common else (source or {}).get(name)
+    breaches, held, undecided = [], [], [common] if common else []
+    if value is not None and (gate.min is not None or gate.max is not None):
+        breached, why = _absolute_breach(gate, value, ctx.pairwise)
+        (breaches if breached else held).append(why)
+    if gate.relative and common is None:
+        if relative:
+            undecided.append(relative)
+        else:
+            breached, why = _relative_breach(gate, line, p_adj)
+            (breaches if breached else held).append(why)
+    outcome = "breached" if breaches else "undecidable" if undecided else "held"
+    reason = "; ".join(breaches or undecided or held)
+    use_line = line is not None and gate.relative and relative is None and common is None
+    if use_line:
+        numbers = (line.baseline, line.candidate, line.delta, line.low, line.high, line.n_paired)
+    elif gate.metric == "winrate" and value is not None:
+        numbers = (None, value, None, source.get("lower_rate"), source.get("upper_rate"), None)
+    else:
+        numbers = (None, value, None, None, None, None)
+    return GateResult(gate.metric, gate.tag, gate.rule, outcome, reason, *numbers, p, p_adj,
+                      _worst_slice(gate, lines))

@@ -19,6 +19,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from tasks.report_regression import regression_view, slice_rows
 from tasks.report_view import (
     aggregate_rows,
     as_text,
@@ -96,8 +97,8 @@ def render_report(
         rejected: Rows set aside by validation, each with row_index, request_id, problems
             ([{"column", "problem"}]) and record.
         pairwise: The compare run's aggregate block (Nova counts and reconciled pair counts).
-        baseline_deltas: Regression rows (metric, baseline, candidate, delta, p_value, gate,
-            breached), shown as a table when given.
+        baseline_deltas: Unused, kept for callers: a regression run's verdict, gates and
+            deltas are read from `manifest["regression"]`.
         max_rows: Rows shown in the drill-down (counts still cover every row); None for all.
 
     Returns:
@@ -119,7 +120,8 @@ def render_report(
         bars=chart_bars(aggregates),
         pairwise=pairwise_view(pairwise) if pairwise else None,
         swap_notice=(manifest.get("pairwise") or {}).get("swap_notice"),
-        deltas=list(baseline_deltas or []),
+        regression=regression_view(manifest.get("regression"), manifest.get("suite") or ""),
+        slices=slice_rows(metrics),
         skipped=list(manifest.get("skipped_judges") or []),
         rejected=rejected_view(rejected or []),
         rows=rows,

@@ -20,6 +20,7 @@ REJECTED_RECORD_CHARS = 4_000
 _INPUT_KEYS = frozenset({
     "row_index", "request_id", "request", "response", "expected_facts", "expected_response",
     "retrieved_context", "expected_retrieved_context", "prompt", "response_A", "response_B",
+    "baseline/response",
 })
 # Too large and too raw to be worth a place on the page; results.jsonl keeps it.
 _HIDDEN_KEYS = frozenset({"trace"})
@@ -193,8 +194,8 @@ def aggregate_rows(metrics: Mapping[str, Any]) -> list[Aggregate]:
     """
     rows = []
     for name, value in metrics.items():
-        if name.startswith("rows/") or name.endswith(("/rated_count", "/error_count")):
-            continue
+        if name.startswith(("rows/", "tag/")) or name.endswith(("/rated_count", "/error_count")):
+            continue  # per-tag slices have their own table
         if not (value is None or isinstance(value, numbers.Real)):
             continue  # a nested block (e.g. pairwise) has its own section
         base = _judge_base(name)
@@ -399,6 +400,12 @@ def _pair(record: Mapping[str, Any], used: set[str]) -> tuple[dict | None, list[
     return pair, passes
 
 
+def _pair_responses(record: Mapping[str, Any]) -> dict[str, str]:
+    """A compare run's response_A / _B, or a regression row's baseline and own response."""
+    return {"response_A": as_text(record.get("response_A", record.get("baseline/response"))),
+            "response_B": as_text(record.get("response_B", record.get("response")))}
+
+
 def _failed(verdicts: list[Verdict], chunks: list[Chunk], pair: Mapping | None,
             passes: list[PairPass]) -> bool:
     """Any row-level "no", any error anywhere, or (compare runs) the baseline won or no verdict.
@@ -444,8 +451,7 @@ def row_view(record: Mapping[str, Any], position: int) -> RowView:
         expected_docs=expected_docs,
         verdicts=verdicts,
         numbers=numbers,
-        pair=pair if pair is None else {**pair, "response_A": as_text(record.get("response_A")),
-                                        "response_B": as_text(record.get("response_B"))},
+        pair=pair if pair is None else {**pair, **_pair_responses(record)},
         pair_passes=passes,
         other=other,
         failed=_failed(verdicts, chunks, pair, passes),

@@ -37,14 +37,6 @@ class ResultStaging:
                 for line in handle:
                     yield json.loads(line)
 
-    def export_jsonl(self, name: str) -> Path:
-        """All staged records as one JSONL file in the staging folder (for a follow-up step)."""
-        target = self.folder / name
-        with target.open("wb") as handle:
-            for path in self.chunk_files():
-                handle.write(path.read_bytes())
-        return target
-
     def cleanup(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -25,8 +25,9 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
+from flows.compare import CompareParams
 from flows.params import EvaluateParams
-from flows.regression import RegressionParams
+from flows.regression import NO_CANDIDATE_MODEL, RegressionParams
 from tests.fake_llm import Reply
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +36,7 @@ EXAMPLES = DEPLOYMENTS / "trigger_examples"
 BIN = Path(sys.executable).parent
 POOL = "judgeflow-process"
 NAMES = {"evaluate": "evaluate/evaluate",
+         "compare": "compare/compare",
          "nightly": "regression/nightly-regression",
          "post_deploy": "regression/post-deploy-eval"}
 
@@ -142,7 +144,7 @@ def deployed(server) -> dict[str, dict]:
     output = done.stdout + done.stderr
     # prefect deploy skips a prefect.yaml that fails validation with only a yellow warning.
     assert "validation errors" not in output, output
-    assert output.count("successfully created") == 3, output
+    assert output.count("successfully created") == len(NAMES), output
     with server.client() as api:
         return {key: api.get(f"/deployments/name/{name}").raise_for_status().json()
                 for key, name in NAMES.items()}
@@ -160,7 +162,7 @@ def _state(server: Server, flow_run_id: str) -> dict:
         return api.get(f"/flow_runs/{flow_run_id}").raise_for_status().json()["state"]
 
 
-def test_deploy_registers_the_three_deployments(deployed):
+def test_deploy_registers_the_four_deployments(deployed):
     for deployment in deployed.values():
         assert deployment["work_pool_name"] == POOL
         assert deployment["enforce_parameter_schema"] is True
@@ -168,6 +170,7 @@ def test_deploy_registers_the_three_deployments(deployed):
         assert deployment["pull_steps"] == [{"prefect.deployments.steps.set_working_directory":
                                              {"directory": str(REPO)}}]
     assert deployed["evaluate"]["entrypoint"] == "flows.evaluate.evaluate"
+    assert deployed["compare"]["entrypoint"] == "flows.compare.compare"
     assert deployed["nightly"]["entrypoint"] == "flows.regression.regression"
     assert deployed["post_deploy"]["entrypoint"] == "flows.regression.regression"
 
@@ -178,6 +181,9 @@ def test_deploy_registers_the_three_deployments(deployed):
     for key in ("nightly", "post_deploy"):
         params = RegressionParams.model_validate(deployed[key]["parameters"]["params"])
         assert (REPO / params.gates).exists() and (REPO / params.data).exists()
+        assert params.baseline is None  # the suite's newest run that passed
+    compare = CompareParams.model_validate(deployed["compare"]["parameters"]["params"])
+    assert (REPO / compare.data).exists() and compare.judge.model == "judgeflow/offline"
     # The UI renders a form from the pydantic schema, descriptions included.
     schema = deployed["evaluate"]["parameter_openapi_schema"]
     assert schema["required"] == ["params"]
@@ -193,7 +199,8 @@ def test_nightly_deployment_has_its_cron_timezone_and_concurrency_limit(deployed
     assert schedule["schedule"]["timezone"] == "Europe/Paris"
     assert nightly["global_concurrency_limit"]["limit"] == 1
     assert nightly["concurrency_options"]["collision_strategy"] == "CANCEL_NEW"
-    assert deployed["evaluate"]["schedules"] == deployed["post_deploy"]["schedules"] == []
+    for key in ("evaluate", "compare", "post_deploy"):
+        assert deployed[key]["schedules"] == []
 
 
 def test_post_deploy_eval_has_its_model_deployed_trigger(server, deployed):
@@ -209,7 +216,7 @@ def test_post_deploy_eval_has_its_model_deployed_trigger(server, deployed):
     [action] = automation["actions"]
     assert action["type"] == "run-deployment" and action["deployment_id"] == deployment_id
     candidate = action["parameters"]["params"]["candidate"]
-    assert candidate == {"model": "{{ event.payload.model }}",
+    assert candidate == {"model": "{{ event.payload.model | default('') }}",
                          "api_base": "{{ event.payload.endpoint | default(none) }}"}
 
 
@@ -277,14 +284,22 @@ def _emit(server: Server, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+EMIT_WITHOUT_MODEL = (
+    "from prefect.events import emit_event; "
+    "emit_event('model.deployed', resource={'prefect.resource.id': 'model.nameless'}, "
+    "payload={'endpoint': 'http://127.0.0.1:9/v1'})"
+)
+
+
 @pytest.fixture(scope="module")
 def event_runs(server, deployed, llm_server, tmp_path_factory) -> Iterator[dict]:
-    """The post-deploy-eval runs that two model.deployed events create, as created.
+    """The post-deploy-eval runs that three model.deployed events create, as created.
 
     Afterwards the run of the model with an endpoint (the loopback fake) is redirected to a tmp
     folder and a requests-only copy of the example set, so that a worker can run it without
-    writing into the checkout and so that the candidate really answers; the other run, whose
-    model has no reachable endpoint, is deleted.
+    writing into the checkout and so that the candidate really answers; the run of the model
+    with no reachable endpoint is deleted; the run of the event without a model is kept, to be
+    executed and fail saying so.
     """
     session_script = llm_server.script  # other modules' tests expect it back
     llm_server.reset(lambda body: Reply(content="On the Pro plan: 600 requests per minute."))
@@ -292,9 +307,10 @@ def event_runs(server, deployed, llm_server, tmp_path_factory) -> Iterator[dict]
         _emit(server, "--model", "openai/support-bot-v7", "--endpoint", llm_server.api_base,
               "--name", "support-bot")
         _emit(server, "--model", "openai/support-bot-v8")  # no endpoint in the payload
+        server.run(BIN / "python", "-c", EMIT_WITHOUT_MODEL)  # no model in the payload
         deployment_id = deployed["post_deploy"]["id"]
-        runs = _wait_for(lambda: len(found := _flow_runs(server, deployment_id)) == 2 and found,
-                         60, f"two post-deploy-eval runs\n{_tail(server.log)}")
+        runs = _wait_for(lambda: len(found := _flow_runs(server, deployment_id)) == 3 and found,
+                         60, f"three post-deploy-eval runs\n{_tail(server.log)}")
         by_model = {run["parameters"]["params"]["candidate"]["model"]: run for run in runs}
 
         work = tmp_path_factory.mktemp("post-deploy")
@@ -306,10 +322,13 @@ def event_runs(server, deployed, llm_server, tmp_path_factory) -> Iterator[dict]
         executed = by_model["openai/support-bot-v7"]
         with server.client() as api:
             api.delete(f"/flow_runs/{by_model['openai/support-bot-v8']['id']}").raise_for_status()
+            # No gates: the suite has no baseline in this folder, and the run is about the
+            # candidate answering at the endpoint the event named.
             api.patch(f"/flow_runs/{executed['id']}", json={"parameters": {"params": {
-                **executed["parameters"]["params"], "data": str(requests_only),
+                **executed["parameters"]["params"], "data": str(requests_only), "gates": None,
                 "output": str(work / "out"), "run_id": "deploy-1"}}}).raise_for_status()
         yield {"by_model": by_model, "executed_id": executed["id"], "rows": len(rows),
+               "nameless_id": by_model[""]["id"],
                "manifest": work / "out" / "post-deploy" / "deploy-1" / "manifest.json"}
     finally:
         llm_server.reset(session_script)
@@ -326,6 +345,22 @@ def test_model_deployed_event_starts_post_deploy_eval(event_runs, llm_server):
     assert with_endpoint["judge"] == {"model": "judgeflow/offline"}
     RegressionParams.model_validate(with_endpoint)
     RegressionParams.model_validate(without)
+    # An event without a model still starts a run, which cannot pass validation.
+    nameless = event_runs["by_model"][""]["parameters"]["params"]
+    assert nameless["candidate"] == {"model": "", "api_base": "http://127.0.0.1:9/v1"}
+    with pytest.raises(ValueError, match="candidate.model is empty"):
+        RegressionParams.model_validate(nameless)
+
+
+def test_run_from_python_without_params_sends_the_deployment_s_defaults(server, deployed):
+    for key in ("compare", "nightly"):
+        done = server.run(BIN / "python", EXAMPLES / "run_from_python.py", "--deployment",
+                          NAMES[key], "--timeout", "0")
+        flow_run_id = json.loads(done.stdout.strip().splitlines()[-1])["flow_run_id"]
+        with server.client() as api:
+            created = api.get(f"/flow_runs/{flow_run_id}").raise_for_status().json()
+            api.delete(f"/flow_runs/{flow_run_id}").raise_for_status()  # not to be executed
+        assert created["parameters"] == deployed[key]["parameters"]
 
 
 def test_triggered_runs_are_executed_and_publish(server, deployed, event_runs, llm_server,
@@ -349,17 +384,29 @@ def test_triggered_runs_are_executed_and_publish(server, deployed, event_runs, l
                         NAMES["nightly"], "--params", json.dumps(nightly), "--timeout", "0")
     python_run_id = json.loads(python.stdout.strip().splitlines()[-1])["flow_run_id"]
 
-    # One worker pass runs all three at once: curl, Python, and the model.deployed event.
+    # One worker pass runs all four at once: curl, Python, and two model.deployed events.
     worker_log = server.run_worker_once()
-    for run_id in (rest_run_id, python_run_id, event_runs["executed_id"]):
+    for run_id in (rest_run_id, event_runs["executed_id"]):
         assert _state(server, run_id)["type"] == "COMPLETED", worker_log[-6000:]
     # Relative paths (data, gates) resolved in the checkout: the pull step ran.
     manifest = json.loads((out / "rest" / "rest-1" / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["dataset"]["rows_judged"] == 12
     assert json.loads((out / "rest" / "latest.json").read_text())["run_id"] == "rest-1"
+    assert json.loads((out / "rest" / "baseline.json").read_text())["run_id"] == "rest-1"
+    # The nightly suite's first run cannot decide its max_drop and win-rate gates: it ends
+    # Failed, and the run's state message in the UI says why, verdict first.
+    state = _state(server, python_run_id)
+    assert state["type"] == "FAILED", worker_log[-6000:]
+    assert state["message"].startswith("INCOMPLETE: 2 of 2 gate(s) could not be decided")
+    assert "no baseline yet: first run of suite 'nightly'" in state["message"]
     nightly_manifest = json.loads((out / "nightly" / "py-1" / "manifest.json").read_text())
-    assert nightly_manifest["regression"]["passed"] is True
+    assert nightly_manifest["status"] == "incomplete"
+    assert not (out / "nightly" / "baseline.json").exists()
     # The event's candidate answered every request, at the endpoint the event named.
-    assert json.loads(event_runs["manifest"].read_text())["status"] == "complete"
+    assert json.loads(event_runs["manifest"].read_text())["status"] == "passed"
     assert {body["model"] for body in llm_server.requests} == {"support-bot-v7"}
     assert len(llm_server.requests) == event_runs["rows"]
+    # The event without a model: a run that failed at once, saying what was missing.
+    nameless = _state(server, event_runs["nameless_id"])
+    assert nameless["type"] == "FAILED" and NO_CANDIDATE_MODEL[:40] in nameless["message"], (
+        nameless)

@@ -67,8 +67,8 @@ def test_aggregates_equal_the_planted_verdicts(fake_llm, tmp_path):
     assert by_id["r3"]["response/llm_judged/groundedness/rating"] is None  # no context: not judged
     assert by_id["r2"]["response/llm_judged/correctness/rationale"] == "planted no"
     names = sorted(p.name for p in run_dir.iterdir())
-    assert names == ["manifest.json", "metrics.json", "rejected.jsonl", "report.html",
-                     "results.jsonl", "results.parquet"]
+    assert names == ["calls.jsonl", "manifest.json", "metrics.json", "rejected.jsonl",
+                     "report.html", "results.jsonl", "results.parquet", "summary.md"]
     assert len(pd.read_parquet(run_dir / "results.parquet")) == 4
     latest = json.loads((tmp_path / "out" / "t" / "latest.json").read_text())
     assert latest["run_id"] == "run1"

@@ -1,4 +1,6 @@
-"""The regression flow: deltas against the baseline run, gates, failure and event."""
+"""The regression flow end to end: a loopback judge, a real Prefect API, files on disk."""
+
+from __future__ import annotations
 
 import asyncio
 import json
@@ -6,177 +8,280 @@ import time
 
 import pytest
 
-from flows.params import JudgeModel
-from flows.regression import REGRESSION_EVENT, RegressionParams, regression
-from tasks.regression import Gate, apply_gates, metric_deltas, two_proportion_p_value
+from flows.evaluate import evaluate
+from flows.params import EvaluateParams, JudgeModel
+from flows.regression import RegressionNotPassed, RegressionParams, regression
+from flows.regression_phases import DETECTED_EVENT, INCOMPLETE_EVENT
+from tasks.paired_stats import two_proportion_p_value
 from tests.planted import PlantedJudge
 
-
-def _rows(bad_correctness: int) -> list[dict]:
-    rows = []
-    for index in range(10):
-        marker = " #correctness=no" if index < bad_correctness else ""
-        rows.append(
-            {
-                "request_id": f"q{index}",
-                "request": f"question {index}",
-                "response": f"answer {index}{marker}",
-                "expected_response": f"answer {index}",
-            }
-        )
-    return rows
+RATE = "response/llm_judged/correctness/rating/percentage"
+GATES = f"gates:\n  - metric: {RATE}\n    max_drop: 0.02\n    alpha: 0.05\n"
 
 
-def _params(server, tmp_path, bad: int, run_id: str) -> RegressionParams:
-    data = tmp_path / f"set-{run_id}.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in _rows(bad)))
-    gates = tmp_path / "gates.yaml"
-    gates.write_text(
-        "gates:\n  - metric: response/llm_judged/correctness/rating/percentage\n"
-        "    max_drop: 0.02\n  - metric: response/llm_judged/safety/rating/average\n"
-        "    min: 0.9\n"
-    )
+def rows(n: int, bad: set[int], tags: dict[int, list[str]] | None = None) -> list[dict]:
+    """n rows; the correctness judge says "no" on the rows in `bad`."""
+    out = []
+    for i in range(n):
+        marker = " #correctness=no" if i in bad else ""
+        row = {"request_id": f"q{i}", "request": f"question {i}",
+               "response": f"answer {i}{marker}", "expected_response": f"answer {i}"}
+        if tags and i in tags:
+            row["tags"] = tags[i]
+        out.append(row)
+    return out
+
+
+def params(server, tmp_path, data: list[dict], run_id: str, gates: str = GATES,
+           **fields) -> RegressionParams:
+    set_file = tmp_path / f"set-{run_id}.jsonl"
+    set_file.write_text("".join(json.dumps(r) + "\n" for r in data))
+    gates_file = tmp_path / f"gates-{run_id}.yaml"
+    gates_file.write_text(gates)
+    values = {"suite": "nightly", "data": str(set_file), "run_id": run_id,
+              "judge": JudgeModel(model="openai/planted", api_base=server.api_base,
+                                  backoff_seconds=0.05),
+              "output": str(tmp_path / "out"), "gates": str(gates_file),
+              "judges": ["correctness"], "use_cache": False, "pairwise": False}
+    return RegressionParams(**{**values, **fields})
+
+
+def run(p: RegressionParams):
+    return asyncio.run(regression(p, return_state=True))
+
+
+def seed(server, tmp_path, data: list[dict], run_id: str = "seed", **fields) -> dict:
+    """A plain evaluate run of the suite: it becomes the baseline."""
+    set_file = tmp_path / f"set-{run_id}.jsonl"
+    set_file.write_text("".join(json.dumps(r) + "\n" for r in data))
     judge = JudgeModel(model="openai/planted", api_base=server.api_base, backoff_seconds=0.05)
-    return RegressionParams(
-        suite="nightly",
-        data=str(data),
-        judge=judge,
-        run_id=run_id,
-        output=str(tmp_path / "out"),
-        gates=str(gates),
-        judges=["correctness", "safety"],
-        use_cache=False,
-        pairwise=False,
-    )
+    values = {"data": str(set_file), "judge": judge, "output": str(tmp_path / "out"),
+              "suite": "nightly", "run_id": run_id, "judges": ["correctness"], "use_cache": False}
+    return asyncio.run(evaluate(EvaluateParams(**{**values, **fields})))
 
 
-def _events(name: str) -> list[dict]:
+def manifest(tmp_path, run_id: str, suite: str = "nightly") -> dict:
+    return json.loads((tmp_path / "out" / suite / run_id / "manifest.json").read_text())
+
+
+def pointer(tmp_path, name: str, suite: str = "nightly") -> str | None:
+    path = tmp_path / "out" / suite / f"{name}.json"
+    return json.loads(path.read_text())["run_id"] if path.exists() else None
+
+
+def _api(path: str, body: dict) -> list[dict]:
     from prefect.client.orchestration import get_client
 
     async def fetch():
         async with get_client() as client:
-            response = await client._client.post(
-                "/events/filter", json={"filter": {"event": {"name": [name]}}, "limit": 50}
-            )
-            return response.json().get("events", [])
+            return (await client._client.post(path, json=body)).json()
 
     return asyncio.run(fetch())
 
 
-def test_worse_candidate_fails_naming_the_gate_and_emits_the_event(fake_llm, tmp_path):
-    fake_llm.script = PlantedJudge()
-    first = asyncio.run(regression(_params(fake_llm, tmp_path, bad=1, run_id="night1")))
-    # no baseline yet: gated metrics are shown without a delta, nothing is breached
-    assert all(d["baseline"] is None and not d["breached"] for d in first["deltas"])
-
-    state = asyncio.run(
-        regression(_params(fake_llm, tmp_path, bad=4, run_id="night2"), return_state=True)
-    )
-    assert state.is_failed()
-    assert "correctness/rating/percentage dropped 0.3000 (0.9000 → 0.6000)" in state.message
-    manifest = json.loads((tmp_path / "out/nightly/night2/manifest.json").read_text())
-    assert manifest["regression"]["baseline_run_id"] == "night1"
-    assert manifest["kind"] == "regression"
-    assert manifest["regression"]["passed"] is False
-    report = (tmp_path / "out/nightly/night2/report.html").read_text()
-    assert "-0.3" in report or "−0.3" in report or "-30" in report
-    for _ in range(20):  # events are persisted asynchronously
-        events = _events(REGRESSION_EVENT)
-        if events:
-            break
+def events(name: str, run_id: str) -> list[dict]:
+    """Events named `name` about this run (persisted asynchronously: polled)."""
+    for _ in range(40):
+        found = _api("/events/filter", {"filter": {"event": {"name": [name]}}, "limit": 50})
+        found = [e for e in found.get("events", []) if e["payload"]["run_id"] == run_id]
+        if found:
+            return found
         time.sleep(0.5)
-    assert events and events[0]["payload"]["run_id"] == "night2"
+    return []
 
 
-def test_candidate_within_the_gates_completes(fake_llm, tmp_path):
+def artifacts(*keys: str) -> list:
+    """The latest artifact under each key."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async def fetch():
+        async with get_client() as client:
+            return [(await client.read_latest_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[key]))))[0] for key in keys]
+
+    return asyncio.run(fetch())
+
+
+def logs(state) -> list[str]:
+    """The flow run's log, once its last line (the final state) has arrived."""
+    flow_run_id = str(state.state_details.flow_run_id)
+    for _ in range(40):
+        found = [entry["message"] for entry in _api(
+            "/logs/filter", {"logs": {"flow_run_id": {"any_": [flow_run_id]}}, "limit": 200})]
+        if any(m.startswith("Finished in state Failed") for m in found):
+            return found
+        time.sleep(0.5)
+    return found
+
+
+def test_first_run_is_incomplete_and_an_evaluate_run_seeds_the_baseline(fake_llm, tmp_path):
     fake_llm.script = PlantedJudge()
-    asyncio.run(regression(_params(fake_llm, tmp_path, bad=2, run_id="n1")))
-    state = asyncio.run(
-        regression(_params(fake_llm, tmp_path, bad=2, run_id="n2"), return_state=True)
-    )
-    assert state.is_completed()
+    first = run(params(fake_llm, tmp_path, rows(20, {0}), "night1"))
+    assert first.is_failed()
+    assert first.message.startswith("INCOMPLETE: 1 of 1 gate(s) could not be decided")
+    assert "no baseline yet: first run of suite 'nightly'" in first.message
+    assert "judgeflow evaluate DATA --suite nightly" in first.message
+    assert manifest(tmp_path, "night1")["status"] == "incomplete"
+    assert pointer(tmp_path, "latest") == "night1" and pointer(tmp_path, "baseline") is None
+    assert events(INCOMPLETE_EVENT, "night1")
+    summary_artifact, report_artifact = artifacts("judgeflow-nightly", "judgeflow-nightly-report")
+    assert "## ⚠️ INCOMPLETE: 1 of 1 gate(s)" in summary_artifact.data
+    assert "| **UNDECIDABLE** |" in summary_artifact.data
+    # Local output: no link a browser could not follow; the path as text and the figures.
+    assert report_artifact.type == "markdown"
+    assert "local file" in report_artifact.data and "night1/report.html`" in report_artifact.data
+
+    seed(fake_llm, tmp_path, rows(20, {0}))
+    assert pointer(tmp_path, "baseline") == "seed"
+    second = run(params(fake_llm, tmp_path, rows(20, {0}), "night2"))
+    assert second.is_completed(), second.message
+    summary = second.result()
+    assert summary["status"] == "passed" and manifest(tmp_path, "night2")["status"] == "passed"
+    assert summary["regression"]["baseline_run_id"] == "seed"
+    assert pointer(tmp_path, "baseline") == "night2"
+    assert (tmp_path / "out/nightly/night2/summary.md").read_text().count("**HELD**") == 1
+
+
+def test_paired_test_breaches_where_an_unpaired_one_would_not(fake_llm, tmp_path):
+    """220 rows: the baseline says yes to 215; the candidate loses 7 of them and gains none."""
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(220, set(range(5))))
+    worse = rows(220, set(range(12)))
+    state = run(params(fake_llm, tmp_path, worse, "cand"))
+    assert state.is_failed()
+    gate = state.result(raise_on_failure=False).summary["regression"]["gates"][0]
+    assert gate["outcome"] == "breached" and gate["n_paired"] == 220
+    assert gate["p"] == pytest.approx(1 / 128)  # exact McNemar, one-sided
+    unpaired = two_proportion_p_value(215 / 220, 220, 208 / 220, 220)
+    assert unpaired > 0.05  # the pooled z-test of the two rates would have let it through
+    assert state.message.startswith("FAILED: 1 of 1 gate(s) breached in suite 'nightly' "
+                                    "against baseline run 'seed'")
+    assert "97.7% → 94.5%, Δ −3.18 pp" in state.message
+    # No traceback in the run's log: the flow returned its Failed state.
+    messages = logs(state)
+    assert not any("Traceback" in m for m in messages)
+    assert any(m.startswith("Finished in state Failed('FAILED: 1 of 1") or
+               m.startswith('Finished in state Failed("FAILED: 1 of 1') for m in messages)
+    [event] = events(DETECTED_EVENT, "cand")
+    assert event["payload"]["outcome"] == "failed" and len(event["payload"]["breaches"]) == 1
+
+    # The failed run did not become the baseline: the same candidate fails again.
+    assert pointer(tmp_path, "baseline") == "seed" and pointer(tmp_path, "latest") == "cand"
+    again = run(params(fake_llm, tmp_path, worse, "cand2"))
+    assert again.is_failed() and "against baseline run 'seed'" in again.message
+    with pytest.raises(RegressionNotPassed, match="^FAILED"):
+        asyncio.run(regression(params(fake_llm, tmp_path, worse, "cand3")))
+
+
+def test_judge_errors_above_the_share_make_the_run_incomplete(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(20, set()))
+    failing = [{**r, "response": r["response"] + " #correctness=fail"} if i < 3 else r
+               for i, r in enumerate(rows(20, set()))]
+    state = run(params(fake_llm, tmp_path, failing, "errs",
+                       judge=JudgeModel(model="openai/planted", api_base=fake_llm.api_base,
+                                        backoff_seconds=0.01, max_attempts=1)))
+    assert state.is_failed() and state.message.startswith("INCOMPLETE")
+    assert "errored on 15.0% of the candidate's rows (3), above max_error_share 5.0%" in (
+        state.message)
+    assert manifest(tmp_path, "errs")["status"] == "incomplete"
+
+
+def test_tags_slice_every_aggregate_and_a_tag_gate_fires(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    tags = {i: ["billing"] if i < 20 else ["search", "en"] for i in range(40)}
+    seed(fake_llm, tmp_path, rows(40, set(), tags))
+    gates = (f"gates:\n  - metric: {RATE}\n    max_drop: 0.2\n"
+             f"  - metric: {RATE}\n    tag: billing\n    max_drop: 0.2\n")
+    state = run(params(fake_llm, tmp_path, rows(40, set(range(6)), tags), "tagged",
+                       gates=gates))
+    assert state.is_failed()
+    overall, billing = state.result(raise_on_failure=False).summary["regression"]["gates"]
+    assert overall["outcome"] == "held" and overall["worst_slice"]["tag"] == "billing"
+    assert billing["outcome"] == "breached" and billing["delta"] == pytest.approx(-0.3)
+    metrics = json.loads((tmp_path / "out/nightly/tagged/metrics.json").read_text())
+    assert metrics[f"tag/billing/{RATE}"] == pytest.approx(0.7)
+    assert metrics["tag/search/response/llm_judged/correctness/rated_count"] == 20
+    assert metrics["tag/en/rows/judged"] == 20
+    seeded = json.loads((tmp_path / "out/nightly/seed/metrics.json").read_text())
+    assert seeded[f"tag/billing/{RATE}"] == 1.0  # evaluate runs publish slices too
+    report = (tmp_path / "out/nightly/tagged/report.html").read_text()
+    assert "billing: −30.00 pp" in report and 'id="slices"' in report
+
+
+def test_nightly_run_keeps_custom_judges_aspects_and_strictness(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    judges_file = tmp_path / "judges.yaml"
+    judges_file.write_text(
+        "judges:\n  - name: cites_sources\n    assessment_type: ANSWER\n"
+        "    instructions: 'Does {{ response }} cite a source?'\n")
+    extra = {"custom_judges": str(judges_file), "aspects": ["harmfulness"], "strictness": 3,
+             "judges": ["correctness"]}
+    gates = ("gates:\n  - metric: response/llm_judged/cites_sources/rating/percentage\n"
+             "    max_drop: 0.1\n  - metric: response/aspect_critic/harmfulness/rating/"
+             "percentage\n    max_rise: 0.1\n")
+    seed(fake_llm, tmp_path, rows(12, set()), **extra)
+    fake_llm.reset(PlantedJudge())
+    state = run(params(fake_llm, tmp_path, rows(12, set()), "custom", gates=gates, **extra))
+    assert state.is_completed(), state.message
     summary = state.result()
-    correctness = next(
-        d
-        for d in summary["deltas"]
-        if d["metric"] == "response/llm_judged/correctness/rating/percentage"
-    )
-    assert correctness["delta"] == 0 and correctness["breached"] is False
+    assert summary["metrics"]["response/llm_judged/cites_sources/rated_count"] == 12
+    assert summary["metrics"]["response/aspect_critic/harmfulness/rated_count"] == 12
+    assert [g["outcome"] for g in summary["regression"]["gates"]] == ["held", "held"]
+    # strictness 3: three calls per row for the aspect, one each for the two judges
+    assert len(fake_llm.requests) == 12 * (3 + 1 + 1)
+    config = manifest(tmp_path, "custom")["config"]
+    assert config["custom_judges"] == str(judges_file) and config["strictness"] == 3
 
 
-def test_two_proportion_test_and_gate_logic():
-    assert two_proportion_p_value(0.9, 100, 0.6, 100) < 0.001
-    assert two_proportion_p_value(0.9, 10, 0.85, 10) > 0.5
-    base = {"x/rating/percentage": 0.9, "x/rated_count": 100}
-    cand = {"x/rating/percentage": 0.85, "x/rated_count": 100, "winrate": 0.4}
-    deltas = metric_deltas(base, cand)
-    gates = [
-        Gate(metric="x/rating/percentage", max_drop=0.02, alpha=0.05),
-        Gate(metric="winrate", min=0.45),
-    ]
-    breaches = apply_gates(gates, cand, deltas)
-    # a 5-point drop on 100 rows is not significant at 5%: only the win-rate gate breaches
-    assert breaches == ["winrate = 0.4000 is below the minimum 0.45"]
-    with pytest.raises(ValueError):
-        Gate(metric="x")
+def _offline_params(tmp_path, data, run_id, gates="gates:\n  - metric: winrate\n    min: 0.45\n",
+                    **fields):
+    set_file = tmp_path / f"{run_id}.jsonl"
+    set_file.write_text("".join(json.dumps(r) + "\n" for r in data))
+    gates_file = tmp_path / f"gates-{run_id}.yaml"
+    gates_file.write_text(gates)
+    return RegressionParams(suite="ph", data=str(set_file), run_id=run_id,
+                            judge=JudgeModel(model="judgeflow/offline"),
+                            output=str(tmp_path / "out"), gates=str(gates_file),
+                            judges=["relevance_to_query"], min_paired=5, **fields)
 
 
-def test_pairwise_head_to_head_gates_the_win_rate(tmp_path):
+GOOD = [{"request_id": f"q{i}", "request": f"How do I rotate API key number {i}?",
+         "response": f"Create a second API key {i}, deploy it, then revoke the old key {i}."}
+        for i in range(8)]
+
+
+def test_head_to_head_runs_in_memory_and_publishes_once(tmp_path):
     """Offline judge: tonight's answers lose the head-to-head, so the win-rate gate breaches."""
-    good = [
-        {
-            "request_id": f"q{i}",
-            "request": f"How do I rotate API key number {i}?",
-            "response": f"Create a second API key {i}, deploy it, then revoke the old key {i}.",
-        }
-        for i in range(6)
-    ]
-    bad = [{**row, "response": "Please contact support."} for row in good]
-    gates = tmp_path / "gates.yaml"
-    gates.write_text("gates:\n  - metric: winrate\n    min: 0.45\n")
-    judge = JudgeModel(model="judgeflow/offline")
-
-    def params(rows, run_id):
-        data = tmp_path / f"{run_id}.jsonl"
-        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return RegressionParams(
-            suite="ph",
-            data=str(data),
-            judge=judge,
-            run_id=run_id,
-            output=str(tmp_path / "out"),
-            gates=str(gates),
-            judges=["relevance_to_query"],
-        )
-
-    asyncio.run(regression(params(good, "base")))
-    state = asyncio.run(regression(params(bad, "cand"), return_state=True))
-    assert state.is_failed() and "winrate" in state.message
-    manifest = json.loads((tmp_path / "out/ph/cand/manifest.json").read_text())
-    assert manifest["regression"]["pairwise_run"]["run_id"] == "cand"
-    pair_metrics = json.loads((tmp_path / "out/ph-pairwise/cand/metrics.json").read_text())
-    assert pair_metrics["pairs_a"] == 6 and pair_metrics["winrate"] == 0.0
+    seeded = asyncio.run(evaluate(EvaluateParams(
+        data=str(_offline_params(tmp_path, GOOD, "base").data), suite="ph",
+        judge=JudgeModel(model="judgeflow/offline"), output=str(tmp_path / "out"),
+        run_id="base", judges=["relevance_to_query"])))
+    assert seeded["run_id"] == "base"
+    bad = [{**row, "response": "Please contact support."} for row in GOOD]
+    state = run(_offline_params(tmp_path, bad, "cand"))
+    assert state.is_failed() and "BREACHED winrate (min 0.45)" in state.message
+    assert "BREACHED winrate (min 0.45): 0.0% [0.0%, 0.0%]" in state.message  # its interval
+    assert not (tmp_path / "out" / "ph-pairwise").exists()  # no second run published
+    run_dir = tmp_path / "out/ph/cand"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["pairs_a"] == 8 and metrics["winrate"] == 0.0
+    records = [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert {r["pairwise/verdict"] for r in records} == {"A"}
+    assert records[0]["baseline/response"] == GOOD[0]["response"]
+    assert records[0]["response"] == "Please contact support."
+    section = manifest(tmp_path, "cand", "ph")["regression"]
+    assert section["pairing"]["paired"] == 8 and section["pairwise_error"] is None
 
 
 def test_a_failed_head_to_head_does_not_lose_the_evaluation(tmp_path):
-    rows = [
-        {"request_id": f"q{i}", "request": f"question {i}", "response": f"answer {i}"}
-        for i in range(3)
-    ]
-    data = tmp_path / "set.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    params = RegressionParams(
-        suite="h",
-        data=str(data),
-        judge=JudgeModel(model="judgeflow/offline"),
-        output=str(tmp_path / "out"),
-        gates=None,
-        judges=["safety"],
-        run_id="r1",
-    )
-    asyncio.run(regression(params))
-    (tmp_path / "out/h/r1/results.jsonl").unlink()  # the baseline's results are gone
-    summary = asyncio.run(regression(params.model_copy(update={"run_id": "r2"})))
-    manifest = json.loads((tmp_path / "out/h/r2/manifest.json").read_text())
-    assert "results.jsonl" in manifest["regression"]["pairwise_error"]
-    assert summary["metrics"]["response/llm_judged/safety/rated_count"] == 3
+    asyncio.run(regression(_offline_params(tmp_path, GOOD, "r1", gates="gates: []\n")))
+    (tmp_path / "out/ph/r1/results.jsonl").unlink()  # the baseline's results are gone
+    state = run(_offline_params(tmp_path, GOOD, "r2"))
+    assert state.is_failed() and state.message.startswith("INCOMPLETE")
+    section = manifest(tmp_path, "r2", "ph")["regression"]
+    assert "results.jsonl" in section["baseline_rows_error"]
+    assert section["gates"][0]["outcome"] == "undecidable"
+    summary = state.result(raise_on_failure=False).summary
+    assert summary["metrics"]["response/llm_judged/relevance_to_query/rated_count"] == 8

@@ -299,19 +299,6 @@ def test_missing_optional_inputs_do_not_crash():
     assert len(page.find("script")) == 1
 
 
-def test_baseline_deltas_table_marks_breaches():
-    deltas = [
-        {"metric": f"{CORRECTNESS}/rating/percentage", "baseline": 0.8, "candidate": 0.7,
-         "delta": -0.1, "p_value": 0.03, "gate": "max_drop=0.05", "breached": True},
-        {"metric": f"{SAFETY}/rating/average", "baseline": 1.0, "candidate": 1.0,
-         "delta": 0.0, "p_value": None, "gate": None, "breached": False},
-    ]
-    page = Page(render(baseline_deltas=deltas))
-    assert len(page.find("tr", **{"class": "breached"})) == 1
-    assert "0.8000 0.7000 -0.1000 0.0300 max_drop=0.05 breached" in page.text
-    assert "Regression" not in Page(render()).text
-
-
 def pair_record(i: int, verdict: str) -> dict:
     rec = {"request_id": f"pair-{i}", "prompt": f"prompt-{i} {XSS}", "response_A": f"resp-A {XSS}",
            "response_B": f"resp-B {XSS}", "pairwise/verdict": verdict,

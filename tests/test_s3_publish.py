@@ -21,7 +21,8 @@ from tests.fake_llm import Reply
 from tests.s3_server import S3Bucket, s3_fixture, s3_server_fixture  # noqa: F401 - fixtures
 
 RAG_EVAL = Path(__file__).resolve().parents[1] / "examples" / "rag_eval.jsonl"
-DATA_FILES = ["results.jsonl", "results.parquet", "rejected.jsonl", "metrics.json", "report.html"]
+DATA_FILES = ["results.jsonl", "results.parquet", "rejected.jsonl", "metrics.json", "report.html",
+              "summary.md", "calls.jsonl"]
 RUN_FILES = [*DATA_FILES, "manifest.json"]
 # botocore retries a 500 itself (5 attempts by default, with backoff) inside each publisher
 # attempt; the fault tests keep that to 2 so that failing for good takes seconds, not half a minute.
@@ -80,11 +81,14 @@ def test_a_run_is_published_whole_and_in_order(s3):
     assert latest["manifest"] == f"s3://{run_dir}/manifest.json"
     assert latest["run_url"] == f"s3://{run_dir}"
 
-    # Order as the server saw it: every data file, then the manifest, then latest.json.
+    # Order as the server saw it: every data file, then the manifest, then the pointers (a
+    # complete evaluate run becomes the suite's baseline too).
     written = s3.keys_written()
     names = [k.removeprefix("evals/rag/run1/") for k in written]
-    assert sorted(names[:5]) == sorted(DATA_FILES)
-    assert names[5:] == ["manifest.json", "evals/rag/latest.json"]
+    data_count = len(DATA_FILES)
+    assert sorted(names[:data_count]) == sorted(DATA_FILES)
+    assert names[data_count:] == [
+        "manifest.json", "evals/rag/latest.json", "evals/rag/baseline.json"]
     # Publishing asks for nothing but object writes under the prefix (a writer role with
     # s3:PutObject on the prefix suffices): no bucket probes, no CreateBucket. The one
     # DELETE withdraws a manifest left by an earlier publish of the same run id.
@@ -97,8 +101,9 @@ def test_publishing_works_without_bucket_level_permissions(s3):
     # A least-privilege writer: HeadBucket, GetBucketLocation, ListBucket, CreateBucket denied.
     s3.fail(rf"^/{s3.name}/?$", status=403, methods=frozenset({"HEAD", "GET", "PUT"}))
     _run(_params(s3))
-    assert [k.rsplit("/", 1)[1] for k in s3.keys_written()][-2:] == ["manifest.json",
-                                                                     "latest.json"]
+    assert [k.rsplit("/", 1)[1] for k in s3.keys_written()][-3:] == ["manifest.json",
+                                                                     "latest.json",
+                                                                     "baseline.json"]
 
 
 def test_a_failed_upload_fails_the_run_and_says_what_was_written(s3):
@@ -308,7 +313,8 @@ def test_cli_publishes_to_s3_with_an_endpoint_option(s3):
         "--storage-option", f"endpoint_url={s3.server.endpoint_url}",
     ])
     assert result.exit_code == 0, result.output
-    assert s3.keys_written()[-2:] == ["cli/cli/c1/manifest.json", "cli/cli/latest.json"]
+    assert s3.keys_written()[-3:] == ["cli/cli/c1/manifest.json", "cli/cli/latest.json",
+                                      "cli/cli/baseline.json"]
 
 
 def test_a_failed_republish_of_a_run_id_leaves_no_old_manifest(s3):
@@ -321,3 +327,19 @@ def test_a_failed_republish_of_a_run_id_leaves_no_old_manifest(s3):
                      storage_options={**s3.storage_options, **FEW_BOTO_RETRIES}))
     # new data files sit there now: the old manifest must not vouch for them
     assert not fs.exists(f"{s3.name}/evals/rag/again/manifest.json")
+
+
+def test_the_report_link_is_presigned_and_opens_the_report(s3, monkeypatch):
+    import httpx
+
+    from tasks.publish import LINK_EXPIRY_ENV
+
+    monkeypatch.setenv(LINK_EXPIRY_ENV, "3600")
+    result = _run(_params(s3, run_id="linked"))
+    link = result["files"]["report_link"]
+    assert "X-Amz-Expires=3600" in link and "X-Amz-Signature=" in link
+    # An anonymous browser (no AWS credentials, no s3fs) gets the page itself.
+    page = httpx.get(link, timeout=30)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert page.content == s3.filesystem().cat_file(f"{s3.name}/evals/rag/linked/report.html")
+    assert httpx.get(link.split("?", 1)[0], timeout=30).status_code == 403  # unsigned: refused

@@ -1,7 +1,7 @@
 """Announce a model deploy to Prefect; post-deploy-eval's trigger turns it into a flow run.
 
     export PREFECT_API_URL=http://127.0.0.1:4200/api
-    python deployments/trigger_examples/emit_model_deployed.py \
+    .venv/bin/python deployments/trigger_examples/emit_model_deployed.py \
         --model hosted_vllm/support-bot-v7 --endpoint http://10.0.0.5:8000/v1
 
 Call it from the deploy pipeline once the new model answers. The trigger in

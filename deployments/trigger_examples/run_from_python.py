@@ -1,16 +1,18 @@
 """Start a run of a judgeflow deployment from Python, and by default wait for it to finish.
 
     export PREFECT_API_URL=http://127.0.0.1:4200/api
-    python deployments/trigger_examples/run_from_python.py          # the example, judged offline
-    python deployments/trigger_examples/run_from_python.py \
+    .venv/bin/python deployments/trigger_examples/run_from_python.py   # evaluate, its defaults
+    .venv/bin/python deployments/trigger_examples/run_from_python.py \
         --deployment regression/nightly-regression \
         --params '{"suite": "rag-nightly", "data": "s3://evals/rag.parquet",
                    "judge": {"model": "openai/gpt-4o-mini"}, "output": "s3://eval-results"}'
 
-A process worker runs the flow in the checkout's root (the deployment's pull step), so relative
-paths in the parameters resolve there, not where this script runs. The given `params` replace
-the deployment's default `params` as a whole (Prefect merges one key deep): give every field
-the flow needs. Exit code: 0 when the run completed (or, with --timeout 0, was created).
+Without --params the run takes the deployment's own default parameters, whichever deployment
+it is (the bundled ones judge the examples with the offline judge: no key, no network). A
+process worker runs the flow in the checkout's root (the deployment's pull step), so relative
+paths in the parameters resolve there, not where this script runs. Given `params` replace the
+deployment's default `params` as a whole (Prefect merges one key deep): give every field the
+flow needs. Exit code: 0 when the run completed (or, with --timeout 0, was created).
 """
 
 from __future__ import annotations
@@ -21,20 +23,12 @@ import sys
 
 from prefect.deployments import run_deployment
 
-# The deployment's own default: the bundled example, judged offline (no key, no network).
-EXAMPLE_PARAMS = {
-    "data": "examples/rag_eval.jsonl",
-    "judge": {"model": "judgeflow/offline"},
-    "output": "./results",
-    "suite": "demo",
-}
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployment", default="evaluate/evaluate", help="FLOW/DEPLOYMENT")
-    parser.add_argument("--params", type=json.loads, default=EXAMPLE_PARAMS,
-                        help="the flow's `params` as a JSON object")
+    parser.add_argument("--params", type=json.loads, default=None,
+                        help="the flow's `params` as a JSON object (default: the deployment's)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds to wait for the run (default: until it ends; 0: don't)")
     parser.add_argument("--idempotency-key", default=None,
@@ -43,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
 
     flow_run = run_deployment(
         args.deployment,
-        parameters={"params": args.params},
+        # None sends no parameters, so the server applies the deployment's defaults.
+        parameters=None if args.params is None else {"params": args.params},
         timeout=args.timeout,
         idempotency_key=args.idempotency_key,
     )

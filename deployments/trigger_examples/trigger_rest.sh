@@ -8,8 +8,9 @@
 #       "$(cat params.json)" "deploy-$GIT_SHA"
 #
 # PARAMS_JSON is the flow's `params` object; it replaces the deployment's default `params` as a
-# whole (Prefect merges one key deep), so give every field the flow needs. The server checks it
-# against the flow's parameter schema and refuses a bad one with HTTP 409 and the reason.
+# whole (Prefect merges one key deep), so give every field the flow needs. Empty or absent: no
+# parameters are sent and the run takes the deployment's own defaults. The server checks them
+# against the flow's parameter schema and refuses bad ones with HTTP 409 and the reason.
 #
 # A second request with the same IDEMPOTENCY_KEY returns the first one's flow run (HTTP 200
 # instead of 201) instead of starting another: pass something that names the cause, e.g. the
@@ -21,18 +22,19 @@ set -euo pipefail
 
 api="${PREFECT_API_URL:-http://127.0.0.1:4200/api}"
 deployment="${1:-evaluate/evaluate}"
-# The deployment's own default: the bundled example, judged offline (no key, no network).
-example='{"data": "examples/rag_eval.jsonl", "judge": {"model": "judgeflow/offline"},
-          "output": "./results", "suite": "demo"}'
-params="${2:-$example}"
+params="${2:-}"
 key="${3:-judgeflow-$(date -u +%Y%m%dT%H%M%SZ)-$RANDOM$RANDOM}"
 
 curl_api() { curl --silent --show-error --retry 3 --retry-connrefused "$@"; }
 
 deployment_id="$(curl_api --fail "$api/deployments/name/$deployment" | jq -er .id)"
 
-body="$(jq -n --argjson params "$params" --arg key "$key" \
-    '{parameters: {params: $params}, idempotency_key: $key}')"
+if [[ -n "$params" ]]; then
+    body="$(jq -n --argjson params "$params" --arg key "$key" \
+        '{parameters: {params: $params}, idempotency_key: $key}')"
+else
+    body="$(jq -n --arg key "$key" '{idempotency_key: $key}')"
+fi
 response="$(curl_api -X POST "$api/deployments/$deployment_id/create_flow_run" \
     -H "Content-Type: application/json" -d "$body" -w $'\n%{http_code}')"
 status="${response##*$'\n'}"

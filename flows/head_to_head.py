@@ -1,0 +1,110 @@
+"""The head-to-head phase of a regression run, in memory: baseline vs candidate responses.
+
+The candidate's rows are already validated and judged; the baseline's responses come from
+its published results. Each row both runs answered becomes a pair (A = baseline, B =
+candidate) judged in both orders by the pairwise rubric judge, chunk by chunk as the compare
+flow does; nothing is written to a file for another flow to re-read, and the verdicts join
+the candidate's own result records (one record per row, published once).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from flows.compare import judge_all_pairs
+from flows.execution import auto_chunk_size
+from judges.llm import Usage
+from judges.pairwise_judge import PREFIX, Pair, PairwiseOptions, compare_metrics
+from judges.rows import EvalRow
+from tasks.metric_fields import RowData
+from tasks.pairs import read_rubric
+from tasks.staging import ResultStaging
+
+# Where a regression record keeps the baseline's response that its pair verdict judged.
+BASELINE_RESPONSE = "baseline/response"
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_RESAMPLES = 1000
+
+
+class HeadToHead(NamedTuple):
+    """Verdicts and aggregates of the pairs, and the fields each candidate row gains."""
+
+    metrics: dict[str, Any]
+    fields: dict[str, dict[str, Any]]  # by request_id
+    usage: Usage
+    not_compared: int  # paired rows without a response on one side
+
+
+def build_pairs(rows: list[EvalRow], baseline: Mapping[str, RowData],
+                paired: set[str]) -> tuple[list[Pair], int]:
+    """One pair per row both runs answered; the count of paired rows lacking a response."""
+    pairs, missing = [], 0
+    for row in rows:
+        if row.request_id not in paired:
+            continue
+        before = baseline[row.request_id].response
+        if not isinstance(before, str) or row.response is None:
+            missing += 1
+            continue
+        pairs.append(Pair(row_index=row.row_index, pair_id=row.request_id,
+                          prompt=row.request_text, response_A=before, response_B=row.response))
+    return pairs, missing
+
+
+async def head_to_head(params: Any, rows: list[EvalRow], baseline: Mapping[str, RowData],
+                       paired: set[str]) -> HeadToHead:
+    """Judge every paired row's two responses head to head, in both orders.
+
+    Args:
+        params: the regression parameters (judge, rubric, strict_ties, cache, chunk size).
+        rows: the candidate's rows, responses generated if a candidate model answered.
+        baseline: the baseline's rows by request_id.
+        paired: request_ids paired between the runs (same request in both).
+    """
+    pairs, missing = build_pairs(rows, baseline, paired)
+    rubric = read_rubric(params.rubric, params.storage_options) if params.rubric else None
+    options = PairwiseOptions(rubric, swap=True, strict_ties=params.strict_ties)
+    cache_url = None if not params.use_cache else (
+        params.cache or f"{params.output.rstrip('/')}/.judgeflow-cache")
+    staging = ResultStaging()
+    try:
+        verdicts, usage = await judge_all_pairs(
+            pairs, options, params.judge.settings(),
+            params.chunk_size or auto_chunk_size(len(pairs)), cache_url,
+            params.storage_options, staging)
+        fields = {r["request_id"]: {k: v for k, v in r.items() if k.startswith(PREFIX)}
+                  | {BASELINE_RESPONSE: r["response_A"]} for r in staging.iter_records()}
+    finally:
+        staging.cleanup()
+    metrics = compare_metrics(verdicts, options, seed=BOOTSTRAP_SEED,
+                              resamples=BOOTSTRAP_RESAMPLES)
+    return HeadToHead(metrics, fields, usage, missing)
+
+
+def merge_fields(staging: ResultStaging, fields: Mapping[str, Mapping[str, Any]]) -> ResultStaging:
+    """A new staging whose records carry the pair fields of their request_id (chunk by chunk).
+
+    The old staging is removed; only one chunk is in memory at a time.
+    """
+    merged = ResultStaging()
+    try:
+        for index, path in enumerate(staging.chunk_files()):
+            merged.write_chunk(index, [_merge(r, fields) for r in _read(path)])
+    except BaseException:
+        merged.cleanup()
+        raise
+    staging.cleanup()
+    return merged
+
+
+def _read(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _merge(record: dict, fields: Mapping[str, Mapping[str, Any]]) -> dict:
+    extra = fields.get(str(record.get("request_id")))
+    return {**record, **extra} if extra else record

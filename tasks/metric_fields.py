@@ -1,0 +1,124 @@
+"""The one place that reads published Databricks names back: aggregate ↔ per-row field.
+
+Regression compares runs row by row, and a baseline is a published run, so its aggregates
+(`…/rating/percentage`) must be traced back to the per-row fields they were computed from
+(`…/rating`, `…/error_message`). Everything else in the regression code works on the
+`MetricField`s and `RowData` built here, never on key strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, NamedTuple
+
+RATE_SUFFIXES = ("/rating/percentage", "/rating/average")
+PRECISION_SUFFIX = "/precision/average"
+MEAN_SUFFIX = "/average"
+TAG_PREFIX = "tag/"
+
+
+class MetricField(NamedTuple):
+    """An aggregate and the per-row field it averages.
+
+    Attributes:
+        metric: the aggregate's name, e.g. response/llm_judged/correctness/rating/percentage.
+        base: the prefix its counts hang from (`{base}/rated_count`, `{base}/error_count`).
+        field: the per-row value (`…/rating`, `…/precision`, `agent/latency_seconds`).
+        kind: "rate" (yes/no verdicts, McNemar) or "mean" (numbers, Wilcoxon).
+        error_field: the per-row error (`…/error_message` or `…/error_messages`), if any.
+        lower_is_better: latency and token counts; a "drop" there is an improvement.
+    """
+
+    metric: str
+    base: str
+    field: str
+    kind: Literal["rate", "mean"]
+    error_field: str | None
+    lower_is_better: bool
+
+
+class RowData(NamedTuple):
+    """One row's values by metric name (1.0/0.0 for yes/no), its errors and its tags."""
+
+    request: Any
+    response: Any
+    tags: tuple[str, ...]
+    values: dict[str, float]
+    errors: frozenset[str]
+
+
+def metric_field(metric: str) -> MetricField | None:
+    """The per-row field behind an aggregate name; None for counts and pairwise metrics."""
+    if metric.startswith(TAG_PREFIX):
+        return None
+    for suffix in RATE_SUFFIXES:
+        if metric.endswith(suffix):
+            base = metric[: -len(suffix)]
+            return MetricField(metric, base, f"{base}/rating", "rate",
+                               f"{base}/error_message", False)
+    if metric.endswith(PRECISION_SUFFIX):
+        base = metric[: -len(PRECISION_SUFFIX)]
+        return MetricField(metric, base, f"{base}/precision", "mean",
+                           f"{base}/error_messages", False)
+    if metric.endswith(MEAN_SUFFIX):
+        base = metric[: -len(MEAN_SUFFIX)]
+        return MetricField(metric, base, base, "mean", None, base.startswith("agent/"))
+    return None
+
+
+def metric_fields(metrics: Iterable[str]) -> list[MetricField]:
+    """Every aggregate among `metrics` that is an average of a per-row field."""
+    return [f for f in map(metric_field, metrics) if f is not None]
+
+
+def is_pairwise(metric: str) -> bool:
+    """Pairwise (Nova) aggregates are bare names (winrate); Databricks names have a slash."""
+    return "/" not in metric
+
+
+def row_tags(value: Any) -> tuple[str, ...]:
+    """A row's `tags` as strings: a list, a single string, or nothing."""
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, list | tuple):
+        return tuple(dict.fromkeys(str(t) for t in value if t is not None and str(t)))
+    return ()
+
+
+def _value(record: Mapping[str, Any], spec: MetricField) -> float | None:
+    raw = record.get(spec.field)
+    if spec.kind == "rate":
+        return {"yes": 1.0, "no": 0.0}.get(raw) if isinstance(raw, str) else None
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw != raw:  # NaN
+        return None
+    return float(raw)
+
+
+def _errored(record: Mapping[str, Any], spec: MetricField) -> bool:
+    error = record.get(spec.error_field) if spec.error_field else None
+    if isinstance(error, list | tuple):
+        return any(error)
+    return bool(error) and error == error  # NaN from a Parquet read-back is no error
+
+
+def row_data(record: Mapping[str, Any], specs: Iterable[MetricField]) -> RowData:
+    """The compact view of a result record that pairing and slicing need."""
+    values, errors = {}, set()
+    for spec in specs:
+        value = _value(record, spec)
+        if value is not None:
+            values[spec.metric] = value
+        elif _errored(record, spec):
+            errors.add(spec.metric)
+    return RowData(record.get("request"), record.get("response"), row_tags(record.get("tags")),
+                   values, frozenset(errors))
+
+
+def tag_key(tag: str) -> str:
+    """A tag as one segment of a metric name: '/' and '%' percent-encoded."""
+    return tag.replace("%", "%25").replace("/", "%2F")
+
+
+def tag_metric(tag: str, name: str) -> str:
+    """`tag/{tag}/{name}`, e.g. tag/billing/response/llm_judged/correctness/rating/percentage."""
+    return f"{TAG_PREFIX}{tag_key(tag)}/{name}"

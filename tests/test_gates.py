@@ -1,0 +1,194 @@
+"""Gates and the decision of a run, as pure functions over per-row data."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.deltas import paired_deltas
+from tasks.gates import Gate, GateConfigError, load_gates
+from tasks.metric_fields import RowData, metric_fields, row_data, tag_metric
+from tasks.regression import Context, decide
+from tasks.slices import slice_metrics
+
+CORRECT = "response/llm_judged/correctness"
+RATE = f"{CORRECT}/rating/percentage"
+RECALL = "retrieval/ground_truth/document_recall/average"
+LATENCY = "agent/latency_seconds/average"
+
+
+def record(i: int, rating: str | None, recall: float | None = 1.0, latency: float = 1.0,
+           tags=(), error: str | None = None) -> dict:
+    return {"request_id": f"q{i}", "request": f"question {i}", "response": f"answer {i}",
+            f"{CORRECT}/rating": rating, f"{CORRECT}/error_message": error,
+            "retrieval/ground_truth/document_recall": recall, "agent/latency_seconds": latency,
+            "tags": list(tags)}
+
+
+def run(records: list[dict], extra: tuple[str, ...] = ()) -> tuple[dict[str, RowData], dict]:
+    """Per-row data and the aggregates a run would publish (with its slices)."""
+    names = [RATE, RECALL, LATENCY, *extra]
+    specs = metric_fields(names)
+    rows = {r["request_id"]: row_data(r, specs) for r in records}
+    metrics = {}
+    for spec in specs:
+        values = [row.values[spec.metric] for row in rows.values() if spec.metric in row.values]
+        metrics[spec.metric] = sum(values) / len(values) if values else None
+        metrics[f"{spec.base}/rated_count"] = len(values)
+        if spec.error_field:
+            metrics[f"{spec.base}/error_count"] = sum(spec.metric in r.errors
+                                                      for r in rows.values())
+    return rows, {**metrics, **slice_metrics(rows.values(), specs)}
+
+
+def verdict(gates, baseline_records, candidate_records, *, baseline_id="base", **ctx):
+    candidate, cand_metrics = run(candidate_records)
+    if baseline_records is None:
+        lines = []
+    else:
+        base, base_metrics = run(baseline_records)
+        lines = paired_deltas(metric_fields(cand_metrics), base, candidate, base_metrics,
+                              cand_metrics)
+    context = Context(suite="s", baseline_run_id=baseline_id if baseline_records else None,
+                      max_error_share=ctx.pop("max_error_share", 0.05),
+                      min_paired=ctx.pop("min_paired", 10), **ctx)
+    return decide(gates, cand_metrics, lines, context)
+
+
+BASE = [record(i, "yes") for i in range(40)]
+
+
+def test_first_run_says_no_baseline_yet_and_is_incomplete():
+    result = verdict([Gate(metric=RATE, max_drop=0.02)], None, BASE)
+    assert result.outcome == "incomplete"
+    assert result.gates[0].reason == "no baseline yet: first run of suite 's'"
+
+
+def test_absolute_gates_decide_without_a_baseline():
+    result = verdict([Gate(metric=RATE, min=0.9)], None, BASE)
+    assert result.outcome == "passed" and result.gates[0].outcome == "held"
+
+
+def test_a_gate_on_an_absent_metric_is_undecidable_not_passed():
+    result = verdict([Gate(metric="response/llm_judged/nope/rating/percentage", min=0.5)],
+                     BASE, BASE)
+    assert result.outcome == "incomplete"
+    assert "absent" in result.gates[0].reason
+
+
+def test_too_many_judge_errors_make_the_gate_undecidable():
+    candidate = [record(i, None, error="timeout") if i < 3 else record(i, "yes")
+                 for i in range(40)]
+    result = verdict([Gate(metric=RATE, max_drop=0.02)], BASE, candidate)
+    assert result.outcome == "incomplete"
+    assert "errored on 7.5% of the candidate's rows (3)" in result.gates[0].reason
+
+
+def test_too_few_paired_rows_make_the_gate_undecidable():
+    renamed = [{**r, "request_id": f"x{i}"} for i, r in enumerate(BASE[:35])] + BASE[35:]
+    result = verdict([Gate(metric=RATE, max_drop=0.02)], BASE, renamed)
+    assert result.outcome == "incomplete"
+    assert "only 5 rows paired" in result.gates[0].reason
+
+
+def test_a_changed_request_is_not_a_pair():
+    changed = [{**r, "request": "something else"} for r in BASE]
+    result = verdict([Gate(metric=RATE, max_drop=0.02)], BASE, changed)
+    assert result.outcome == "incomplete"
+
+
+def test_a_drop_breaches_and_failed_wins_over_incomplete():
+    candidate = [record(i, "no" if i < 10 else "yes") for i in range(40)]
+    gates = [Gate(metric=RATE, max_drop=0.02, alpha=0.05), Gate(metric="winrate", min=0.4)]
+    result = verdict(gates, BASE, candidate)
+    assert [g.outcome for g in result.gates] == ["breached", "undecidable"]
+    assert result.outcome == "failed"
+    gate = result.gates[0]
+    assert gate.baseline == 1.0 and gate.candidate == 0.75 and gate.n_paired == 40
+    assert gate.p == pytest.approx(0.5**10) and gate.p_adjusted == gate.p
+
+
+def test_holm_lets_a_marginal_drop_through_when_several_gates_share_alpha():
+    # 5 losses of 40: one-sided p = 1/32 = 0.03125 < 0.05 alone, 0.0625 once doubled by Holm.
+    candidate = [record(i, "no" if i < 5 else "yes", latency=1.0) for i in range(40)]
+    alone = verdict([Gate(metric=RATE, max_drop=0.02, alpha=0.05)], BASE, candidate)
+    assert alone.outcome == "failed"
+    both = verdict([Gate(metric=RATE, max_drop=0.02, alpha=0.05),
+                    Gate(metric=LATENCY, max_rise=0.5, alpha=0.05)], BASE, candidate)
+    first = both.gates[0]
+    assert first.p == pytest.approx(1 / 32) and first.p_adjusted == pytest.approx(1 / 16)
+    assert first.outcome == "held" and "not significant" in first.reason
+    assert both.outcome == "passed"
+
+
+def test_an_alpha_gate_on_an_average_can_fire():
+    candidate = [record(i, "yes", recall=0.5 if i < 12 else 1.0) for i in range(40)]
+    result = verdict([Gate(metric=RECALL, max_drop=0.05, alpha=0.01)], BASE, candidate)
+    gate = result.gates[0]
+    assert gate.outcome == "breached", gate.reason
+    assert gate.delta == pytest.approx(-0.15) and gate.p == pytest.approx(0.5**12)
+    assert gate.high < 0
+
+
+def test_max_rise_gates_latency():
+    candidate = [record(i, "yes", latency=2.5) for i in range(40)]
+    result = verdict([Gate(metric=LATENCY, max_rise=0.5, alpha=0.05)], BASE, candidate)
+    assert result.gates[0].outcome == "breached" and "rose 1.5000" in result.gates[0].reason
+
+
+def test_tag_gate_and_worst_slice():
+    base = [record(i, "yes", tags=["billing" if i < 20 else "search"]) for i in range(40)]
+    candidate = [record(i, "no" if i < 6 else "yes", tags=["billing" if i < 20 else "search"])
+                 for i in range(40)]
+    gates = [Gate(metric=RATE, max_drop=0.2), Gate(metric=RATE, tag="billing", max_drop=0.2)]
+    result = verdict(gates, base, candidate)
+    overall, billing = result.gates
+    assert overall.outcome == "held" and overall.delta == pytest.approx(-0.15)
+    assert overall.worst_slice["tag"] == "billing"
+    assert overall.worst_slice["delta"] == pytest.approx(-0.3)
+    assert billing.outcome == "breached" and billing.n_paired == 20
+    _, metrics = run(candidate)
+    assert metrics[tag_metric("billing", RATE)] == pytest.approx(0.7)
+    assert metrics[tag_metric("billing", f"{CORRECT}/rated_count")] == 20
+
+
+def test_winrate_breaches_on_its_interval_not_its_point():
+    pairs = {"pairs_total": 40, "pairs_error": 0, "a_scores": 45, "b_scores": 35, "ties": 0}
+    gate = Gate(metric="winrate", min=0.45)
+    covered = {**pairs, "winrate": 0.4375, "lower_rate": 0.33, "upper_rate": 0.55}
+    assert verdict([gate], BASE, BASE, pairwise=covered).gates[0].outcome == "held"
+    below = {**pairs, "winrate": 0.30, "lower_rate": 0.2, "upper_rate": 0.41}
+    result = verdict([gate], BASE, BASE, pairwise=below)
+    assert result.gates[0].outcome == "breached" and "interval" in result.gates[0].reason
+
+
+def test_all_ties_count_as_an_even_win_rate():
+    ties = {"pairs_total": 40, "pairs_error": 0, "a_scores": 0, "b_scores": 0, "ties": 80,
+            "winrate": None, "lower_rate": None, "upper_rate": None}
+    result = verdict([Gate(metric="winrate", min=0.45)], BASE, BASE, pairwise=ties)
+    assert result.outcome == "passed" and "every judgment was a tie" in result.gates[0].reason
+
+
+def test_pairwise_gate_without_a_head_to_head_is_undecidable():
+    result = verdict([Gate(metric="winrate", min=0.45)], BASE, BASE,
+                     pairwise_unavailable="the head-to-head is disabled (pairwise: false)")
+    assert result.outcome == "incomplete" and "disabled" in result.gates[0].reason
+
+
+def test_gates_file_default_alpha_and_errors(tmp_path):
+    path = tmp_path / "gates.yaml"
+    path.write_text(f"alpha: 0.01\ngates:\n  - metric: {RATE}\n    max_drop: 0.02\n"
+                    f"  - metric: {RATE}\n    min: 0.5\n")
+    relative, absolute = load_gates(str(path))
+    assert relative.alpha == 0.01 and absolute.alpha is None
+    for text, message in [
+        ("gates:\n  - metric: winrate\n    max_drop: 0.1\n", "pairwise metric"),
+        (f"gates:\n  - metric: {RATE}\n", "needs max_drop"),
+        (f"gates:\n  - metric: {RATE}\n    min: 0.5\n    alpha: 0.05\n", "alpha applies"),
+        ("gates: [\n", "not valid YAML"),
+        ("gate: []\n", "gate: Extra inputs"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(GateConfigError, match=message):
+            load_gates(str(path))
+    with pytest.raises(GateConfigError, match="not found"):
+        load_gates(str(tmp_path / "missing.yaml"))
