@@ -109,7 +109,7 @@ def compare_command(
         help="fsspec option KEY=VALUE for s3://, e.g. endpoint_url=http://minio:9000")] = None,
 ) -> None:
     """Judge two systems head to head (both orders of every pair) and publish a report."""
-    from flows.compare import CompareParams
+    from flows.compare_params import CompareParams
     from flows.params import JudgeModel
 
     judge = build_params(JudgeModel, model=judge_model, api_base=api_base,

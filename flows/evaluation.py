@@ -17,6 +17,7 @@ from flows.execution import auto_chunk_size, generate_all, judge_all
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.params import EvaluateParams
 from flows.preflight import extra_judges, refuse_invalid
+from flows.run_common import cache_url
 from judges.llm import Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan, plan_judges
@@ -83,12 +84,6 @@ async def generate_responses(params: EvaluateParams, prepared: PreparedSet) -> U
     return usage
 
 
-def _cache_url(params: EvaluateParams) -> str | None:
-    if not params.use_cache:
-        return None
-    return params.cache or f"{params.output.rstrip('/')}/.judgeflow-cache"
-
-
 async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
     """Plan the judges and run them over every row, staging results as chunks finish."""
     logger = get_run_logger()
@@ -104,7 +99,7 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
     try:
         usage = await judge_all(
             rows, plan, params.judge.settings(), params.chunk_size or auto_chunk_size(len(rows)),
-            _cache_url(params), params.storage_options, staging, accumulator,
+            cache_url(params), params.storage_options, staging, accumulator,
         )
     except BaseException:
         staging.cleanup()

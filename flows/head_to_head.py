@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from flows.compare import judge_all_pairs
+from flows.compare_phases import judge_all_pairs
 from flows.execution import auto_chunk_size
+from flows.run_common import cache_url
 from judges.llm import Usage
 from judges.pairwise_judge import PREFIX, Pair, PairwiseOptions, compare_metrics
 from judges.rows import EvalRow
@@ -67,13 +68,11 @@ async def head_to_head(params: Any, rows: list[EvalRow], baseline: Mapping[str, 
     pairs, missing = build_pairs(rows, baseline, paired)
     rubric = read_rubric(params.rubric, params.storage_options) if params.rubric else None
     options = PairwiseOptions(rubric, swap=True, strict_ties=params.strict_ties)
-    cache_url = None if not params.use_cache else (
-        params.cache or f"{params.output.rstrip('/')}/.judgeflow-cache")
     staging = ResultStaging()
     try:
         verdicts, usage = await judge_all_pairs(
             pairs, options, params.judge.settings(),
-            params.chunk_size or auto_chunk_size(len(pairs)), cache_url,
+            params.chunk_size or auto_chunk_size(len(pairs)), cache_url(params),
             params.storage_options, staging)
         fields = {r["request_id"]: {k: v for k, v in r.items() if k.startswith(PREFIX)}
                   | {BASELINE_RESPONSE: r["response_A"]} for r in staging.iter_records()}

@@ -16,7 +16,6 @@ from prefect.events import emit_event
 from prefect.states import Failed, State
 from pydantic import Field, model_validator
 
-from flows.evaluate import new_run_id, run_summary
 from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.params import EvaluateParams, SafeName
 from flows.regression_phases import (
@@ -26,9 +25,9 @@ from flows.regression_phases import (
     decide_run,
     regression_section,
 )
+from flows.run_common import run_location, run_summary
 from tasks.artifacts import publish_artifacts
 from tasks.baseline import find_baseline
-from tasks.outputs import RunLocation
 from tasks.regression import load_gates
 from tasks.verdict_text import gate_line, verdict_message
 
@@ -101,8 +100,7 @@ async def regression(params: RegressionParams) -> dict | State:
     gates = load_gates(params.gates, params.storage_options)
     # Read before this run is published: it may become the suite's next baseline.
     baseline = find_baseline(params.output, params.suite, params.baseline, params.storage_options)
-    location = RunLocation(params.output, params.suite,
-                           params.run_id or new_run_id(started_at), params.storage_options)
+    location = run_location(params, started_at)
     prepared = prepare(params)
     generation_usage = await generate_responses(params, prepared)
     judged = await judge(params, prepared)

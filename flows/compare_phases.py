@@ -1,0 +1,194 @@
+"""The phases of a compare run: prepare the pairs, judge them in both orders, publish.
+
+Each phase is a plain function over typed values; the `compare` flow only sequences them, as
+the `evaluate` flow sequences the phases in flows/evaluation.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from prefect import get_run_logger
+from prefect.client.schemas.objects import State
+from prefect.utilities.annotations import quote
+
+from flows.compare_params import CompareParams
+from flows.completeness import Completeness, assess_pairs
+from flows.execution import auto_chunk_size, chunks_in_flight, run_chunks
+from flows.manifest import OFFLINE_NOTICE, build_manifest
+from flows.run_common import cache_url
+from judges import pairwise_judge
+from judges.llm import LLMSettings, Usage
+from judges.pairwise import PairVerdict, Rubric
+from judges.pairwise_judge import Pair, PairwiseOptions, compare_metrics
+from judges.plan import JudgePlan
+from tasks.compare import compare_chunk, failed_chunk_result
+from tasks.outputs import RunLocation
+from tasks.pairs import PairSet, load_pairs, load_rubric
+from tasks.publish import publish_run
+from tasks.staging import ResultStaging
+from tasks.validation import InvalidDatasetError
+
+SWAP_DISABLED_NOTICE = (
+    "Position swap disabled: each pair was judged once, with A in position 1. A judge's "
+    "position bias goes straight into the verdicts; use this run to diagnose it, not to decide."
+)
+
+
+@dataclass
+class PreparedPairs:
+    """The validated pairs, the rejected ones, and how every pair is to be judged."""
+
+    pair_set: PairSet
+    options: PairwiseOptions
+    rubric: Rubric | None
+    load_seconds: float
+
+
+@dataclass
+class JudgedPairs:
+    """Every pair's verdict, staged records, aggregates and whether the run can be read."""
+
+    verdicts: list[PairVerdict]
+    staging: ResultStaging
+    metrics: dict
+    usage: Usage
+    completeness: Completeness
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def warn_notices(params: CompareParams) -> None:
+    """Say on the run log what makes this run not an ordinary comparison."""
+    logger = get_run_logger()
+    for notice, shown in ((OFFLINE_NOTICE, params.judge.settings().is_offline),
+                          (SWAP_DISABLED_NOTICE, not params.swap)):
+        if shown:
+            logger.warning(notice)
+
+
+def prepare_pairs(params: CompareParams) -> PreparedPairs:
+    """Load the rubric and the pairs; raise on invalid rows unless they may be skipped."""
+    started = time.perf_counter()
+    rubric = load_rubric(params.rubric, params.storage_options) if params.rubric else None
+    pair_set = load_pairs(params.data, params.baseline, params.candidate, params.storage_options)
+    whole_set_broken = any(p.row_index is None for p in pair_set.problems)
+    nothing_left = not pair_set.pairs
+    if pair_set.problems and (params.on_invalid == "fail" or whole_set_broken or nothing_left):
+        raise InvalidDatasetError(pair_set.problems, pair_set.total)
+    options = PairwiseOptions(rubric, params.swap, params.strict_ties)
+    return PreparedPairs(pair_set, options, rubric, time.perf_counter() - started)
+
+
+async def judge_pairs(params: CompareParams, prepared: PreparedPairs) -> JudgedPairs:
+    """Judge every pair in both orders, stage the records, aggregate, assess completeness."""
+    pairs, staging = prepared.pair_set.pairs, ResultStaging()
+    started = time.perf_counter()
+    try:
+        verdicts, usage = await judge_all_pairs(
+            pairs, prepared.options, params.judge.settings(),
+            params.chunk_size or auto_chunk_size(len(pairs)), cache_url(params),
+            params.storage_options, staging)
+    except BaseException:
+        staging.cleanup()
+        raise
+    metrics = {**compare_metrics(verdicts, prepared.options, seed=params.bootstrap_seed,
+                                 resamples=params.bootstrap_resamples),
+               **{f"rows/{k.removeprefix('rows_')}": v
+                  for k, v in _counts(prepared.pair_set).items()}}
+    completeness = assess_pairs(metrics, staging.iter_records, params.max_error_share)
+    timings = {"load_validate_seconds": prepared.load_seconds,
+               "judge_seconds": time.perf_counter() - started}
+    return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings)
+
+
+def publish_pairs(params: CompareParams, location: RunLocation, prepared: PreparedPairs,
+                  judged: JudgedPairs, started_at: datetime) -> tuple[dict, dict[str, str]]:
+    """Write the run's files (manifest last); returns the manifest and the file URLs."""
+    manifest = compare_manifest(params, location, prepared.pair_set, prepared.rubric,
+                                judged.usage, started_at, judged.timings, judged.completeness)
+    try:
+        urls = publish_run(location, judged.staging, judged.metrics, manifest,
+                           prepared.pair_set.rejected, pairwise=judged.metrics)
+    finally:
+        judged.staging.cleanup()
+    return manifest, urls
+
+
+async def judge_all_pairs(
+    pairs: list[Pair],
+    options: PairwiseOptions,
+    settings: LLMSettings,
+    chunk_size: int,
+    cache_url: str | None,
+    storage_options: dict,
+    staging: ResultStaging,
+) -> tuple[list[PairVerdict], Usage]:
+    """Judge every chunk (a few at a time), staging each chunk's records as it completes.
+
+    Returns:
+        One verdict per pair in input order, and the calls and tokens spent. A chunk whose
+        task fails after its retries yields an error verdict per pair: no pair is lost.
+    """
+    usage, by_chunk = Usage(), {}
+
+    def submit(index: int, chunk: list[Pair]) -> Awaitable[State]:
+        return compare_chunk(index, quote(chunk), options, settings, cache_url, storage_options,
+                             return_state=True)
+
+    async def finish(index: int, chunk: list[Pair], state: State) -> None:
+        if state.is_completed():
+            result = await state.aresult()
+        else:
+            result = failed_chunk_result(index, chunk, options, state.message or "task failed")
+        usage.add(result.usage)
+        staging.write_chunk(index, result.records, result.calls)
+        by_chunk[index] = result.verdicts
+
+    in_flight = chunks_in_flight(settings.concurrency, chunk_size)
+    await run_chunks(pairs, chunk_size, in_flight, submit, finish)
+    return [v for index in sorted(by_chunk) for v in by_chunk[index]], usage
+
+
+def pairwise_section(params: CompareParams, rubric: Rubric | None) -> dict:
+    """What the manifest records about how pairs were judged."""
+    return {
+        "swap": params.swap,
+        "swap_notice": None if params.swap else SWAP_DISABLED_NOTICE,
+        "strict_ties": params.strict_ties,
+        "criteria": "dynamic" if rubric is None else "fixed",
+        "rubric_source": params.rubric,
+        "rubric": None if rubric is None else rubric.model_dump()["criteria"],
+        "bootstrap": {"seed": params.bootstrap_seed, "resamples": params.bootstrap_resamples},
+    }
+
+
+def judge_entry() -> dict:
+    """The pairwise judge's provenance, shaped like the manifest's entries for binary judges."""
+    return {"name": pairwise_judge.NAME, "kind": "pairwise", "per_chunk": False,
+            "version": pairwise_judge.VERSION, "template": pairwise_judge.TEMPLATE,
+            "prompt_hash": pairwise_judge.prompt_hash()}
+
+
+def _counts(pair_set: PairSet) -> dict[str, int]:
+    return {"rows_total": pair_set.total, "rows_judged": len(pair_set.pairs),
+            "rows_rejected": len(pair_set.rejected)}
+
+
+def compare_manifest(params: CompareParams, location: RunLocation, pair_set: PairSet,
+                     rubric: Rubric | None, usage: Usage, started_at: datetime,
+                     timings: dict[str, float], completeness: Completeness) -> dict:
+    """The run's manifest: the shared fields, this judge's provenance and how pairs were judged."""
+    manifest = build_manifest(
+        kind="compare", suite=location.suite, run_id=location.run_id,
+        source=params.data or f"baseline {params.baseline} vs candidate {params.candidate}",
+        counts=_counts(pair_set), settings=params.judge.settings(),
+        # No binary judge is planned: the pairwise judge, recorded below, is the only one.
+        plan=JudgePlan((), (), ()), usage=usage, started_at=started_at,
+        finished_at=datetime.now(UTC), timings=timings,
+        config=params.model_dump(mode="json", exclude={"storage_options"}),
+        status=completeness.status, incomplete_reasons=completeness.reasons,
+    )
+    return manifest | {"judges": [judge_entry()], "pairwise": pairwise_section(params, rubric)}
