@@ -98,7 +98,8 @@ async def judge_pairs(params: CompareParams, prepared: PreparedPairs) -> JudgedP
                                  resamples=params.bootstrap_resamples),
                **{f"rows/{k.removeprefix('rows_')}": v
                   for k, v in _counts(prepared.pair_set).items()}}
-    completeness = assess_pairs(metrics, staging.iter_records, params.max_error_share)
+    example = next((v.error_message for v in verdicts if v.error_message), None)
+    completeness = assess_pairs(metrics, example, params.max_error_share)
     timings = {"load_validate_seconds": prepared.load_seconds,
                "judge_seconds": time.perf_counter() - started}
     return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings)

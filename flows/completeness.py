@@ -9,7 +9,7 @@ per failing judge, and never becomes a baseline.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
 from judges.plan import JudgePlan
@@ -46,22 +46,15 @@ def error_shares(plan: JudgePlan, metrics: dict) -> list[ErrorShare]:
     return shares
 
 
-def first_error(records: Iterable[dict], prefix: str) -> str | None:
-    """The first error message a judge left on a row: the example shown to the user."""
-    for record in records:
-        message = record.get(f"{prefix}/error_message")
-        if not message:
-            message = next((m for m in record.get(f"{prefix}/error_messages") or [] if m), None)
-        if message:
-            one_line = " ".join(str(message).split())
-            return one_line[:EXAMPLE_MAX_CHARS]
-    return None
+def one_line(message: str) -> str:
+    """An error message as the example shown to the user: one line, bounded."""
+    return " ".join(str(message).split())[:EXAMPLE_MAX_CHARS]
 
 
 def assess(
     plan: JudgePlan,
     metrics: dict,
-    records: Callable[[], Iterable[dict]],
+    examples: Mapping[str, str],
     max_error_share: float,
     judge_model: str = "",
 ) -> Completeness:
@@ -70,8 +63,7 @@ def assess(
     Args:
         plan: the judges that ran.
         metrics: the run's aggregates (`{prefix}/error_count`, `{prefix}/rated_count`).
-        records: reads the staged per-row results again (called only for a failing judge, so
-            that a healthy run never re-reads them, and never all at once).
+        examples: the first error each judge met, by output prefix.
         max_error_share: largest tolerated share of failed rows per judge.
         judge_model: the model and endpoint the judges called, named in each reason.
     """
@@ -86,21 +78,21 @@ def assess(
         if share.total == 0:
             reasons.append(f"{share.name}: no row was judged")
             continue
-        example = first_error(records(), share.prefix)
+        example = examples.get(share.prefix)
         called = f" (judge {judge_model})" if judge_model else ""
         reasons.append(f"{share.name}: {share.errors} of {share.total} rows failed{called}"
-                       + (f": {example}" if example else ""))
+                       + (f": {one_line(example)}" if example else ""))
     return Completeness.of(reasons)
 
 
 def assess_pairs(
-    metrics: dict, records: Callable[[], Iterable[dict]], max_error_share: float
+    metrics: dict, example: str | None, max_error_share: float
 ) -> Completeness:
     """A compare run: incomplete when more than `max_error_share` of its pairs have no verdict.
 
     Args:
         metrics: the compare run's metrics (`pairs_error`, `pairs_total`).
-        records: reads its per-pair results again (only when too many pairs failed).
+        example: the first error a pair met, if any.
         max_error_share: largest tolerated share of pairs without a verdict.
     """
     errors, total = metrics.get("pairs_error") or 0, metrics.get("pairs_total") or 0
@@ -108,6 +100,5 @@ def assess_pairs(
         return Completeness.of(["pairwise: no pair was judged"])
     if errors / total <= max_error_share:
         return Completeness.of([])
-    example = first_error(records(), "pairwise")
     return Completeness.of([f"pairwise: {errors} of {total} pairs failed"
-                            + (f": {example}" if example else "")])
+                            + (f": {one_line(example)}" if example else "")])

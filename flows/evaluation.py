@@ -115,7 +115,7 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
         metrics["agent/generation_error_count"] = sum(GENERATION_ERROR in r.extra for r in rows)
     judge_model = params.judge.model + (f" at {params.judge.api_base}" if params.judge.api_base
                                         else "")
-    completeness = assess(plan, metrics, staging.iter_records, params.max_error_share,
+    completeness = assess(plan, metrics, accumulator.first_errors, params.max_error_share,
                           judge_model)
     for reason in completeness.reasons:
         logger.warning("incomplete: %s", reason)

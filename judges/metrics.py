@@ -42,6 +42,7 @@ class MetricsAccumulator:
         self._judges = {j.prefix: Tally() for j in plan.judges}
         self._metrics = {m.field: Tally() for m in plan.metrics}
         self._unjudged_chunks = {j.prefix: 0 for j in plan.judges if j.per_chunk}
+        self.first_errors: dict[str, str] = {}  # by prefix: the example shown when many fail
 
     def add(self, result: RowResult) -> None:
         for judged in result.judges:
@@ -52,6 +53,8 @@ class MetricsAccumulator:
     def _add_judge(self, judged: JudgeResult) -> None:
         prefix = judged.spec.prefix
         self._judges[prefix].add(judged.value, judged.errored)
+        if judged.errored:
+            self.first_errors.setdefault(prefix, judged.verdict.error)
         if judged.spec.per_chunk:
             self._unjudged_chunks[prefix] += judged.unjudged_chunks
 

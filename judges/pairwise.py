@@ -187,6 +187,13 @@ class PairVerdict:
         return self.forward_preference == self.backward_preference
 
     @property
+    def error_message(self) -> str | None:
+        """Why the pair has no verdict (both passes' errors); None when it has one."""
+        if self.verdict != "error":
+            return None
+        return f"forward: {self.forward.error}; backward: {self.backward.error}"
+
+    @property
     def score_margin(self) -> float | None:
         """weighted_score_A - weighted_score_B; positive favours A."""
         if self.weighted_score_A is None or self.weighted_score_B is None:

@@ -187,12 +187,8 @@ def pair_record(verdict: PairVerdict, *, prefix: str = "pairwise/") -> dict[str,
         "weighted_score_A": verdict.weighted_score_A,
         "weighted_score_B": verdict.weighted_score_B,
         "score_margin": verdict.score_margin,
-        "error_message": None,
+        "error_message": verdict.error_message,
     }
-    if verdict.verdict == "error":
-        record["error_message"] = (
-            f"forward: {verdict.forward.error}; backward: {verdict.backward.error}"
-        )
     for name, judge_pass in (("forward", verdict.forward), ("backward", verdict.backward)):
         record.update({f"{name}/{key}": value for key, value in _pass_record(judge_pass).items()})
     return {f"{prefix}{key}": value for key, value in record.items()}

@@ -3,8 +3,8 @@
 Per row: `response/llm_judged/{judge}/rating|rationale|error_message`,
 `retrieval/llm_judged/{judge}/ratings|rationales|error_messages|precision` (plus the row-level
 `error_message` and `unjudged_chunk_count`), `response/aspect_critic/{name}/...|verdicts`, and
-each deterministic metric's field. Reading a published record back goes through
-`headline_value` and `error_of`, so no other module parses these names.
+each deterministic metric's field; and the run-level aggregate and count names. Reading a
+published run back (as a regression baseline) is tasks/metric_fields.py's job, the one reader.
 """
 
 from __future__ import annotations
@@ -66,11 +66,6 @@ def row_record(result: RowResult) -> dict:
     return record
 
 
-def headline_name(spec: JudgeSpec) -> str:
-    """The per-row field holding a judge's headline value (a rating, or a precision)."""
-    return f"{spec.prefix}/precision" if spec.per_chunk else f"{spec.prefix}/rating"
-
-
 def aggregate_name(spec: JudgeSpec) -> str:
     """The run-level metric of a judge: `…/rating/percentage|average` or `…/precision/average`."""
     if spec.per_chunk:
@@ -81,13 +76,3 @@ def aggregate_name(spec: JudgeSpec) -> str:
 def count_names(prefix: str) -> tuple[str, str]:
     """The `rated_count` and `error_count` metrics beside a judge's aggregate."""
     return f"{prefix}/rated_count", f"{prefix}/error_count"
-
-
-def headline_value(record: dict, spec: JudgeSpec) -> str | float | None:
-    """A published record's headline value for a judge (read back, e.g. from a baseline)."""
-    return record.get(headline_name(spec))
-
-
-def error_of(record: dict, prefix: str) -> str | None:
-    """A published record's row-level error for the judge under `prefix`."""
-    return record.get(f"{prefix}/error_message")

@@ -22,23 +22,16 @@ def _counts(judge, errors, rated):
     return {f"{judge.prefix}/error_count": errors, f"{judge.prefix}/rated_count": rated}
 
 
-def _unread():
-    raise AssertionError("records are read only to quote a failing judge's error")
-
-
-def test_an_error_share_at_the_limit_is_complete_and_reads_no_record():
+def test_an_error_share_at_the_limit_is_complete():
     metrics = {**_counts(SAFETY, 1, 19), **_counts(CHUNKS, 0, 20)}
-    assert assess(PLAN, metrics, _unread, 0.05) == ("complete", [])
+    assert assess(PLAN, metrics, {}, 0.05) == ("complete", [])
 
 
 def test_above_the_limit_each_failing_judge_gets_one_line_with_an_example():
     metrics = {**_counts(SAFETY, 2, 18), **_counts(CHUNKS, 5, 0)}
-    records = [
-        {f"{SAFETY.prefix}/error_message": None, f"{CHUNKS.prefix}/error_messages": [None]},
-        {f"{SAFETY.prefix}/error_message": "APIConnectionError:\n refused",
-         f"{CHUNKS.prefix}/error_messages": [None, "Timeout after 3 attempt(s)"]},
-    ]
-    status, reasons = assess(PLAN, metrics, lambda: iter(records), 0.05, "openai/x at http://h")
+    examples = {SAFETY.prefix: "APIConnectionError:\n refused",
+                CHUNKS.prefix: "Timeout after 3 attempt(s)"}
+    status, reasons = assess(PLAN, metrics, examples, 0.05, "openai/x at http://h")
     assert status == "incomplete"
     assert reasons == [
         "safety: 2 of 20 rows failed (judge openai/x at http://h): APIConnectionError: refused",
@@ -48,13 +41,13 @@ def test_above_the_limit_each_failing_judge_gets_one_line_with_an_example():
 
 
 def test_a_run_where_nothing_applied_is_incomplete():
-    assert assess(JudgePlan((), (), ()), {}, _unread, 0.05).status == "incomplete"
+    assert assess(JudgePlan((), (), ()), {}, {}, 0.05).status == "incomplete"
 
 
 @pytest.mark.parametrize("errors, status", [(0, "complete"), (1, "complete"), (3, "incomplete")])
 def test_pairs_without_a_verdict_count_against_the_limit(errors, status):
-    records = [{"pairwise/error_message": "forward: boom; backward: boom"}]
-    result = assess_pairs({"pairs_error": errors, "pairs_total": 20}, lambda: records, 0.05)
+    example = "forward: boom; backward: boom"
+    result = assess_pairs({"pairs_error": errors, "pairs_total": 20}, example, 0.05)
     assert result.status == status
     if status == "incomplete":
         assert result.reasons == ["pairwise: 3 of 20 pairs failed: forward: boom; backward: boom"]
