@@ -51,7 +51,8 @@ class RegressionNotPassed(RuntimeError):
 
 class RegressionParams(EvaluateParams):
     """A nightly (or post-deploy) regression run of one suite: every evaluate parameter, plus
-    the baseline, the gates and how undecidable runs are told apart."""
+    the baseline, the gates and how undecidable runs are told apart.
+    """
 
     suite: SafeName = Field(
         "nightly", description="Suite: the baseline is this suite's newest run that passed"

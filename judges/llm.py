@@ -33,7 +33,8 @@ API_KEY_ENV_PATTERN = r"^[A-Z][A-Z0-9_]*_API_KEY$"
 @functools.cache
 def _litellm():
     """litellm, imported on first use: it costs seconds, which `prefect deploy`, worker
-    start-up and `--help` need not pay. Configured once, here."""
+    start-up and `--help` need not pay. Configured once, here.
+    """
     # litellm fetches a price map from the internet on import unless told not to.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm

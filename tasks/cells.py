@@ -1,5 +1,6 @@
 """What is wrong with one cell of an evaluation set, in words: each check returns None when the
-value is fine, else a short phrase naming what was expected (and what was found)."""
+value is fine, else a short phrase naming what was expected (and what was found).
+"""
 
 from __future__ import annotations
 

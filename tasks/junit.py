@@ -1,5 +1,6 @@
 """JUnit XML for CI: one testcase per gate; a breach is a <failure>, an undecidable gate an
-<error>, so CI dashboards show which gate broke and why without opening the report."""
+<error>, so CI dashboards show which gate broke and why without opening the report.
+"""
 
 from __future__ import annotations
 
