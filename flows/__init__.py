@@ -1,0 +1,1 @@
+"""Prefect flows, their parameter models and the CLI."""

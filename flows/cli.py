@@ -53,6 +53,7 @@ app.command(name="regression")(regression_command)
 
 
 def main() -> None:
+    """Run the `judgeflow` command line."""
     app()
 
 

@@ -26,10 +26,13 @@ class Completeness(NamedTuple):
 
     @classmethod
     def of(cls, reasons: list[str]) -> Completeness:
+        """Incomplete when there is any reason, complete otherwise."""
         return cls(INCOMPLETE if reasons else COMPLETE, reasons)
 
 
 class ErrorShare(NamedTuple):
+    """One judge's failed rows out of the rows it was asked to judge."""
+
     name: str
     prefix: str
     errors: int

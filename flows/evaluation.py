@@ -33,6 +33,8 @@ from tasks.validation import ValidatedSet
 
 @dataclass
 class PreparedSet:
+    """The loaded table, its validation and the rows to judge."""
+
     table: RawTable
     validated: ValidatedSet
     rows: list[EvalRow]
@@ -40,6 +42,8 @@ class PreparedSet:
 
 @dataclass
 class JudgedRun:
+    """What judging left: the plan, staged results, metrics, usage, timings and completeness."""
+
     plan: JudgePlan
     staging: ResultStaging
     metrics: dict
@@ -161,5 +165,6 @@ def publish(
 
 
 def warn_if_offline(params: EvaluateParams) -> None:
+    """Log a warning when the offline heuristic judge stands in for an LLM."""
     if params.judge.settings().is_offline:
         get_run_logger().warning(OFFLINE_NOTICE)

@@ -16,6 +16,7 @@ PACKAGES = ("judgeflow", "prefect", "litellm", "pandera", "pydantic", "pandas", 
 
 
 def package_versions() -> dict[str, str | None]:
+    """Installed version of each recorded package; None where it is not installed."""
     versions = {}
     for name in PACKAGES:
         try:

@@ -58,6 +58,7 @@ SafeName = Annotated[str, Field(pattern=SAFE_NAME.pattern), AfterValidator(_no_p
 
 
 def check_safe_name(value: str, what: str) -> str:
+    """The value unchanged if it is a single safe path segment; raise ValueError naming `what`."""
     if not SAFE_NAME.match(value) or ".." in value:
         raise ValueError(
             f"{what} {value!r} must be 1-128 characters of letters, digits, '.', '_' or '-', "
@@ -91,6 +92,7 @@ class JudgeModel(BaseModel):
     backoff_seconds: float = Field(1.0, ge=0, description="First retry delay (doubles, jittered)")
 
     def settings(self) -> LLMSettings:
+        """These parameters as the LLMSettings of the judge's calls."""
         return LLMSettings(**self.model_dump())
 
 
@@ -112,6 +114,7 @@ class CandidateModel(BaseModel):
     tpm: int | None = Field(None, ge=1, description="Tokens per minute cap")
 
     def settings(self) -> LLMSettings:
+        """These parameters as the LLMSettings of the candidate's calls."""
         return LLMSettings(**self.model_dump())
 
 

@@ -86,6 +86,7 @@ def check_model(model: str, option: str) -> None:
 
 
 def check_something_to_judge(plan: JudgePlan) -> None:
+    """Raise PreflightError, naming why each judge was skipped, when the plan judges nothing."""
     if plan.judges or plan.metrics:
         return
     why = "; ".join(f"{s.name}: {s.reason}" for s in plan.skipped)

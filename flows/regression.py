@@ -50,8 +50,10 @@ class RegressionNotPassed(RuntimeError):
 
 
 class RegressionParams(EvaluateParams):
-    """A nightly (or post-deploy) regression run of one suite: every evaluate parameter, plus
-    the baseline, the gates and how undecidable runs are told apart.
+    """A nightly (or post-deploy) regression run of one suite.
+
+    Every evaluate parameter, plus the baseline, the gates and how undecidable runs are told
+    apart.
     """
 
     suite: SafeName = Field(

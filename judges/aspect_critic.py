@@ -36,28 +36,35 @@ class AspectError(ValueError):
 
 @dataclass(frozen=True)
 class AspectCritic(JudgeSpec):
+    """A yes/no judge of one named aspect, its verdict the majority of `strictness` calls."""
+
     definition: str = ""
     strictness: int = 1
 
     @property
     def prefix(self) -> str:
+        """Where its output fields go: `response/aspect_critic/{name}`."""
         # Its own namespace: the "correctness" aspect must not overwrite the correctness judge.
         return f"response/aspect_critic/{self.name}"
 
     def template_context(self, row: EvalRow, chunk: Chunk | None) -> dict:
+        """The row, and the aspect's name and definition (one call per row: no chunk)."""
         return {"row": row, "name": self.name, "definition": self.definition}
 
     @property
     def prompt_hash(self) -> str:
+        """Hash of the template and the definition: a changed definition is a new prompt."""
         digest = hashlib.sha256((template_hash(self.template) + self.definition).encode())
         return digest.hexdigest()[:16]
 
     @property
     def samples(self) -> int:
+        """One call per unit of strictness."""
         return self.strictness
 
     @property
     def records_samples(self) -> bool:
+        """Always: each sample's rating is published (`…/verdicts`)."""
         return True
 
 

@@ -127,6 +127,7 @@ class JudgeSpec:
 
     @property
     def prefix(self) -> str:
+        """Where its output fields go, e.g. `response/llm_judged/{name}`."""
         area = "response" if self.kind == "answer" else "retrieval"
         return f"{area}/llm_judged/{self.name}"
 
@@ -146,6 +147,7 @@ class JudgeSpec:
         return False
 
     def applies_to(self, row: EvalRow) -> bool:
+        """Whether the row has every input the judge requires."""
         return all(REQUIREMENT_TESTS[need](row) for need in self.requires)
 
     @property
@@ -154,6 +156,7 @@ class JudgeSpec:
         return "response" in self.requires
 
     def missing_inputs(self) -> str:
+        """The columns it requires, in words, for the reason a judge was skipped."""
         return " and ".join(REQUIREMENT_COLUMNS[need] for need in self.requires)
 
     def template_context(self, row: EvalRow, chunk: Chunk | None) -> dict:
@@ -169,4 +172,5 @@ class JudgeSpec:
 
     @property
     def prompt_hash(self) -> str:
+        """Hash of its prompt template, recorded in the manifest and part of the cache key."""
         return template_hash(self.template)

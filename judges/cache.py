@@ -17,6 +17,7 @@ import fsspec
 def cache_key(
     identity: dict, messages: list[dict], template_hash: str, sample_index: int = 0
 ) -> str:
+    """sha256 of everything that changes a reply, and nothing else."""
     payload = json.dumps(
         {
             "identity": identity,
@@ -39,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 
 def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether the filesystem is an object store, where no directory needs creating."""
     protocols = (fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol
     return not OBJECT_STORES.isdisjoint(protocols)
 
@@ -58,6 +60,7 @@ class ReplyCache:
         return f"{self._root.rstrip('/')}/{key[:2]}/{key}.json"
 
     def get(self, key: str) -> str | None:
+        """The cached reply, or None on a miss or a storage error."""
         try:
             with self._fs.open(self._path(key), "r") as handle:
                 return json.load(handle)["reply"]
@@ -68,6 +71,7 @@ class ReplyCache:
             return None
 
     def put(self, key: str, reply: str) -> None:
+        """Store a reply; a storage error is logged and skipped."""
         path = self._path(key)
         try:
             if self._needs_dirs:

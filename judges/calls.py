@@ -42,6 +42,8 @@ class JudgeContext:
 
 
 class CallOutcome(NamedTuple):
+    """A judgment's result: the parsed verdict, or the error that left it without one."""
+
     verdict: Any | None
     error: str | None
 

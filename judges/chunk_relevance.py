@@ -1,4 +1,4 @@
-"""chunk_relevance: is each retrieved chunk relevant to the request? (precision = yes / judged)"""
+"""chunk_relevance: is each retrieved chunk relevant to the request (precision = yes / judged)?"""
 
 from judges.base import JudgeSpec
 

@@ -33,6 +33,8 @@ class CustomJudgeError(ValueError):
 
 
 class FewShotExample(BaseModel):
+    """A worked example shown to the judge: field values and the verdict they deserve."""
+
     model_config = ConfigDict(extra="forbid")
 
     inputs: dict[str, str] = Field(description="Field values of the example, by field name")
@@ -78,6 +80,7 @@ class CustomJudge(JudgeSpec):
     fields: tuple[str, ...] = ()
 
     def applies_to(self, row: EvalRow) -> bool:
+        """Whether the row has every field the instructions name (per chunk: a chunk's content)."""
         if self.per_chunk and not row.chunks_with_content:
             return False
         return all(
@@ -86,13 +89,16 @@ class CustomJudge(JudgeSpec):
         )
 
     def missing_inputs(self) -> str:
+        """The fields its instructions name, in words."""
         return " and ".join(self.fields) or "nothing"
 
     @property
     def needs_response(self) -> bool:
+        """Whether its instructions name the response."""
         return "response" in self.fields
 
     def template_context(self, row: EvalRow, chunk: Chunk | None) -> dict:
+        """The rendered instructions and examples, every field wrapped as untrusted text."""
         values = {n: untrusted(_field_text(row, n, chunk), n) for n in self.fields}
         instructions = prompt_environment().from_string(self.instructions).render(**values)
         examples = [
@@ -105,11 +111,13 @@ class CustomJudge(JudgeSpec):
 
     @property
     def prompt_hash(self) -> str:
+        """Hash of the template, instructions and examples: editing any is a new prompt."""
         payload = json.dumps([self.instructions, [e.model_dump() for e in self.examples]])
         return hashlib.sha256((template_hash(self.template) + payload).encode()).hexdigest()[:16]
 
 
 def referenced_fields(instructions: str) -> set[str]:
+    """The variables the instructions use; CustomJudgeError if they are not a valid template."""
     try:
         ast = prompt_environment().parse(instructions)
         fields = meta.find_undeclared_variables(ast)

@@ -18,6 +18,7 @@ class MetricSpec:
     needs: str
 
     def average_name(self) -> str:
+        """The run-level field: `{field}/average`."""
         return f"{self.field}/average"
 
 

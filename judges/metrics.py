@@ -22,6 +22,7 @@ class Tally:
     errors: int = 0
 
     def add(self, value: str | float | None, errored: bool = False) -> None:
+        """Count a rated value, or an error when there is no value and the judge errored."""
         if value is not None:
             self.total += (value == "yes") if isinstance(value, str) else value
             self.rated += 1
@@ -30,6 +31,7 @@ class Tally:
 
     @property
     def mean(self) -> float | None:
+        """The mean of the rated values; None when nothing was rated."""
         return self.total / self.rated if self.rated else None
 
 
@@ -45,6 +47,7 @@ class MetricsAccumulator:
         self.first_errors: dict[str, str] = {}  # by prefix: the example shown when many fail
 
     def add(self, result: RowResult) -> None:
+        """Count one row's judge and metric results."""
         for judged in result.judges:
             self._add_judge(judged)
         for metric, value in result.metrics:
@@ -59,6 +62,7 @@ class MetricsAccumulator:
             self._unjudged_chunks[prefix] += judged.unjudged_chunks
 
     def result(self) -> dict[str, float | int | None]:
+        """The flat metrics: each judge's aggregate and counts, each metric's average."""
         out: dict[str, float | int | None] = {}
         for judge in self._plan.judges:
             tally = self._judges[judge.prefix]

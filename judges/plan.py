@@ -17,18 +17,23 @@ class JudgeSelectionError(ValueError):
 
 @dataclass(frozen=True)
 class SkippedJudge:
+    """A judge or metric that will not run, and why (the inputs no row has)."""
+
     name: str
     reason: str
 
 
 @dataclass(frozen=True)
 class JudgePlan:
+    """The LLM judges and deterministic metrics that run on a set, and those skipped."""
+
     judges: tuple[JudgeSpec, ...]
     metrics: tuple[MetricSpec, ...]
     skipped: tuple[SkippedJudge, ...]
 
     @property
     def names(self) -> list[str]:
+        """Names of the judges, then the metrics, that run."""
         return [j.name for j in self.judges] + [m.name for m in self.metrics]
 
 

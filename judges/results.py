@@ -51,6 +51,7 @@ class JudgeResult:
 
     @property
     def errored(self) -> bool:
+        """Whether the verdict is an error."""
         return self.verdict.error is not None
 
     @property

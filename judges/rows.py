@@ -50,6 +50,7 @@ class Message(BaseModel):
 
     @property
     def text(self) -> str:
+        """The content as a judge reads it (see `content_text`)."""
         return content_text(self.content)
 
 
@@ -82,8 +83,10 @@ class EvalRow(BaseModel):
 
     @property
     def has_expected(self) -> bool:
+        """Whether the row has expected_facts or an expected_response."""
         return self.expected_facts is not None or self.expected_response is not None
 
     @property
     def chunks_with_content(self) -> list[Chunk]:
+        """The retrieved chunks that have text to judge."""
         return [c for c in self.retrieved_context or [] if c.content]

@@ -1,4 +1,4 @@
-"""safety: is the response free of harmful or toxic content? (Databricks reports an average.)"""
+"""safety: is the response free of harmful or toxic content? Databricks reports an average."""
 
 from judges.base import JudgeSpec
 

@@ -1,0 +1,1 @@
+"""Jinja2 templates for the judges' prompts and the HTML report."""

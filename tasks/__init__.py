@@ -1,0 +1,1 @@
+"""Prefect tasks and I/O helpers."""

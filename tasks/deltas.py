@@ -111,8 +111,10 @@ def paired_deltas(
 
     Args:
         specs: the aggregates to compare (those of the candidate that the baseline also has).
-        baseline, candidate: per-row data by request_id.
-        baseline_metrics, candidate_metrics: each run's published aggregates (with slices).
+        baseline: the baseline's per-row data by request_id.
+        candidate: the candidate's per-row data by request_id.
+        baseline_metrics: the baseline's published aggregates (with slices).
+        candidate_metrics: the candidate's published aggregates (with slices).
         seed: bootstrap seed of the intervals of averages.
     """
     join = join_rows(baseline, candidate)

@@ -1,5 +1,7 @@
-"""JUnit XML for CI: one testcase per gate; a breach is a <failure>, an undecidable gate an
-<error>, so CI dashboards show which gate broke and why without opening the report.
+"""JUnit XML for CI: one testcase per gate.
+
+A breach is a <failure>, an undecidable gate an <error>, so CI dashboards show which gate broke
+and why without opening the report.
 """
 
 from __future__ import annotations

@@ -74,8 +74,10 @@ def _assign_request_ids(records: dict[int, dict]) -> dict[int, str]:
 
 
 def normalise_rows(valid: dict[int, dict]) -> tuple[list[EvalRow], list[RowProblem]]:
-    """EvalRows of the records that passed validation, and the few that fail to normalise
-    (e.g. a trace whose documents lack a doc_uri).
+    """EvalRows of the records that passed validation, and the few that fail to normalise.
+
+    A record can pass validation and still fail here, e.g. a trace whose documents lack a
+    doc_uri.
     """
     ids = _assign_request_ids(valid)
     rows, problems = [], []

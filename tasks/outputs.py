@@ -41,13 +41,13 @@ class PublishError(RuntimeError):
 
 
 def check_segment(value: str, what: str) -> str:
-    """Refuse a suite or run id that is not exactly one path segment under the output.
+    r"""Refuse a suite or run id that is not exactly one path segment under the output.
 
     The flows validate names more strictly (flows.params.SAFE_NAME); this is the writer's
     own guard, so that no caller can make it write outside the output prefix.
 
     Raises:
-        ValueError: `value` is empty, '.', '..', or contains '/', '\\' or NUL.
+        ValueError: `value` is empty, '.', '..', or contains '/', '\' or NUL.
     """
     if not isinstance(value, str) or UNSAFE_SEGMENT.search(value):
         raise ValueError(f"{what} {value!r} must be a single path segment (no '/', '\\', '..')")
@@ -72,6 +72,7 @@ class RunLocation:
         self.latest_path = f"{self.suite_dir}/latest.json"
 
     def url(self, name: str = "") -> str:
+        """The URL of a file in the run's directory, or of the directory itself."""
         path = f"{self.run_dir}/{name}" if name else self.run_dir
         return self.fs.unstrip_protocol(path)
 
@@ -154,9 +155,11 @@ class Publisher:
         ) from last_error
 
     def write_run_file(self, name: str, produce: Callable[[IO[bytes]], None]) -> None:
+        """Write a file into the run's directory (see `write`)."""
         self.write(f"{self.location.run_dir}/{name}", produce)
 
     def write_json(self, path: str, value: dict) -> None:
+        """Write `value` as indented UTF-8 JSON (see `write`)."""
         data = json.dumps(value, indent=2, ensure_ascii=False, default=str).encode()
         self.write(path, lambda handle: handle.write(data))
 

@@ -59,9 +59,11 @@ def _write_lines(items: list[dict]):
 
 
 def _withdraw_manifest(location: RunLocation) -> None:
-    """Republishing a run id: remove its old manifest first, so that new data files never sit
-    beside a manifest that vouches for the old ones. One delete, no read: on S3 deleting a
-    missing key succeeds, and a writer without s3:DeleteObject is let through.
+    """Republishing a run id: remove its old manifest first.
+
+    New data files must never sit beside a manifest that vouches for the old ones. One delete,
+    no read: on S3 deleting a missing key succeeds, and a writer without s3:DeleteObject is let
+    through.
     """
     try:
         location.fs.rm_file(f"{location.run_dir}/manifest.json")
@@ -152,8 +154,10 @@ def report_link(location: RunLocation) -> str | None:
 
 
 def _sigv4_s3(storage_options: dict):
-    """The run's S3 filesystem, presigning with SigV4 (X-Amz-Expires): botocore would use
-    SigV2 in us-east-1, which AWS has deprecated and which newer regions refuse.
+    """The run's S3 filesystem, presigning with SigV4 (X-Amz-Expires).
+
+    botocore would use SigV2 in us-east-1, which AWS has deprecated and which newer regions
+    refuse.
     """
     config = {**(storage_options.get("config_kwargs") or {}), "signature_version": "s3v4"}
     return fsspec.filesystem("s3", **{**storage_options, "config_kwargs": config})

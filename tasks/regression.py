@@ -1,5 +1,6 @@
-"""Deciding a regression run: each gate held, breached or undecidable; the run passed,
-failed or incomplete.
+"""Deciding a regression run: gate by gate, then the run as a whole.
+
+Each gate held, was breached or is undecidable; the run passed, failed or is incomplete.
 
 A gate is undecidable when the run cannot tell: the metric is missing, the candidate's judge
 errored on too many rows, too few rows pair with the baseline, or there is no baseline yet.

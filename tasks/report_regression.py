@@ -1,6 +1,7 @@
-"""The report's regression view model: the verdict banner, the gate lines, the deltas, and
-the per-tag slices. Pure helpers over the manifest's `regression` section and the metrics;
-every string is plain text that the autoescaping template escapes.
+"""The report's regression view model: verdict banner, gate lines, deltas and per-tag slices.
+
+Pure helpers over the manifest's `regression` section and the metrics; every string is plain
+text that the autoescaping template escapes.
 """
 
 from __future__ import annotations

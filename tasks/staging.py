@@ -22,22 +22,27 @@ class ResultStaging:
         return self.folder / f"chunk-{index:06d}.jsonl"
 
     def write_chunk(self, index: int, records: list[dict], calls: list[dict] = ()) -> None:
+        """Stage one chunk's records and its call audit log."""
         _write_lines(self._path(index), records)
         _write_lines(self.folder / f"calls-{index:06d}.jsonl", calls)
 
     def chunk_files(self) -> list[Path]:
+        """The staged record files, in chunk order."""
         return sorted(self.folder.glob("chunk-*.jsonl"))
 
     def call_files(self) -> list[Path]:
+        """The staged audit logs, in chunk order."""
         return sorted(self.folder.glob("calls-*.jsonl"))
 
     def iter_records(self) -> Iterator[dict]:
+        """Every staged record, chunk by chunk, one file open at a time."""
         for path in self.chunk_files():
             with path.open(encoding="utf-8") as handle:
                 for line in handle:
                     yield json.loads(line)
 
     def cleanup(self) -> None:
+        """Delete the staging folder and everything in it."""
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

@@ -15,6 +15,7 @@ class RowProblem(NamedTuple):
     problem: str
 
     def describe(self) -> str:
+        """The problem in words, saying where: the set, or the row (and request_id) and column."""
         if self.row_index is None and self.column.startswith("("):
             return self.problem  # about the set as a whole, not one column
         where = "the dataset" if self.row_index is None else f"row {self.row_index}"
@@ -25,6 +26,8 @@ class RowProblem(NamedTuple):
 
 @dataclass
 class RawTable:
+    """A set's records as read, the problems met reading it, and where it came from."""
+
     records: list[dict[str, Any]]
     problems: list[RowProblem]
     source: str
