@@ -20,10 +20,9 @@ from flows.completeness import Completeness, assess_pairs
 from flows.execution import auto_chunk_size, chunks_in_flight, run_chunks
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.run_common import cache_url
-from judges import pairwise_judge
 from judges.llm import LLMSettings, Usage
 from judges.pairwise import PairVerdict, Rubric
-from judges.pairwise_judge import Pair, PairwiseOptions, compare_metrics
+from judges.pairwise_judge import PAIRWISE_JUDGE, Pair, PairwiseOptions, compare_metrics
 from judges.plan import JudgePlan
 from tasks.compare import compare_chunk, failed_chunk_result
 from tasks.outputs import RunLocation
@@ -168,9 +167,7 @@ def pairwise_section(params: CompareParams, rubric: Rubric | None) -> dict:
 
 def judge_entry() -> dict:
     """The pairwise judge's provenance, shaped like the manifest's entries for binary judges."""
-    return {"name": pairwise_judge.NAME, "kind": "pairwise", "per_chunk": False,
-            "version": pairwise_judge.VERSION, "template": pairwise_judge.TEMPLATE,
-            "prompt_hash": pairwise_judge.prompt_hash()}
+    return PAIRWISE_JUDGE.manifest_entry()
 
 
 def _counts(pair_set: PairSet) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
-from judges.pairwise_judge import VERSION
+from judges.pairwise_judge import PAIRWISE_JUDGE
 
 NOVA_TASK = "custom|rubric_llm_judge_judge|0"
 NOVA_FIELDS = (
@@ -45,7 +45,7 @@ def nova_results(metrics: dict, manifest: dict) -> dict:
             "model_size": "",
         },
         "results": {NOVA_TASK: {name: _number(metrics.get(name)) for name in NOVA_FIELDS}},
-        "versions": {NOVA_TASK: VERSION},
+        "versions": {NOVA_TASK: PAIRWISE_JUDGE.version},
     }
 
 

@@ -38,11 +38,37 @@ from judges.pairwise_metrics import (
     winrate,
 )
 
-NAME = "pairwise_rubric"
-VERSION = 1
-TEMPLATE = "pairwise.j2"
 PREFIX = "pairwise/"
 SWAP_DISABLED = "not run: position swap disabled (forward-only diagnosis run)"
+
+
+@dataclass(frozen=True)
+class PairwiseSpec:
+    """The pairwise rubric judge as a spec, like every other judge: what runs and how it parses.
+
+    Its mode is "pairwise": one call per pair and order, each parsed into `output_model` (or its
+    fixed-rubric variant), reconciled by judges/pairwise.py.
+    """
+
+    name: str = "pairwise_rubric"
+    mode: str = "pairwise"
+    version: int = 1
+    template: str = "pairwise.j2"
+    output_model: type[PairwiseJudgment] = PairwiseJudgment
+
+    @property
+    def prompt_hash(self) -> str:
+        """The template hash that goes into cache keys and the manifest."""
+        return template_hash(self.template)
+
+    def manifest_entry(self) -> dict:
+        """Its provenance, shaped like the manifest's entries for the other judges."""
+        return {"name": self.name, "kind": self.mode, "per_chunk": False,
+                "version": self.version, "template": self.template,
+                "prompt_hash": self.prompt_hash}
+
+
+PAIRWISE_JUDGE = PairwiseSpec()
 
 
 class Pair(BaseModel):
@@ -70,15 +96,10 @@ class PairwiseOptions:
 def render(prompt: str, response_1: str, response_2: str, rubric: Rubric | None) -> list[dict]:
     """The chat messages of one pass, with the responses in the given positions."""
     criteria = None if rubric is None else rubric.model_dump()["criteria"]
-    text = prompt_environment().get_template(TEMPLATE).render(
+    text = prompt_environment().get_template(PAIRWISE_JUDGE.template).render(
         prompt=prompt, response_1=response_1, response_2=response_2, rubric=criteria
     )
     return [{"role": "user", "content": text}]
-
-
-def prompt_hash() -> str:
-    """The template hash that goes into cache keys and the manifest."""
-    return template_hash(TEMPLATE)
 
 
 def judgment_model(rubric: Rubric | None) -> type[PairwiseJudgment]:
@@ -86,7 +107,9 @@ def judgment_model(rubric: Rubric | None) -> type[PairwiseJudgment]:
 
     So a rubric mismatch takes the same road as malformed JSON: one re-ask, then an error.
     """
-    return PairwiseJudgment if rubric is None else _rubric_model(rubric.model_dump_json())
+    if rubric is None:
+        return PAIRWISE_JUDGE.output_model
+    return _rubric_model(rubric.model_dump_json())
 
 
 @cache
@@ -109,8 +132,10 @@ async def run_pass(ctx: JudgeContext, pair: Pair, order: Order, rubric: Rubric |
     a, b = pair.response_A, pair.response_B
     first, second = (a, b) if order == "forward" else (b, a)
     outcome = await judged_call(
-        ctx, render(pair.prompt, first, second, rubric), prompt_hash(), judgment_model(rubric),
-        provenance={"judge": NAME, "output_prefix": PREFIX.rstrip("/"), "judge_version": VERSION,
+        ctx, render(pair.prompt, first, second, rubric), PAIRWISE_JUDGE.prompt_hash,
+        judgment_model(rubric),
+        provenance={"judge": PAIRWISE_JUDGE.name, "output_prefix": PREFIX.rstrip("/"),
+                    "judge_version": PAIRWISE_JUDGE.version,
                     "request_id": pair.pair_id, "row_index": pair.row_index, "order": order},
     )
     if outcome.verdict is None:
