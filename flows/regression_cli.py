@@ -13,26 +13,16 @@ from typing import Annotated
 
 import typer
 
-EXIT_PASSED, EXIT_FAILED, EXIT_INVALID, EXIT_INCOMPLETE = 0, 1, 2, 3
+from flows.cli_common import (
+    EXIT_FAILED,
+    EXIT_INCOMPLETE,
+    EXIT_INVALID,
+    fail,
+    parse_storage_options,
+    split_names,
+)
 
-
-def _exit_invalid(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(EXIT_INVALID)
-
-
-def _options(items: list[str] | None) -> dict[str, str]:
-    options = {}
-    for item in items or []:
-        key, separator, value = item.partition("=")
-        if not separator or not key.strip():
-            _exit_invalid(f"invalid --storage-option {item!r}: expected KEY=VALUE")
-        options[key.strip()] = value
-    return options
-
-
-def _split(value: str | None) -> list[str] | None:
-    return [part.strip() for part in value.split(",") if part.strip()] if value else None
+EXIT_PASSED = 0
 
 
 def _write_junit(path: str | None, text: str) -> None:
@@ -94,13 +84,13 @@ def regression_command(
             judge={"model": judge_model, "api_base": api_base, "api_key_env": api_key_env,
                    "temperature": temperature, "concurrency": concurrency, "rpm": rpm,
                    "tpm": tpm},
-            judges=_split(judges), pairwise=not no_pairwise, rubric=rubric, output=output,
+            judges=split_names(judges), pairwise=not no_pairwise, rubric=rubric, output=output,
             run_id=run_id, min_paired=min_paired, max_error_share=max_error_share,
             custom_judges=custom_judges, aspects=aspect or [], strictness=strictness,
             chunk_size=chunk_size, on_invalid=on_invalid, use_cache=not no_cache,
-            storage_options=_options(storage_option))
+            storage_options=parse_storage_options(storage_option))
     except ValidationError as error:
-        _exit_invalid("invalid options: " + "; ".join(
+        fail("invalid options: " + "; ".join(
             f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
     from flows.regression_preflight import PreflightError, preflight
 
@@ -108,7 +98,7 @@ def regression_command(
         preflight(params)
     except PreflightError as error:
         _write_junit(junit, _crash_junit(suite, str(error)))
-        _exit_invalid(str(error))
+        fail(str(error))
     raise typer.Exit(_run(params, junit))
 
 
