@@ -18,6 +18,7 @@ from flows.execution import auto_chunk_size, chunks_in_flight, run_chunks
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.params import JudgeModel, SafeName, StorageOptions
 from judges import pairwise_judge
+from judges.calibration_rows import pairwise_calibration, preferences_of
 from judges.llm import LLMSettings, Usage
 from judges.pairwise import PairVerdict, Rubric
 from judges.pairwise_judge import Pair, PairwiseOptions, compare_metrics
@@ -198,6 +199,9 @@ async def compare(params: CompareParams) -> dict:
                    "judge_seconds": time.perf_counter() - loaded}
         metrics = {**compare_metrics(verdicts, options, seed=params.bootstrap_seed,
                                      resamples=params.bootstrap_resamples),
+                   **pairwise_calibration(preferences_of(pair_set.pairs), verdicts,
+                                          seed=params.bootstrap_seed,
+                                          resamples=params.bootstrap_resamples),
                    **{f"rows/{k.removeprefix('rows_')}": v for k, v in _counts(pair_set).items()}}
         completeness = assess_pairs(metrics, staging.iter_records, params.max_error_share)
         manifest = compare_manifest(params, location, pair_set, rubric, usage, started_at,

@@ -153,12 +153,18 @@ def pair_disagrees(preference: str | None, verdict: PairVerdict) -> dict[str, bo
     return {disagrees_name(PAIRWISE): verdict.verdict != preference if decided else None}
 
 
+def preferences_of(pairs: Sequence[Any]) -> list[str | None]:
+    """Each pair's validated `human_preference` (None where the pair has none)."""
+    return [pair.extra.get(PREFERENCE_COLUMN) for pair in pairs]
+
+
 def pairwise_calibration(preferences: Sequence[str | None], verdicts: Sequence[PairVerdict],
                          *, seed: int = 0, resamples: int = RESAMPLES) -> dict[str, Any]:
     """`calibration/pairwise/...` metrics: reconciled verdicts against people's preferences.
 
     Args:
-        preferences: each pair's `human_preference` ("A", "B", "tie" or None), in pair order.
+        preferences: each pair's `human_preference` ("A", "B", "tie" or None), in pair order
+            (`preferences_of(pairs)`).
         verdicts: each pair's reconciled verdict, in the same order.
         seed: bootstrap seed.
         resamples: bootstrap resamples.
