@@ -149,7 +149,8 @@ def test_a_later_run_reuses_the_calibration_and_marks_it_stale_when_the_judge_ch
     [entry] = manifest["calibration"]["judges"]
     assert entry["stale_reasons"] == [
         "judge model 'openai/planted-judge' → 'openai/planted-judge-v2'"]
-    assert "stale" in (run_dir / "report.html").read_text()
+    report = (run_dir / "report.html").read_text()
+    assert "Stale: this calibration was measured on run run1" in report
 
 
 def test_a_run_naming_a_calibration_run_without_labels_is_refused(fake_llm, tmp_path):
