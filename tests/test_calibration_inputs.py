@@ -89,3 +89,18 @@ def test_a_labels_file_that_cannot_be_joined_is_refused(tmp_path, lines, message
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with pytest.raises(LabelsFileError, match=re.escape(message)):
         with_labels(table, str(path))
+
+
+def test_labels_in_a_csv_set_or_labels_file_are_json_cells(tmp_path):
+    from tasks.sources import read_table
+
+    data = tmp_path / "set.csv"
+    data.write_text('request_id,request,response,human_labels\n'
+                    'a,q,r,"{""safety"": ""no""}"\nb,q,r,\n')
+    validated = validate_table(read_table(str(data)))
+    assert not validated.problems
+    assert validated.rows[0].extra["human_labels"] == {"safety": "no"}
+    labels = tmp_path / "labels.csv"
+    labels.write_text('request_id,human_labels\nb,"{""safety"": ""yes""}"\n')
+    joined = with_labels(read_table(str(data)), str(labels))
+    assert joined.records[1]["human_labels"] == {"safety": "yes"}
