@@ -20,6 +20,7 @@ from flows.completeness import Completeness, assess_pairs
 from flows.execution import auto_chunk_size, chunks_in_flight, run_chunks
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.run_common import cache_url
+from judges.calibration_rows import pairwise_calibration, preferences_of
 from judges.llm import LLMSettings, Usage
 from judges.pairwise import PairVerdict, Rubric
 from judges.pairwise_judge import PAIRWISE_JUDGE, Pair, PairwiseOptions, compare_metrics
@@ -95,6 +96,9 @@ async def judge_pairs(params: CompareParams, prepared: PreparedPairs) -> JudgedP
         raise
     metrics = {**compare_metrics(verdicts, prepared.options, seed=params.bootstrap_seed,
                                  resamples=params.bootstrap_resamples),
+               **pairwise_calibration(preferences_of(pairs), verdicts,
+                                      seed=params.bootstrap_seed,
+                                      resamples=params.bootstrap_resamples),
                **{f"rows/{k.removeprefix('rows_')}": v
                   for k, v in _counts(prepared.pair_set).items()}}
     example = next((v.error_message for v in verdicts if v.error_message), None)

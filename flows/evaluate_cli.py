@@ -32,7 +32,8 @@ def print_summary(summary: dict) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for name, value in summary["metrics"].items():
-        if name.endswith(("/percentage", "/average")) or name.startswith("rows/"):
+        shown = name.endswith(("/percentage", "/average", "/kappa")) or name.startswith("rows/")
+        if shown and not isinstance(value, bool):
             table.add_row(name, "n/a" if value is None else f"{value:.4g}")
     Console().print(table)
     if summary["offline"]:
@@ -95,6 +96,13 @@ def evaluate_command(
     temperature: Annotated[float, typer.Option(help="Judge sampling temperature")] = 0.0,
     storage_option: Annotated[list[str] | None, typer.Option(
         help="fsspec option KEY=VALUE for s3://, e.g. endpoint_url=http://minio:9000")] = None,
+    labels: Annotated[str | None, typer.Option(
+        help="People's labels to join on request_id: rows of {request_id, human_labels}")] = None,
+    calibration: Annotated[str | None, typer.Option(
+        help="Reuse the judge calibration of this earlier labelled run of the suite")] = None,
+    calibration_floor: Annotated[float | None, typer.Option(
+        help="Mark judges whose kappa 95% lower bound is below this as advisory")] = None,
+    calibration_seed: Annotated[int, typer.Option(help="Seed of the kappa bootstrap")] = 0,
 ) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""
     from flows.params import EvaluateParams, JudgeModel
@@ -112,6 +120,8 @@ def evaluate_command(
         allow_extra_columns=allow_extra_columns, max_error_share=max_error_share,
         use_cache=not no_cache, custom_judges=custom_judges, aspects=aspect or [],
         strictness=strictness, storage_options=parse_storage_options(storage_option),
+        labels=labels, calibration=calibration, calibration_floor=calibration_floor,
+        calibration_seed=calibration_seed,
     )
     checked(preflight_evaluate, params)
     from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good

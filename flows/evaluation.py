@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from prefect import get_run_logger
 
+from flows.calibration import calibrate, label_judges, new_accumulator
 from flows.completeness import Completeness, assess
 from flows.execution import auto_chunk_size, generate_all, judge_all
 from flows.manifest import OFFLINE_NOTICE, build_manifest
@@ -22,6 +23,7 @@ from judges.llm import Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan, plan_judges
 from judges.rows import EvalRow
+from tasks.calibration_inputs import with_labels
 from tasks.generate import GENERATION_ERROR
 from tasks.load import load_dataset, validate_dataset
 from tasks.outputs import RunLocation
@@ -50,6 +52,7 @@ class JudgedRun:
     usage: Usage
     timings: dict[str, float] = field(default_factory=dict)
     completeness: Completeness = field(default_factory=lambda: Completeness.of([]))
+    calibration: dict = field(default_factory=dict)
 
 
 def rejected_rows(table: RawTable, validated: ValidatedSet) -> list[dict]:
@@ -69,8 +72,9 @@ def rejected_rows(table: RawTable, validated: ValidatedSet) -> list[dict]:
 def prepare(params: EvaluateParams) -> PreparedSet:
     """Load and validate the set; raise on invalid rows unless they may be skipped."""
     table = load_dataset(params.data, params.rows, params.storage_options)
+    table = with_labels(table, params.labels, params.storage_options)
     validated = validate_dataset(
-        table, params.candidate is not None, params.allow_extra_columns
+        table, params.candidate is not None, params.allow_extra_columns, label_judges(params)
     )
     refuse_invalid(validated, params.on_invalid, table.source)
     return PreparedSet(table, validated, validated.rows)
@@ -99,18 +103,21 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
     for reason, names in by_reason.items():
         logger.info("skipped %s: %s", ", ".join(names), reason)
     staging, accumulator = ResultStaging(), MetricsAccumulator(plan)
+    calibration = new_accumulator(params, plan)
     started = time.perf_counter()
     try:
         usage = await judge_all(
             rows, plan, params.judge.settings(), params.chunk_size or auto_chunk_size(len(rows)),
-            cache_url(params), params.storage_options, staging, accumulator,
+            cache_url(params), params.storage_options, staging, accumulator, calibration,
         )
     except BaseException:
         staging.cleanup()
         raise
     validated = prepared.validated
+    calibrated = calibrate(params, plan, calibration)
     metrics = {
         **accumulator.result(),
+        **calibrated.metrics,
         "rows/total": validated.total,
         "rows/judged": len(rows),
         "rows/rejected": len(validated.rejected_indices),
@@ -124,7 +131,8 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
     for reason in completeness.reasons:
         logger.warning("incomplete: %s", reason)
     return JudgedRun(plan, staging, metrics, usage,
-                     {"judge_seconds": time.perf_counter() - started}, completeness)
+                     {"judge_seconds": time.perf_counter() - started}, completeness,
+                     calibrated.manifest)
 
 
 def publish(
@@ -150,6 +158,8 @@ def publish(
         status=judged.completeness.status, incomplete_reasons=judged.completeness.reasons,
     )
     manifest.update(extra_sections or {})
+    if judged.calibration:
+        manifest["calibration"] = judged.calibration
     if params.candidate is not None:
         manifest["candidate"] = params.candidate.model_dump(mode="json")
     try:

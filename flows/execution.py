@@ -10,6 +10,7 @@ from typing import TypeVar
 from prefect.client.schemas.objects import State
 from prefect.utilities.annotations import quote
 
+from judges.calibration_rows import CalibrationAccumulator
 from judges.engine import failed_rows
 from judges.llm import LLMSettings, Usage
 from judges.metrics import MetricsAccumulator
@@ -74,6 +75,7 @@ async def judge_all(
     storage_options: dict,
     staging: ResultStaging,
     accumulator: MetricsAccumulator,
+    calibration: CalibrationAccumulator,
 ) -> Usage:
     """Judge every chunk, staging each chunk's records and tallying them as it completes.
 
@@ -94,9 +96,11 @@ async def judge_all(
             usage.add(result.usage)
         else:
             results = failed_rows(chunk, plan, state.message or "task failed")
-        staging.write_chunk(index, [row_record(r) for r in results], calls)
+        staging.write_chunk(index, [row_record(r) | calibration.row_fields(r) for r in results],
+                            calls)
         for row_result in results:
             accumulator.add(row_result)
+            calibration.add(row_result)
 
     in_flight = chunks_in_flight(settings.concurrency, chunk_size)
     await run_chunks(rows, chunk_size, in_flight, submit, finish)

@@ -172,6 +172,19 @@ class EvaluateParams(BaseModel):
         None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
     )
     use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
+    labels: str | None = Field(
+        None, description="People's labels joined onto the set on request_id: a file of rows "
+        "{request_id, human_labels} (JSONL, JSON, CSV or Parquet)",
+    )
+    calibration: SafeName | None = Field(
+        None, description="Reuse the judge calibration of this earlier labelled run of the "
+        "suite (marked stale if the judge model, version or prompt differs)",
+    )
+    calibration_floor: float | None = Field(
+        None, ge=-1, le=1, description="A judge whose kappa 95% lower bound is below this is "
+        "advisory: a regression gate on its metrics is undecidable",
+    )
+    calibration_seed: int = Field(0, description="Seed of the kappa bootstrap (1000 resamples)")
     storage_options: StorageOptions = Field(default_factory=dict)
 
     @model_validator(mode="after")

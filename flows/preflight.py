@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flows.calibration import check_calibration_source, label_judges
 from flows.output_check import OutputLocationError, check_output
 from flows.params import EvaluateParams
 from judges.aspect_critic import AspectError, make_aspect
@@ -18,6 +19,7 @@ from judges.base import JudgeSpec
 from judges.custom import CustomJudgeError, build_custom_judge, fields_present, load_custom_judges
 from judges.plan import JudgePlan, JudgeSelectionError, plan_judges
 from judges.rows import EvalRow
+from tasks.calibration_inputs import CalibrationSourceError, with_labels
 from tasks.sources import DatasetReadError, RawTable, read_table, table_from_rows
 from tasks.validation import InvalidDatasetError, ValidatedSet, validate_table
 
@@ -35,6 +37,7 @@ CONFIG_ERRORS: tuple[type[Exception], ...] = (
     JudgeSelectionError,
     CustomJudgeError,
     AspectError,
+    CalibrationSourceError,
 )
 
 
@@ -115,14 +118,17 @@ def preflight_evaluate(params: EvaluateParams) -> ValidatedSet:
     if params.candidate is not None:
         check_model(params.candidate.model, "--candidate-model")
     table = read_source(params.data, params.rows, params.storage_options)
+    table = with_labels(table, params.labels, params.storage_options)
     validated = validate_table(
         table,
         responses_generated=params.candidate is not None,
         allow_extra_columns=params.allow_extra_columns,
+        label_judges=label_judges(params),
     )
     refuse_invalid(validated, params.on_invalid, table.source)
     rows = validated.rows if params.candidate is None else _as_generated(validated.rows)
     check_something_to_judge(plan_judges(rows, params.judges, extra_judges(params, rows)))
+    check_calibration_source(params)
     check_output(params.output, params.storage_options)
     if params.use_cache and params.cache:
         check_output(params.cache, params.storage_options)

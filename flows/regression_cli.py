@@ -69,6 +69,14 @@ def regression_command(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Ignore the reply cache")] = False,
     storage_option: Annotated[list[str] | None, typer.Option(
         help="fsspec option KEY=VALUE for s3://")] = None,
+    labels: Annotated[str | None, typer.Option(
+        help="People's labels to join on request_id: rows of {request_id, human_labels}")] = None,
+    calibration: Annotated[str | None, typer.Option(
+        help="Reuse the judge calibration of this earlier labelled run of the suite")] = None,
+    calibration_floor: Annotated[float | None, typer.Option(
+        help="Judges whose kappa 95% lower bound is below this are advisory: gates on them "
+        "are undecidable (exit 3)")] = None,
+    calibration_seed: Annotated[int, typer.Option(help="Seed of the kappa bootstrap")] = 0,
 ) -> None:
     """Evaluate a candidate against the suite's baseline and gate it (exit 0/1/2/3)."""
     from pydantic import ValidationError
@@ -88,7 +96,9 @@ def regression_command(
             run_id=run_id, min_paired=min_paired, max_error_share=max_error_share,
             custom_judges=custom_judges, aspects=aspect or [], strictness=strictness,
             chunk_size=chunk_size, on_invalid=on_invalid, use_cache=not no_cache,
-            storage_options=parse_storage_options(storage_option))
+            storage_options=parse_storage_options(storage_option), labels=labels,
+            calibration=calibration, calibration_floor=calibration_floor,
+            calibration_seed=calibration_seed)
     except ValidationError as error:
         fail("invalid options: " + "; ".join(
             f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from flows.calibration import check_calibration_source, label_judges
 from flows.evaluation import extra_judges
 from judges.aspect_critic import AspectError
 from judges.custom import CustomJudgeError
 from judges.plan import JudgeSelectionError, plan_judges
 from tasks.baseline import BaselineNotFound, find_baseline
+from tasks.calibration_inputs import CalibrationSourceError, with_labels
 from tasks.gates import GateConfigError, load_gates
 from tasks.pairs import RubricError, read_rubric
 from tasks.sources import DatasetReadError, read_table, table_from_rows
@@ -23,6 +25,7 @@ from tasks.validation import InvalidDatasetError, validate_table
 CONFIG_ERRORS = (
     InvalidDatasetError, DatasetReadError, JudgeSelectionError, ValidationError,
     CustomJudgeError, AspectError, GateConfigError, BaselineNotFound, RubricError,
+    CalibrationSourceError,
 )
 
 
@@ -47,12 +50,15 @@ def preflight(params) -> None:
         if params.rubric:
             read_rubric(params.rubric, options)
         table = read_table(params.data, options) if params.data else table_from_rows(params.rows)
-        validated = validate_table(table, responses_generated=params.candidate is not None)
+        table = with_labels(table, params.labels, options)
+        validated = validate_table(table, responses_generated=params.candidate is not None,
+                                   label_judges=label_judges(params))
         whole_set_broken = any(p.row_index is None for p in validated.problems)
         if validated.problems and (params.on_invalid == "fail" or whole_set_broken):
             raise InvalidDatasetError(validated.problems, validated.total)
         plan_judges(validated.rows, params.judges, extra_judges(params, validated.rows))
         if params.baseline:
             find_baseline(params.output, params.suite, params.baseline, options)
+        check_calibration_source(params)
     except CONFIG_ERRORS as error:
         raise PreflightError(str(error)) from None

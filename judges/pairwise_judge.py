@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from judges.base import prompt_environment, template_hash
+from judges.calibration_rows import PREFERENCE_COLUMN, pair_disagrees
 from judges.calls import JudgeContext, judged_call
 from judges.pairwise import (
     Order,
@@ -215,6 +216,7 @@ def pair_fields(pair: Pair, verdict: PairVerdict, swap: bool) -> dict[str, Any]:
         "response_B": pair.response_B,
         **pair.extra,
         **fields,
+        **pair_disagrees(pair.extra.get(PREFERENCE_COLUMN), verdict),
         f"{PREFIX}swap_disabled": not swap,
     }
 

@@ -22,11 +22,17 @@ KNOWN_COLUMNS = (
     "expected_retrieved_context",
     "trace",
 )
-VOCABULARY = KNOWN_COLUMNS
+# Columns that stay in a row's extra fields but have a meaning: slices and people's labels.
+PASSTHROUGH_COLUMNS = ("tags", "human_labels", "human_preference")
+VOCABULARY = KNOWN_COLUMNS + PASSTHROUGH_COLUMNS
 # 0.85 catches a dropped, doubled or swapped letter in these names (`reponse` 0.93, `reqeust`
 # 0.86, `retreived_context` 0.94) and leaves extra columns that merely share a prefix alone
 # (`request_time` 0.82, `response_time` 0.76, `expected` 0.73).
 NEAR_MISS_CUTOFF = 0.85
+# One edit in a four-letter name is as likely another word (`tag`, `tabs`) as a typo of `tags`:
+# names this short are matched only up to case.
+MIN_FUZZY_LENGTH = 5
+_FUZZY_VOCABULARY = [name for name in VOCABULARY if len(name) >= MIN_FUZZY_LENGTH]
 ALLOW_EXTRA_HINT = "pass --allow-extra-columns (flow parameter allow_extra_columns) to keep it"
 
 
@@ -37,7 +43,8 @@ def near_miss(column: str) -> str | None:
     lowered = column.strip().lower()
     if lowered in VOCABULARY:
         return lowered
-    matches = difflib.get_close_matches(lowered, VOCABULARY, n=1, cutoff=NEAR_MISS_CUTOFF)
+    matches = difflib.get_close_matches(lowered, _FUZZY_VOCABULARY, n=1,
+                                        cutoff=NEAR_MISS_CUTOFF)
     return matches[0] if matches else None
 
 

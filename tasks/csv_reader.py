@@ -12,7 +12,8 @@ import pandas as pd
 from tasks.table import DatasetReadError, RowProblem, text_of
 
 # Columns that hold nested values; CSV carries them as JSON strings.
-NESTED_COLUMNS = ("request", "expected_facts", "retrieved_context", "expected_retrieved_context")
+NESTED_COLUMNS = ("request", "expected_facts", "retrieved_context", "expected_retrieved_context",
+                  "human_labels")
 QUOTING_HINT = (
     "check the quoting: a field holding a comma, a quote or a line break must be in double "
     'quotes, with quotes doubled ("")'

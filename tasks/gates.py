@@ -18,11 +18,15 @@ gates:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import fsspec
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tasks.metric_fields import is_pairwise
+from judges.calibration_names import advisory_key, stats_of
+from tasks.metric_fields import is_pairwise, metric_field
 
 
 class GateConfigError(ValueError):
@@ -118,3 +122,25 @@ def load_gates(url: str | None, storage_options: dict | None = None) -> list[Gat
         raise GateConfigError(f"invalid gates file {url!r}: {_describe(error)}") from None
     except OSError as error:
         raise GateConfigError(f"cannot read gates file {url!r}: {error}") from None
+
+
+def advisory_reason(metric: str, metrics: Mapping[str, Any]) -> str | None:
+    """Why a gate on `metric` cannot be decided because its judge is advisory, if it is.
+
+    A judge whose calibration does not reach the run's calibration floor may be read, not
+    trusted with a release: its gates are undecidable (the run is incomplete), never held.
+    """
+    field = metric_field(metric)
+    key = advisory_key(field.base, metrics) if field is not None else None
+    if key is None:
+        return None
+    stats = stats_of(metrics, key)
+    if not stats.get("labelled_count"):
+        why = "it has no calibration against people's labels"
+    else:
+        low = stats.get("kappa_lower")
+        bound = "undefined" if low is None else f"{low:.2f}"
+        stale = ", measured with another judge (stale)" if stats.get("stale") else ""
+        why = f"kappa's 95% lower bound is {bound} on {stats['labelled_count']} labels{stale}"
+    return (f"judge {key!r} is advisory below the calibration floor: {why}; its gates "
+            "cannot decide")

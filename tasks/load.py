@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.sources import DatasetReadError, RawTable, read_table, table_from_rows
-from tasks.validation import ValidatedSet, validate_table
+from tasks.validation import BUILTIN_LABELS, ValidatedSet, validate_table
 
 
 def _may_be_transient(task, task_run, state) -> bool:
@@ -27,7 +28,10 @@ def load_dataset(
 
 @task(name="validate-dataset", cache_policy=NO_CACHE)
 def validate_dataset(
-    table: RawTable, responses_generated: bool = False, allow_extra_columns: bool = False
+    table: RawTable,
+    responses_generated: bool = False,
+    allow_extra_columns: bool = False,
+    label_judges: Mapping[str, str] | None = BUILTIN_LABELS,
 ) -> ValidatedSet:
     """Check every row with Pandera; normalise the valid ones."""
-    return validate_table(table, responses_generated, allow_extra_columns)
+    return validate_table(table, responses_generated, allow_extra_columns, label_judges)

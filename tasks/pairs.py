@@ -22,9 +22,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import ValidationError
 
+from judges.calibration_rows import PREFERENCE_COLUMN
 from judges.pairwise import Rubric, parse_rubric
 from judges.pairwise_judge import Pair
 from judges.rows import EvalRow
+from tasks.cells import preference_problem
 from tasks.sources import RawTable, RowProblem, read_table
 from tasks.validation import ValidatedSet, validate_table
 
@@ -64,6 +66,7 @@ def _nova_schema() -> pa.DataFrameSchema:
     prompt = check(lambda v: isinstance(v, str) and bool(v.strip()), "expected a non-empty string")
     pair_id = check(lambda v: isinstance(v, str | int) and not isinstance(v, bool),
                     "expected a string or an integer")
+    preference = check(lambda v: preference_problem(v) is None, 'expected "A", "B" or "tie"')
     # 3 and "3" are the same id once written out: compare ids as text.
     unique = pa.Check(lambda ids: ids.isna() | ~ids.map(str).duplicated(keep=False),
                       error=DUPLICATE_ID)
@@ -73,6 +76,7 @@ def _nova_schema() -> pa.DataFrameSchema:
             "prompt": pa.Column(checks=[prompt], nullable=False),
             "response_A": pa.Column(checks=[text], nullable=False),
             "response_B": pa.Column(checks=[text], nullable=False),
+            PREFERENCE_COLUMN: pa.Column(checks=[preference], required=False, nullable=True),
         },
         strict=False,
         coerce=False,
@@ -174,7 +178,8 @@ def results_url(url: str, storage_options: dict | None = None) -> str:
 
 def _side(url: str, side: str, storage_options: dict) -> tuple[RawTable, ValidatedSet]:
     table = read_table(results_url(url, storage_options), storage_options)
-    validated = validate_table(table)
+    # Read for its responses: labels of judges this run does not have are no concern here.
+    validated = validate_table(table, label_judges=None)
     problems = [p._replace(problem=f"{side} set: {p.problem}") for p in validated.problems]
     return table, ValidatedSet(validated.rows, problems, validated.total)
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from tasks.deltas import DeltaLine
-from tasks.gates import Gate, GateConfigError, load_gates
+from tasks.gates import Gate, GateConfigError, advisory_reason, load_gates
 from tasks.metric_fields import is_pairwise, metric_field, tag_metric
 from tasks.paired_stats import holm
 
@@ -87,6 +87,8 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
     if metrics.get(scoped(gate.metric)) is None:
         where = "this run" if gate.tag is None else f"rows tagged {gate.tag!r}"
         return f"metric {gate.metric!r} is absent or unrated in {where}"
+    if advisory := advisory_reason(gate.metric, metrics):
+        return advisory
     if spec is not None:
         errors = metrics.get(scoped(f"{spec.base}/error_count"))
         share = _share(errors, metrics.get(scoped(f"{spec.base}/rated_count")))

@@ -19,6 +19,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from tasks.calibration_report import calibration_view
 from tasks.report_regression import regression_view, slice_rows
 from tasks.report_view import (
     aggregate_rows,
@@ -106,7 +107,7 @@ def render_report(
     """
     # Pairwise aggregates have their own section; listing them again as "means" would mislead.
     aggregates = aggregate_rows({k: v for k, v in metrics.items() if k not in (pairwise or {})})
-    rows, rows_total, rows_failing = row_views(records, max_rows)
+    rows, counts = row_views(records, max_rows)
     judge = manifest.get("judge") or {}
     return _ENV.get_template(TEMPLATE_NAME).render(
         m=manifest,
@@ -124,7 +125,9 @@ def render_report(
         slices=slice_rows(metrics),
         skipped=list(manifest.get("skipped_judges") or []),
         rejected=rejected_view(rejected or []),
+        calibration=calibration_view(metrics, manifest.get("calibration")),
         rows=rows,
-        rows_total=rows_total,
-        rows_failing=rows_failing,
+        rows_total=counts.total,
+        rows_failing=counts.failing,
+        rows_disagreeing=counts.disagreeing,
     )

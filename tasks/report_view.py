@@ -14,6 +14,9 @@ import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
+from judges.calibration_names import disagreeing_keys, is_calibration, qualified
+from judges.calibration_rows import LABELS_COLUMN
+
 PREVIEW_CHARS = 140
 REJECTED_RECORD_CHARS = 4_000
 # Input columns shown in their own sections of a row; anything else lands in "other fields".
@@ -73,6 +76,7 @@ class Verdict(NamedTuple):
     rationale: str | None
     error: str | None
     value: float | None = None
+    person: str | None = None  # the label a person gave (human_labels), if any
 
 
 class Chunk(NamedTuple):
@@ -107,6 +111,7 @@ class RowView(NamedTuple):
     pair_passes: list[PairPass]
     other: list[tuple[str, str]]
     failed: bool
+    disagrees: list[str] = []  # judges (calibration keys) the person's labels contradict
 
 
 # --------------------------------------------------------------------------- numbers
@@ -196,6 +201,8 @@ def aggregate_rows(metrics: Mapping[str, Any]) -> list[Aggregate]:
     for name, value in metrics.items():
         if name.startswith(("rows/", "tag/")) or name.endswith(("/rated_count", "/error_count")):
             continue  # per-tag slices have their own table
+        if is_calibration(name):
+            continue  # the calibration section shows these
         if not (value is None or isinstance(value, numbers.Real)):
             continue  # a nested block (e.g. pairwise) has its own section
         base = _judge_base(name)
@@ -313,6 +320,14 @@ def _preview(messages: list[Message], fallback: Any) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
+def _person(record: Mapping[str, Any], base: str) -> Any:
+    """The label a person gave the judge under `base` (its key: name, or qualified name)."""
+    labels = record.get(LABELS_COLUMN)
+    if not isinstance(labels, Mapping) or "/" not in base:
+        return None
+    return labels.get(qualified(base), labels.get(base.rsplit("/", 1)[-1]))
+
+
 def _row_verdicts(record: Mapping[str, Any], used: set[str]) -> list[Verdict]:
     """Row-level judges: every `<prefix>/rating` with its rationale and error_message."""
     verdicts = []
@@ -323,7 +338,8 @@ def _row_verdicts(record: Mapping[str, Any], used: set[str]) -> list[Verdict]:
             used.update(fields)
             rating, rationale, error = (record.get(f) for f in fields)
             verdicts.append(Verdict(_label(base), base, _str_or_none(rating),
-                                    _str_or_none(rationale), _str_or_none(error)))
+                                    _str_or_none(rationale), _str_or_none(error),
+                                    person=_str_or_none(_person(record, base))))
     return verdicts
 
 
@@ -352,7 +368,8 @@ def _chunks(record: Mapping[str, Any], judges: list, expected: set[str]) -> list
         uri = as_text(item.get("doc_uri"))
         verdicts = [
             Verdict(label, base, _str_or_none(_at(ratings, i)), _str_or_none(_at(rationales, i)),
-                    _str_or_none(_at(errors, i)))
+                    _str_or_none(_at(errors, i)),
+                    person=_str_or_none(_at(_as_list(_person(record, base)), i)))
             for label, base, ratings, rationales, errors in judges
         ]
         chunks.append(Chunk(i + 1, uri, as_text(item.get("content")), uri in expected, verdicts))
@@ -436,6 +453,7 @@ def row_view(record: Mapping[str, Any], position: int) -> RowView:
     chunks = _chunks(record, chunk_judges, set(expected_docs))
     numbers = _numbers(record, chunk_judges, used)
     pair, passes = _pair(record, used)
+    used.update(k for k in record if is_calibration(k))
     facts = record.get("expected_facts")
     other = [(k, as_text(v)) for k, v in record.items()
              if k not in used and k not in _HIDDEN_KEYS and v is not None]
@@ -455,19 +473,30 @@ def row_view(record: Mapping[str, Any], position: int) -> RowView:
         pair_passes=passes,
         other=other,
         failed=_failed(verdicts, chunks, pair, passes),
+        disagrees=disagreeing_keys(record),
     )
 
 
-def row_views(records: Iterable[Mapping[str, Any]], max_rows: int | None) -> tuple[list, int, int]:
-    """Views of the first `max_rows` records, plus the total and failing counts over all."""
-    views, total, failing = [], 0, 0
+class RowCounts(NamedTuple):
+    """Rows in all, failing, and where a judge disagrees with a person's label."""
+
+    total: int
+    failing: int
+    disagreeing: int
+
+
+def row_views(records: Iterable[Mapping[str, Any]],
+              max_rows: int | None) -> tuple[list[RowView], RowCounts]:
+    """Views of the first `max_rows` records, and the counts over all of them."""
+    views, total, failing, disagreeing = [], 0, 0, 0
     for position, record in enumerate(records):
         view = row_view(record, position)
         total += 1
         failing += view.failed
+        disagreeing += bool(view.disagrees)
         if max_rows is None or len(views) < max_rows:
             views.append(view)
-    return views, total, failing
+    return views, RowCounts(total, failing, disagreeing)
 
 
 def rejected_view(rejected: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -6,19 +6,26 @@ and what was expected. Valid rows are then normalised into EvalRow.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pandas as pd
 import pandera.pandas as pa
 from pandera.errors import SchemaErrors
 
+from judges import BUILTIN_JUDGES
+from judges.calibration_names import LabelKind, label_kinds
+from judges.calibration_rows import LABELS_COLUMN, PREFERENCE_COLUMN
 from judges.rows import EvalRow
 from tasks.cells import (
+    chunk_labels_problem,
     chunks_problem,
     expected_response_problem,
     facts_problem,
+    labels_problem,
+    preference_problem,
     shown,
     text_problem,
     trace_problem,
@@ -40,10 +47,19 @@ CELL_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "expected_retrieved_context": chunks_problem,
     "trace": trace_problem,
 }
+CellChecks = Mapping[str, Callable[[Any], str | None]]
+# The judges people may label when a run defines none of its own (flows add theirs).
+BUILTIN_LABELS: dict[str, LabelKind] = label_kinds(BUILTIN_JUDGES.values())
 
 
-def _column(name: str, **options: Any) -> pa.Column:
-    problem = CELL_CHECKS[name]
+def cell_checks(label_judges: Mapping[str, LabelKind] | None) -> CellChecks:
+    """Every column's cell check, the labels checked against the judges the run knows."""
+    return {**CELL_CHECKS, PREFERENCE_COLUMN: preference_problem,
+            LABELS_COLUMN: partial(labels_problem, kinds=label_judges)}
+
+
+def _column(name: str, checks: CellChecks, **options: Any) -> pa.Column:
+    problem = checks[name]
     check = pa.Check(lambda value: problem(value) is None, element_wise=True, error=name)
     return pa.Column(checks=[check], **options)
 
@@ -71,14 +87,14 @@ ROW_CHECK_COLUMNS = {
 }
 
 
-def _schema(responses_generated: bool) -> pa.DataFrameSchema:
+def _schema(responses_generated: bool, checks: CellChecks) -> pa.DataFrameSchema:
     frame_checks = [pa.Check(_not_both_expected, error=BOTH_EXPECTED)]
     if not responses_generated:
         frame_checks.append(pa.Check(_has_response_source, error=NO_RESPONSE))
     optional = {"required": False, "nullable": True}
-    columns = {name: _column(name, **optional) for name in CELL_CHECKS}
-    columns["request"] = _column("request", nullable=False)
-    columns["request_id"] = _column("request_id", unique=True, **optional)
+    columns = {name: _column(name, checks, **optional) for name in checks}
+    columns["request"] = _column("request", checks, nullable=False)
+    columns["request_id"] = _column("request_id", checks, unique=True, **optional)
     return pa.DataFrameSchema(columns, checks=frame_checks, strict=False, coerce=False)
 
 
@@ -121,7 +137,8 @@ def _frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(data, index=pd.RangeIndex(len(records)))
 
 
-def _problems_from(errors: SchemaErrors, frame: pd.DataFrame) -> list[RowProblem]:
+def _problems_from(errors: SchemaErrors, frame: pd.DataFrame,
+                   checks: CellChecks) -> list[RowProblem]:
     problems: dict[tuple, RowProblem] = {}
     for case in errors.failure_cases.to_dict("records"):
         index = case.get("index")
@@ -132,7 +149,7 @@ def _problems_from(errors: SchemaErrors, frame: pd.DataFrame) -> list[RowProblem
             row_index,
             _request_id_at(frame, row_index),
             str(column),
-            _explain(check, case.get("failure_case")),
+            _explain(check, case.get("failure_case"), checks),
         )
         problems.setdefault((row_index, problem.column, check), problem)
     return list(problems.values())
@@ -145,22 +162,43 @@ def _request_id_at(frame: pd.DataFrame, row_index: int | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _explain(check: str, failure_case: Any) -> str:
+def _explain(check: str, failure_case: Any, checks: CellChecks) -> str:
     if check == "not_nullable":
         return "a value is required"
     if check == "field_uniqueness":
         return f"duplicate request_id {failure_case!r}"
     if check.startswith("column_in_dataframe"):
         return "column is missing"
-    if check in CELL_CHECKS:
-        return CELL_CHECKS[check](failure_case) or check
+    if check in checks:
+        return checks[check](failure_case) or check
     if check in ROW_CHECK_COLUMNS or failure_case is None:
         return check
     return f"{check}; got {shown(failure_case)}"
 
 
+def _label_alignment(
+    rows: list[EvalRow], label_judges: Mapping[str, LabelKind] | None
+) -> tuple[list[EvalRow], list[RowProblem]]:
+    """Rows whose per-chunk labels match their retrieved chunks, and the problems of the rest.
+
+    Checked on normalised rows: a row's chunks may come from its trace.
+    """
+    kept, problems = [], []
+    for row in rows:
+        count = len(row.retrieved_context or [])
+        problem = chunk_labels_problem(row.extra.get(LABELS_COLUMN), label_judges, count)
+        if problem:
+            problems.append(RowProblem(row.row_index, row.request_id, LABELS_COLUMN, problem))
+        else:
+            kept.append(row)
+    return kept, problems
+
+
 def validate_table(
-    table: RawTable, responses_generated: bool = False, allow_extra_columns: bool = False
+    table: RawTable,
+    responses_generated: bool = False,
+    allow_extra_columns: bool = False,
+    label_judges: Mapping[str, LabelKind] | None = BUILTIN_LABELS,
 ) -> ValidatedSet:
     """Check every row at once; normalise the valid ones.
 
@@ -168,6 +206,9 @@ def validate_table(
         table: records as read, with the problems found while reading.
         responses_generated: a candidate model will write the responses, so none is required.
         allow_extra_columns: keep unknown columns even when they look like a misspelt one.
+        label_judges: the judge names `human_labels` may use, each "row" or "chunk" (default:
+            the built-in judges; flows add the run's custom judges and aspects); None accepts
+            any name (a set read for its responses only).
     """
     columns = dict.fromkeys(key for record in table.records for key in record)
     broken = column_problems(columns, len(table.records), responses_generated=responses_generated,
@@ -179,16 +220,19 @@ def validate_table(
     readable = {i: r for i, r in enumerate(table.records) if i not in unreadable}
     frame = _frame(list(readable.values()))
     frame.index = pd.Index(list(readable), dtype="int64")
+    checks = cell_checks(label_judges)
     try:
-        _schema(responses_generated).validate(frame, lazy=True)
+        _schema(responses_generated, checks).validate(frame, lazy=True)
     except SchemaErrors as errors:
-        problems += _problems_from(errors, frame)
+        problems += _problems_from(errors, frame, checks)
     if any(p.row_index is None for p in problems):
         return ValidatedSet([], problems, len(table.records))
     rejected = {p.row_index for p in problems}
     rows, row_problems = normalise_rows(
         {i: r for i, r in readable.items() if i not in rejected}
     )
+    rows, misaligned = _label_alignment(rows, label_judges)
+    row_problems += misaligned
     return ValidatedSet(
         rows, sorted(problems + row_problems, key=lambda p: (p.row_index, p.column)),
         len(table.records),

@@ -1,0 +1,76 @@
+"""What a calibration is worth: which judge it was measured with, whether it is stale, and
+whether the judge may gate a release (a calibration floor on kappa's lower bound).
+
+A calibration follows the judge: it holds for the judge model, judge version and prompt it
+was measured with. Reused for a run whose judge differs in any of the three, it is stale. A
+judge whose calibration cannot vouch for it at the floor (none, stale, kappa undefined, or a
+lower bound below the floor) is advisory: a regression gate on its metrics is undecidable.
+Pure functions over plain values; the flows read and write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from judges.base import JudgeSpec
+
+# Below this many labels a kappa interval is too wide to say much (README: about ±0.2 at 50).
+MIN_LABELS = 50
+MEASURED_WITH = (("model", "judge model"), ("version", "judge version"),
+                 ("prompt_hash", "prompt hash"))
+# Stats measured once per labelled run: reuse copies them; the rest is decided per run.
+PER_RUN_STATS = ("advisory", "stale", "disagrees")
+
+# Landis & Koch (1977): the words people use for kappa bands.
+_BANDS = ((0.20, "slight"), (0.40, "fair"), (0.60, "moderate"), (0.80, "substantial"),
+          (1.00, "almost perfect"))
+
+
+def measured_with(spec: JudgeSpec, model: str) -> dict[str, Any]:
+    """The judge a calibration holds for: model, version and prompt hash (and whose it is)."""
+    return {"judge": spec.name, "prefix": spec.prefix, "model": model, "version": spec.version,
+            "prompt_hash": spec.prompt_hash}
+
+
+def stale_reasons(measured: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """How the judge of this run differs from the one the calibration was measured with."""
+    if not measured:
+        return ["the labelled run did not record the judge it measured"]
+    return [f"{label} {measured.get(field)!r} → {current.get(field)!r}"
+            for field, label in MEASURED_WITH if measured.get(field) != current.get(field)]
+
+
+def advisory_reason(stats: Mapping[str, Any], floor: float | None, stale: bool) -> str | None:
+    """Why the judge cannot gate at `floor` (None: it can, or no floor was set)."""
+    if floor is None:
+        return None
+    if not stats:
+        return f"not calibrated: no labels, none reused (calibration floor {floor:g})"
+    if stale:
+        return (f"its calibration is stale (measured with another judge model, version or "
+                f"prompt), so it cannot vouch for the floor {floor:g}")
+    low, count = stats.get("kappa_lower"), stats.get("labelled_count") or 0
+    if low is None:
+        return f"kappa is undefined on its {count} labels (calibration floor {floor:g})"
+    if low < floor:
+        return (f"kappa's lower bound {low:.2f} is below the calibration floor {floor:g} "
+                f"({count} labels)")
+    return None
+
+
+def band(kappa: float | None) -> str | None:
+    """Landis & Koch's word for a kappa: poor, slight, fair, moderate, substantial, almost
+    perfect.
+    """
+    if kappa is None:
+        return None
+    if kappa < 0:
+        return "poor"
+    # Bands are published to two decimals (0.21–0.40 …): round before comparing.
+    return next(word for limit, word in _BANDS if round(kappa, 2) <= limit)
+
+
+def reusable(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """The stats of a calibration another run may reuse (not its per-run verdicts)."""
+    return {k: v for k, v in stats.items() if k not in PER_RUN_STATS}
