@@ -29,7 +29,9 @@ class Judged(Protocol):
     per_chunk: bool
 
     @property
-    def prefix(self) -> str: ...
+    def prefix(self) -> str:
+        """The judge's output prefix, e.g. `response/llm_judged/correctness`."""
+        ...
 
 
 def qualified(prefix: str) -> str:

@@ -1,5 +1,6 @@
-"""What a calibration is worth: which judge it was measured with, whether it is stale, and
-whether the judge may gate a release (a calibration floor on kappa's lower bound).
+"""What a calibration is worth: which judge measured it, whether it is stale, may it gate.
+
+A judge may gate a release only above a calibration floor on kappa's lower bound.
 
 A calibration follows the judge: it holds for the judge model, judge version and prompt it
 was measured with. Reused for a run whose judge differs in any of the three, it is stale. A
@@ -60,8 +61,9 @@ def advisory_reason(stats: Mapping[str, Any], floor: float | None, stale: bool) 
 
 
 def band(kappa: float | None) -> str | None:
-    """Landis & Koch's word for a kappa: poor, slight, fair, moderate, substantial, almost
-    perfect.
+    """Landis & Koch's word for a kappa.
+
+    One of poor, slight, fair, moderate, substantial, almost perfect.
     """
     if kappa is None:
         return None

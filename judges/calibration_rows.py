@@ -42,6 +42,7 @@ class RowOutcome(NamedTuple):
 
     @property
     def disagrees(self) -> bool | None:
+        """Whether judge and person differ on any labelled unit; None when nothing compares."""
         if self.errored or not self.units:
             return None
         return any(judge != human for judge, human in self.units)

@@ -61,8 +61,9 @@ def read_calibration_run(output: str, suite: str, run_id: str,
 
 
 def _row_ids(records: list[dict[str, Any]]) -> dict[str, int]:
-    """Each record's request_id as the run will assign it (given, else a hash of the request,
-    numbered in order when requests repeat), to its index.
+    """Each record's request_id as the run will assign it, to its index.
+
+    The id is the given one, else a hash of the request, numbered in order when requests repeat.
     """
     ids, seen = {}, {}
     for index, record in enumerate(records):

@@ -19,6 +19,8 @@ STRIP_WIDTH = 300
 
 
 class Cell(NamedTuple):
+    """One cell of a confusion table: its count, and whether judge and person agree there."""
+
     count: int | None
     agree: bool
 
@@ -111,8 +113,10 @@ def _matrix(key: str, stats: Mapping[str, Any]) -> tuple[tuple[str, ...], list]:
 
 def calibration_view(metrics: Mapping[str, Any],
                      section: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The section's content: one entry per calibrated judge, and the judges with no
-    calibration that a floor made advisory. None when the run has nothing to show.
+    """The section's content, or None when the run has nothing to show.
+
+    One entry per calibrated judge, and the judges with no calibration that a floor made
+    advisory.
     """
     section = section or {}
     entries = {e.get("key"): e for e in section.get("judges") or []}

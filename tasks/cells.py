@@ -1,5 +1,7 @@
-"""What is wrong with one cell of an evaluation set, in words: each check returns None when the
-value is fine, else a short phrase naming what was expected (and what was found).
+"""What is wrong with one cell of an evaluation set, in words.
+
+Each check returns None when the value is fine, else a short phrase naming what was expected
+(and what was found).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ CHUNKS = "expected a list of {doc_uri: str, content?: str}"
 
 
 def text_problem(value: Any) -> str | None:
+    """A plain string."""
     return None if isinstance(value, str) else TEXT
 
 
 def expected_response_problem(value: Any) -> str | None:
+    """expected_response: a string with something in it."""
     if not isinstance(value, str):
         return TEXT
     if value.strip():
@@ -39,6 +43,7 @@ def facts_problem(value: Any) -> str | None:
 
 
 def chunks_problem(value: Any) -> str | None:
+    """retrieved_context / expected_retrieved_context: chunks, each with a doc_uri."""
     if not isinstance(value, list):
         return f"{CHUNKS}; got {shown(value)}"
     for index, chunk in enumerate(value):
@@ -53,6 +58,7 @@ def chunks_problem(value: Any) -> str | None:
 
 
 def trace_problem(value: Any) -> str | None:
+    """trace: an MLflow trace the trace parser can read."""
     try:
         parse_trace(value)
     except TraceError as error:

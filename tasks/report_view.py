@@ -63,6 +63,8 @@ class Number(NamedTuple):
 
 
 class Message(NamedTuple):
+    """One turn of the request, as shown."""
+
     role: str
     text: str
 
@@ -80,6 +82,8 @@ class Verdict(NamedTuple):
 
 
 class Chunk(NamedTuple):
+    """A retrieved chunk with each per-chunk judge's verdict on it."""
+
     index: int
     doc_uri: str
     content: str
@@ -88,6 +92,8 @@ class Chunk(NamedTuple):
 
 
 class PairPass(NamedTuple):
+    """One pass (forward or backward) of a pairwise judgment, as shown."""
+
     name: str
     fields: Mapping[str, Any]
     criteria: list[Mapping[str, Any]]
@@ -500,6 +506,7 @@ def row_views(records: Iterable[Mapping[str, Any]],
 
 
 def rejected_view(rejected: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rejected rows as the report lists them: where, which problems, the row as given."""
     out = []
     for item in rejected:
         record = as_text(item.get("record")) if item.get("record") is not None else ""

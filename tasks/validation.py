@@ -108,6 +108,7 @@ class ValidatedSet:
 
     @property
     def rejected_indices(self) -> list[int]:
+        """Indices of the rows set aside, in order."""
         return sorted({p.row_index for p in self.problems if p.row_index is not None})
 
 
