@@ -20,6 +20,9 @@ from collections import deque
 # The share never falls below this: even a heavily limited model keeps one call in flight.
 MIN_SHARE = 1 / 64
 DECREASE_FACTOR = 0.5
+# Recovery takes at least this many successes per unit of share (32 from half to full), so
+# that a small window or an RPM-paced model does not rush back into the limit it just hit.
+MIN_STEPS = 64
 
 
 class Congestion:
@@ -42,11 +45,12 @@ class Congestion:
         return max(1, int(self.concurrency * self.share))
 
     def on_success(self) -> None:
-        """Additive increase: about one more call in flight per window of successes."""
+        """Additive increase: at most one more call in flight per window of successes."""
         if self.share >= 1.0:
             return
         with self._lock:
-            self.share = min(1.0, self.share + 1.0 / (self.concurrency * self.window()))
+            steps = max(self.concurrency * self.window(), MIN_STEPS)
+            self.share = min(1.0, self.share + 1.0 / steps)
 
     def on_rate_limited(self, epoch: int) -> None:
         """Multiplicative decrease, once per congestion event."""
