@@ -21,6 +21,7 @@ from flows.cli_common import (
     parse_storage_options,
     run_flow,
     split_names,
+    start_prefect_api,
 )
 
 
@@ -113,6 +114,7 @@ def evaluate_command(
         use_cache=not no_cache, custom_judges=custom_judges, aspects=aspect or [],
         strictness=strictness, storage_options=parse_storage_options(storage_option),
     )
+    start_prefect_api()  # boots while the set is checked and the stack imported
     checked(preflight_evaluate, params)
     from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good
 
