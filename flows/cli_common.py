@@ -8,6 +8,8 @@ configured) then boots in a child process while the input is validated and the s
 
 from __future__ import annotations
 
+import atexit
+import gc
 from typing import NoReturn
 
 import typer
@@ -28,6 +30,27 @@ def start_prefect_api() -> None:
     from flows import prefect_api
 
     _api = prefect_api.start()
+    _end_without_final_collections()
+
+
+def _freeze_heap() -> None:
+    gc.disable()
+    gc.freeze()
+
+
+def _end_without_final_collections() -> None:
+    """Spare the process's end the garbage collector's passes over every object it made.
+
+    A run leaves millions of objects (Prefect, litellm, pandas); the interpreter's final
+    collections over them took 1.4-1.9 s of every command on two cores. Frozen, they are
+    still freed (and their files closed) as the modules are torn down, only not traversed.
+    """
+    if _freeze_heap not in _registered:
+        atexit.register(_freeze_heap)
+        _registered.add(_freeze_heap)
+
+
+_registered: set = set()
 
 
 def _stop_prefect_api() -> None:
