@@ -40,4 +40,4 @@ clean:
 	rm -rf $(TOOLS) $(VENV) results .pytest_cache
 
 bench: install
-	$(VENV)/bin/python bench/throughput.py
+	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)

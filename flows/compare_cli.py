@@ -19,6 +19,7 @@ from flows.cli_common import (
     finish,
     parse_storage_options,
     run_flow,
+    start_prefect_api,
 )
 
 # Headline metrics, in the order a reader wants them: verdicts over pairs first.
@@ -122,6 +123,7 @@ def compare_command(
         use_cache=not no_cache, max_error_share=max_error_share,
         storage_options=parse_storage_options(storage_option),
     )
+    start_prefect_api()  # boots while the set is checked and the stack imported
     checked(preflight_compare, params)
     from flows.compare import compare
 

@@ -21,6 +21,7 @@ from flows.cli_common import (
     parse_storage_options,
     run_flow,
     split_names,
+    start_prefect_api,
 )
 
 
@@ -123,6 +124,7 @@ def evaluate_command(
         labels=labels, calibration=calibration, calibration_floor=calibration_floor,
         calibration_seed=calibration_seed,
     )
+    start_prefect_api()  # boots while the set is checked and the stack imported
     checked(preflight_evaluate, params)
     from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good
 

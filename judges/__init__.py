@@ -5,6 +5,7 @@ from judges import (
     context_sufficiency,
     correctness,
     groundedness,
+    offline,  # noqa: F401 - registers the offline judge as the local model judgeflow/offline
     relevance_to_query,
     safety,
 )

@@ -82,7 +82,8 @@ async def judged_call(
     source = "cache"
     if exchange is None:
         source = "model"
-        exchange = await _ask_with_one_reask(ctx, messages, output_model, quoted)
+        metadata = {"judge": provenance["judge"]} if provenance and "judge" in provenance else None
+        exchange = await _ask_with_one_reask(ctx, messages, output_model, quoted, metadata)
         if exchange.verdict is not None and ctx.cache is not None:
             await asyncio.to_thread(ctx.cache.put, key, exchange.replies[-1])
     ctx.calls.append({
@@ -117,11 +118,15 @@ async def _cached(
 
 
 async def _ask_with_one_reask(
-    ctx: JudgeContext, messages: list[dict], output_model: type[BaseModel], quoted: QuotedContent
+    ctx: JudgeContext,
+    messages: list[dict],
+    output_model: type[BaseModel],
+    quoted: QuotedContent,
+    metadata: dict | None = None,
 ) -> Exchange:
     replies: list[str] = []
     try:
-        completion = await ctx.client.complete(messages, ctx.usage, output_model)
+        completion = await ctx.client.complete(messages, ctx.usage, output_model, metadata)
         replies.append(completion.text)
         try:
             return Exchange(replies, parse_reply(completion.text, output_model, quoted), None)
@@ -131,7 +136,7 @@ async def _ask_with_one_reask(
                 {"role": "assistant", "content": completion.text},
                 {"role": "user", "content": REASK.format(error=first_error)},
             ]
-        completion = await ctx.client.complete(follow_up, ctx.usage, output_model)
+        completion = await ctx.client.complete(follow_up, ctx.usage, output_model, metadata)
         replies.append(completion.text)
         return Exchange(replies, parse_reply(completion.text, output_model, quoted), None)
     except LLMCallError as error:

@@ -9,31 +9,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import weakref
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from judges.pacing import AdaptiveGate, Congestion, RatePacer
 
 # A judge's reply is short; the estimate is settled against the real usage after the call.
 ESTIMATED_REPLY_TOKENS = 200
 CHARS_PER_TOKEN = 4
-
-
-class RatePacer:
-    """Spaces request starts 60/rpm seconds apart, across every event loop of the process."""
-
-    def __init__(self, rpm: int | None):
-        self._interval = 60.0 / rpm if rpm else 0.0
-        self._next_start = 0.0
-        self._lock = threading.Lock()
-
-    async def wait_turn(self) -> None:
-        if not self._interval:
-            return
-        with self._lock:
-            now = time.monotonic()
-            start = max(now, self._next_start)
-            self._next_start = start + self._interval
-        if start > now:
-            await asyncio.sleep(start - now)
 
 
 class TokenBudget:
@@ -78,25 +62,38 @@ class TokenBudget:
 
 
 def estimate_tokens(messages: list[dict], max_tokens: int | None) -> int:
+    """A call's token estimate before it is made: characters / 4, plus the reply's cap."""
     prompt = sum(len(str(m.get("content", ""))) for m in messages) // CHARS_PER_TOKEN
     return prompt + (max_tokens or ESTIMATED_REPLY_TOKENS)
 
 
 @dataclass
 class ProcessLimits:
-    """Concurrency, RPM and TPM bounds shared by every chunk running in this process."""
+    """Concurrency, RPM and TPM bounds shared by every chunk running in this process.
 
-    concurrency: int
+    Concurrency and RPM adapt to the provider (judges/pacing.py): a 429 lowers them, successes
+    restore them, and a Retry-After pauses every call to the model.
+    """
+
+    congestion: Congestion
+    gate: AdaptiveGate
     pacer: RatePacer
     tokens: TokenBudget
-    _semaphores: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
-    def semaphore(self) -> asyncio.Semaphore:
-        # asyncio primitives belong to one loop; a chunk run in another loop gets its own.
-        loop = asyncio.get_running_loop()
-        if loop not in self._semaphores:
-            self._semaphores[loop] = asyncio.Semaphore(self.concurrency)
-        return self._semaphores[loop]
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[int]:
+        """A call's turn to be sent; yields the congestion epoch it was admitted in.
+
+        Waits out any pause before and after queueing for the window, then for the RPM pace.
+        """
+        await self.congestion.wait_pause()
+        await self.gate.acquire()
+        try:
+            await self.congestion.wait_pause()
+            await self.pacer.wait_turn(self.congestion.share)
+            yield self.congestion.epoch
+        finally:
+            self.gate.release()
 
 
 _limits_lock = threading.Lock()
@@ -110,5 +107,8 @@ def limits_for(
     key = (model, api_base, concurrency, rpm, tpm)
     with _limits_lock:
         if key not in _process_limits:
-            _process_limits[key] = ProcessLimits(concurrency, RatePacer(rpm), TokenBudget(tpm))
+            congestion = Congestion(concurrency)
+            _process_limits[key] = ProcessLimits(
+                congestion, AdaptiveGate(congestion), RatePacer(rpm), TokenBudget(tpm)
+            )
         return _process_limits[key]

@@ -1,4 +1,6 @@
-"""The one door to models: litellm's async API with bounded concurrency, RPM pacing and retries.
+"""The one door to models: litellm's async API with adaptive limits and retries.
+
+A small registry of local (in-process) models answers without litellm.
 
 litellm's own retries are off (num_retries=0, max_retries=0) so that ours, which honour
 Retry-After and add jitter, are the only ones and do not multiply.
@@ -7,33 +9,52 @@ Retry-After and add jitter, are the only ones and do not multiply.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import functools
 import os
-import random
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from judges import offline
 from judges.limits import estimate_tokens, limits_for
+from judges.retry import (  # noqa: F401 - retry_after_seconds and describe_error re-exported
+    backoff_delay,
+    describe_error,
+    retry_after_seconds,
+    status_of,
+)
 
-OFFLINE_PROVIDER = "judgeflow"
-OFFLINE_MODEL = f"{OFFLINE_PROVIDER}/offline"
-MAX_RETRY_AFTER_SECONDS = 120.0
 # Only variables named like API keys may be chosen: a parameter must not be able to send,
 # say, AWS_SECRET_ACCESS_KEY to an endpoint of its choosing.
 API_KEY_ENV_PATTERN = r"^[A-Z][A-Z0-9_]*_API_KEY$"
 
+# A local model: (messages, call metadata such as {"judge": name}) -> the reply's text.
+LocalModel = Callable[[list[dict], Mapping[str, str]], str]
+_LOCAL_MODELS: dict[str, LocalModel] = {}
+
+
+def register_local_model(name: str, answer: LocalModel) -> None:
+    """Answer every call to the model `name` in process with `answer`, never through litellm.
+
+    For models that are code, not services (judgeflow's offline heuristic judge): no limits,
+    retries, HTTP or price lookups apply to them.
+    """
+    _LOCAL_MODELS[name] = answer
+
+
+def is_local_model(name: str) -> bool:
+    """Whether `name` is answered in process by a registered local model."""
+    return name in _LOCAL_MODELS
 
 
 @functools.cache
 def _litellm():
-    """litellm, imported on first use: it costs seconds, which `prefect deploy`, worker
-    start-up and `--help` need not pay. Configured once, here.
+    """litellm, imported on first use and configured once.
+
+    It costs seconds, which `prefect deploy`, worker start-up, `--help` and offline runs need
+    not pay.
     """
     # litellm fetches a price map from the internet on import unless told not to.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -41,7 +62,6 @@ def _litellm():
 
     # Printed "give feedback" banners on every exception would drown the run's own log.
     litellm.suppress_debug_info = True
-    _register_offline_provider(litellm)
     return litellm
 
 
@@ -82,7 +102,8 @@ class LLMSettings(BaseModel):
 
     @property
     def is_offline(self) -> bool:
-        return self.model == OFFLINE_MODEL
+        """Answered in process by a local model (the offline judge): no LLM judges."""
+        return is_local_model(self.model)
 
     def call_identity(self) -> dict:
         """What identifies the model and its sampling, for cache keys and manifests."""
@@ -124,10 +145,12 @@ class Usage:
     cost_usd: float = 0.0
 
     def add(self, other: Usage) -> None:
+        """Add another tally (a chunk's) to this one."""
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def as_dict(self) -> dict:
+        """The tally as plain JSON-ready values."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
@@ -136,51 +159,27 @@ class Usage:
 _MODELS_WITHOUT_SCHEMA: set[str] = set()
 
 
-def retry_after_seconds(error: Exception) -> float | None:
-    """The server's requested delay (retry-after-ms, or Retry-After seconds or date), if any."""
-    # litellm keeps the provider's headers on litellm_response_headers; its `response` is rebuilt.
-    candidates = (
-        getattr(error, "litellm_response_headers", None),
-        getattr(getattr(error, "response", None), "headers", None),
-        getattr(error, "headers", None),
-    )
-    headers = next((h for h in candidates if h), None)
-    if headers is None:
-        return None
-    seconds = _header_seconds(headers.get("retry-after-ms"), scale=1000.0)
-    if seconds is None:
-        seconds = _header_seconds(headers.get("retry-after"))
-    return None if seconds is None else min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
-
-
-def _header_seconds(value: str | None, scale: float = 1.0) -> float | None:
-    """Seconds from a delay header: a number (in 1/scale s) or an HTTP date."""
-    if value is None:
-        return None
-    try:
-        return float(value) / scale
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return (when - datetime.now(UTC)).total_seconds()
-
-
 def is_transient(error: Exception) -> bool:
+    """Worth another attempt: rate limits, timeouts, connection errors and 5xx."""
     if isinstance(error, _transient_errors()):
         return True
-    status = getattr(error, "status_code", None)
-    return isinstance(status, int) and (status == 429 or status >= 500)
+    status = status_of(error)
+    return status is not None and (status == 429 or status >= 500)
 
 
-def backoff_delay(settings: LLMSettings, attempt: int, error: Exception) -> float:
-    """Exponential backoff with jitter, never shorter than the server's Retry-After."""
-    base = min(settings.max_backoff_seconds, settings.backoff_seconds * 2 ** (attempt - 1))
-    jittered = base * random.uniform(0.5, 1.0)
-    hinted = retry_after_seconds(error)
-    return max(jittered, hinted) if hinted is not None else jittered
+_PREPARED_MODELS: set[str] = set()
+
+
+def prepare(settings: LLMSettings) -> None:
+    """Import litellm and look the model up now, so that no call pays for it on the event loop.
+
+    Cheap after the first time; a local model needs nothing.
+    """
+    if is_local_model(settings.model) or settings.model in _PREPARED_MODELS:
+        return
+    _supports_schema(settings.model)
+    _is_priced(settings.model)
+    _PREPARED_MODELS.add(settings.model)
 
 
 class LLMClient:
@@ -188,25 +187,41 @@ class LLMClient:
 
     def __init__(self, settings: LLMSettings):
         self.settings = settings
+        self._local = _LOCAL_MODELS.get(settings.model)
         self._limits = limits_for(
             settings.model, settings.api_base, settings.concurrency, settings.rpm, settings.tpm
         )
 
     async def complete(
-        self, messages: list[dict], usage: Usage, response_format: type[BaseModel] | None = None
+        self,
+        messages: list[dict],
+        usage: Usage,
+        response_format: type[BaseModel] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Completion:
         """One chat completion, retried on transient errors.
+
+        Args:
+            messages: the chat messages to send.
+            usage: the tally this call's calls, retries, tokens and cost are added to.
+            response_format: the reply's model, sent as a schema where the model supports it.
+            metadata: who asks (e.g. {"judge": name}); read by local models, not sent.
 
         Raises:
             LLMCallError: when the error is not transient or the attempts are used up.
         """
+        if self._local is not None:
+            return self._answer_locally(messages, usage, metadata or {})
+        if self.settings.model not in _PREPARED_MODELS:
+            # The model's first call: the import and lookups in a thread, off the event loop.
+            await asyncio.to_thread(prepare, self.settings)
         for attempt in range(1, self.settings.max_attempts + 1):
             try:
                 completion = await self._attempt(messages, response_format)
             except Exception as error:  # noqa: BLE001 - classified right below
                 if response_format is not None and self._schema_refused(error):
                     # Ask again at once, without the schema (not counted as an attempt).
-                    return await self.complete(messages, usage, None)
+                    return await self.complete(messages, usage, None, metadata)
                 if not is_transient(error) or attempt == self.settings.max_attempts:
                     usage.failures += 1
                     raise LLMCallError(describe_error(error, attempt, self.settings)) from None
@@ -220,10 +235,22 @@ class LLMClient:
             return completion._replace(attempts=attempt)
         raise AssertionError("unreachable")
 
+    def _answer_locally(
+        self, messages: list[dict], usage: Usage, metadata: Mapping[str, str]
+    ) -> Completion:
+        started = time.perf_counter()
+        try:
+            text = self._local(messages, metadata)
+        except Exception as error:  # noqa: BLE001 - a row's error, never a crashed chunk
+            usage.failures += 1
+            raise LLMCallError(f"local model {self.settings.model!r} failed: {error!r}") from None
+        usage.calls += 1
+        return Completion(text, 0, 0, 0.0, latency_seconds=time.perf_counter() - started)
+
     def _schema_refused(self, error: Exception) -> bool:
         """A 400 about structured output: remember that this model takes no schema."""
         text = str(error).lower()
-        refused = getattr(error, "status_code", None) == 400 and any(
+        refused = status_of(error) == 400 and any(
             word in text for word in ("response_format", "json_schema", "schema")
         )
         if refused:
@@ -233,23 +260,35 @@ class LLMClient:
     async def _attempt(
         self, messages: list[dict], response_format: type[BaseModel] | None
     ) -> Completion:
+        limits = self._limits
         estimate = estimate_tokens(messages, self.settings.max_tokens)
-        async with self._limits.semaphore():
-            await self._limits.pacer.wait_turn()
-            reserved = await self._limits.tokens.reserve(estimate)
+        async with limits.slot() as epoch:
+            reserved = await limits.tokens.reserve(estimate)
             request = self._request(messages, response_format)
             sent = time.perf_counter()
             try:
                 response = await _litellm().acompletion(**request)
-            except BaseException:
-                self._limits.tokens.settle(reserved, 0)  # a failed call spent (almost) nothing
+            except BaseException as error:
+                limits.tokens.settle(reserved, 0)  # a failed call spent (almost) nothing
+                self._observe_failure(error, epoch)
                 raise
             latency = time.perf_counter() - sent
+            limits.congestion.on_success()
         completion = _to_completion(response, self.settings.model)._replace(
             latency_seconds=latency
         )
-        self._limits.tokens.settle(reserved, completion.input_tokens + completion.output_tokens)
+        limits.tokens.settle(reserved, completion.input_tokens + completion.output_tokens)
         return completion
+
+    def _observe_failure(self, error: BaseException, epoch: int) -> None:
+        """A 429 slows the model down; a Retry-After pauses every call to it."""
+        if not isinstance(error, Exception):
+            return  # cancelled: says nothing about the provider
+        if status_of(error) == 429 or isinstance(error, _litellm().RateLimitError):
+            self._limits.congestion.on_rate_limited(epoch)
+        hinted = retry_after_seconds(error)
+        if hinted and is_transient(error):
+            self._limits.congestion.pause(hinted)
 
     def _request(self, messages: list[dict], response_format: type[BaseModel] | None) -> dict:
         request = {
@@ -300,70 +339,26 @@ def _is_priced(model: str) -> bool:
     return bool(info.get("input_cost_per_token") or info.get("output_cost_per_token"))
 
 
+def _cost(response, model: str) -> float:
+    """The call's price: litellm already computed it for the response; priced again only if not."""
+    hidden = getattr(response, "_hidden_params", None) or {}
+    cost = (hidden.get if isinstance(hidden, dict) else functools.partial(getattr, hidden))(
+        "response_cost", None
+    )
+    if cost is None and _is_priced(model):
+        try:
+            cost = _litellm().completion_cost(completion_response=response)
+        except Exception:  # noqa: BLE001 - a price lookup never fails a judgment
+            cost = None
+    return float(cost or 0.0)
+
+
 def _to_completion(response, model: str) -> Completion:
     text = response.choices[0].message.content or ""
     usage = getattr(response, "usage", None)
-    cost = 0.0
-    if _is_priced(model):
-        try:
-            cost = float(_litellm().completion_cost(completion_response=response) or 0.0)
-        except Exception:  # noqa: BLE001 - a price lookup never fails a judgment
-            cost = 0.0
     return Completion(
         text=text,
         input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        cost_usd=cost,
+        cost_usd=_cost(response, model),
     )
-
-
-def describe_error(error: Exception, attempt: int, settings: LLMSettings) -> str:
-    """What failed, as it failed: a refused connection is a connection error, not "HTTP 500".
-
-    litellm reports connection failures as InternalServerError (status 500) although no server
-    answered, so the cause chain decides. Provider messages never contain the key.
-    """
-    where = settings.api_base or f"the {settings.model.split('/', 1)[0]} provider"
-    chain = _cause_chain(error)
-    names = {cls.__name__ for link in chain for cls in type(link).__mro__}
-    if any(isinstance(link, ConnectionRefusedError) for link in chain):
-        what = f"connection refused at {where}"
-    elif names & {"Timeout", "APITimeoutError", "TimeoutException", "TimeoutError"}:
-        what = f"timed out after {settings.timeout_seconds:g} s at {where}"
-    elif names & {"APIConnectionError", "ConnectError", "ClientConnectorError", "gaierror"}:
-        what = f"connection error at {where}: {str(chain[-1]).strip() or type(chain[-1]).__name__}"
-    else:
-        status = getattr(error, "status_code", None)
-        reason = str(error).splitlines()[0][:300] if str(error) else ""
-        what = f"HTTP {status} from {where}" if status else type(error).__name__
-        what += f": {reason}" if reason else ""
-    return f"{what} (after {attempt} attempt(s))"
-
-
-def _cause_chain(error: BaseException) -> list[BaseException]:
-    """The error and every cause behind it, outermost first."""
-    chain: list[BaseException] = []
-    current: BaseException | None = error
-    while current is not None and all(current is not seen for seen in chain):
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    return chain
-
-
-def _register_offline_provider(litellm) -> None:
-    """Expose the deterministic offline judge as the litellm model `judgeflow/offline`."""
-
-    class OfflineProvider(litellm.CustomLLM):
-        def completion(self, model: str, messages: list, *args, **kwargs):
-            return litellm.ModelResponse(
-                choices=[{"message": {"role": "assistant", "content": offline.answer(messages)}}],
-                model=OFFLINE_MODEL,
-                usage={"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            )
-
-        async def acompletion(self, model: str, messages: list, *args, **kwargs):
-            return self.completion(model, messages)
-
-    litellm.custom_provider_map = [
-        entry for entry in litellm.custom_provider_map if entry.get("provider") != OFFLINE_PROVIDER
-    ] + [{"provider": OFFLINE_PROVIDER, "custom_handler": OfflineProvider()}]

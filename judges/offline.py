@@ -1,7 +1,10 @@
 """The offline heuristic judge: deterministic answers to judgeflow's own prompts, no model.
 
-It exists for demos and air-gapped smoke runs, and every run it judges says so. It reads the
-`Assessment:` line and the <untrusted-...> blocks of a prompt and applies word-overlap rules:
+It exists for demos and air-gapped smoke runs, and every run it judges says so. It is a local
+model (judges/llm.py `register_local_model`): registered under `judgeflow/offline` when this
+module is imported, it answers in process, in microseconds, without litellm. It is told which
+judge asks through the call's metadata ({"judge": name}), falling back to the prompt's
+`Assessment:` line, reads the <untrusted-...> blocks of the prompt and applies word-overlap rules:
 
 - key words: lower-cased words of 3+ letters that are not stop words;
 - coverage(a, b): share of a's key words that also occur in b;
@@ -29,10 +32,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 
 from judges.base import UNTRUSTED_BLOCK
+from judges.llm import register_local_model
 from judges.pairwise import normalised_score
 
+MODEL = "judgeflow/offline"
+# The pairwise judge's name (judges/pairwise_judge.py) and its prompt's assessment line.
+PAIRWISE_JUDGES = frozenset({"pairwise_rubric", "pairwise"})
 _ASSESSMENT = re.compile(r"^Assessment:\s*(\S+)", re.MULTILINE)
 _NEUTRALISED = re.compile(r"&lt;(\s*/?\s*untrusted-)", re.IGNORECASE)  # undo judges.base.untrusted
 _WORD = re.compile(r"[a-z0-9]{3,}")
@@ -163,11 +171,24 @@ def _pairwise(prompt_text: str, blocks: dict[str, list[str]]) -> dict:
             f"vs {second:.3f} (response 2)."}
 
 
-def answer(messages: list[dict]) -> str:
-    """The offline judge's reply to a judgeflow prompt: one JSON object, as the contract asks."""
+def answer(messages: list[dict], metadata: Mapping[str, str] | None = None) -> str:
+    """The offline judge's reply to a judgeflow prompt: one JSON object, as the contract asks.
+
+    Args:
+        messages: the rendered prompt.
+        metadata: the call's metadata; its "judge" names the asking judge. Without it, the
+            prompt's `Assessment:` line does.
+    """
     prompt = "\n".join(str(m.get("content", "")) for m in messages)
-    match = _ASSESSMENT.search(prompt)
-    assessment = match.group(1) if match else "unknown"
-    if assessment == "pairwise":
+    assessment = (metadata or {}).get("judge") or _assessment_line(prompt)
+    if assessment in PAIRWISE_JUDGES:
         return json.dumps(_pairwise(prompt, _blocks(prompt)))
     return json.dumps(_judge(assessment, _blocks(prompt)))
+
+
+def _assessment_line(prompt: str) -> str:
+    match = _ASSESSMENT.search(prompt)
+    return match.group(1) if match else "unknown"
+
+
+register_local_model(MODEL, answer)

@@ -1,0 +1,110 @@
+"""A loopback OpenAI-compatible server for the benchmark, run in its own process.
+
+It answers every chat completion with one verdict after a fixed delay and records its busy
+window: from the first request received to the last reply sent. Rates are computed over that
+window, so neither side's start-up or shutdown counts as judging time. asyncio (aiohttp) rather
+than a thread per connection, so that the server's own CPU stays small beside the client's on
+a 2-core machine.
+
+    python bench/loopback.py --latency 0.1      # prints its base URL, then serves
+
+Control: `GET /stats` returns the window and the request count; `POST /reset` empties it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+from aiohttp import web
+
+VERDICT = '{"rationale": "fine", "rating": "yes"}'
+
+
+class Window:
+    """Requests seen and the span from the first received to the last answered."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.first_received: float | None = None
+        self.last_replied: float | None = None
+
+    def received(self) -> None:
+        self.count += 1
+        if self.first_received is None:
+            self.first_received = time.monotonic()
+
+    def replied(self) -> None:
+        self.last_replied = time.monotonic()
+
+    def as_dict(self) -> dict:
+        busy = None
+        if self.first_received is not None and self.last_replied is not None:
+            busy = self.last_replied - self.first_received
+        return {"count": self.count, "busy_seconds": busy}
+
+
+def _completion(model: str) -> bytes:
+    return json.dumps({
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": VERDICT}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }).encode()
+
+
+def make_app(latency: float) -> web.Application:
+    window = Window()
+
+    async def complete(request: web.Request) -> web.Response:
+        window.received()
+        body = await request.json()
+        await asyncio.sleep(latency)
+        response = web.Response(body=_completion(body.get("model", "bench")),
+                                content_type="application/json")
+        window.replied()
+        return response
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.json_response(window.as_dict())
+
+    async def reset(request: web.Request) -> web.Response:
+        window.reset()
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", complete)
+    app.router.add_get("/stats", stats)
+    app.router.add_post("/reset", reset)
+    return app
+
+
+async def serve(latency: float) -> None:
+    runner = web.AppRunner(make_app(latency), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    print(f"http://127.0.0.1:{port}", flush=True)
+    # Stops with its parent: stdin closes when the benchmark exits, however it exits.
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=0.1, help="seconds per reply")
+    asyncio.run(serve(parser.parse_args().latency))
+
+
+if __name__ == "__main__":
+    main()

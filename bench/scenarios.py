@@ -1,0 +1,173 @@
+"""The scenarios of record, each measured against the limit it should reach.
+
+Every scenario yields `Measure`s: a ratio of what was achieved to a limit (a rate the provider
+allows, a bare litellm batch, the time to import the stack), never a bare absolute time.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+from bench.processes import (
+    ROOT,
+    CommandRun,
+    Loopback,
+    bare_litellm,
+    offline_calls,
+    run_command,
+    run_help,
+    stack_import_seconds,
+)
+
+
+class Measure(NamedTuple):
+    """One run of one scenario: what it achieved against which limit."""
+
+    scenario: str
+    calls: int
+    wall_seconds: float
+    rate: float | None  # requests per second over the server's busy window
+    limit: float
+    limit_label: str
+    ratio: float
+    cpu_ms_per_call: float | None
+    peak_rss_mb: float | None
+    target: str  # e.g. ">= 0.90"
+    note: str = ""
+
+
+class JudgedRun(NamedTuple):
+    command: CommandRun
+    calls: int
+    busy_seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.busy_seconds
+
+    @property
+    def cpu_ms_per_call(self) -> float:
+        return 1000 * self.command.cpu_seconds / max(self.calls, 1)
+
+
+def _rows_file(folder: Path, count: int) -> Path:
+    path = folder / f"rows-{count}.jsonl"
+    with path.open("w") as out:
+        for i in range(count):
+            out.write(json.dumps({"request_id": f"r{i}", "request": f"What is item {i}?",
+                                  "response": f"Item {i} is a benchmark answer."}) + "\n")
+    return path
+
+
+def judge_rows(server: Loopback, rows: int, concurrency: int, *extra: str) -> JudgedRun:
+    """`judgeflow evaluate` of `rows` rows (one safety call each) against the loopback server."""
+    server.reset()
+    with tempfile.TemporaryDirectory() as folder:
+        data = _rows_file(Path(folder), rows)
+        command = run_command([
+            "evaluate", str(data), "--judge-model", "openai/bench",
+            "--api-base", f"{server.url}/v1", "--concurrency", str(concurrency),
+            "--judges", "safety", "--no-cache", "--output", f"{folder}/out", "--suite", "bench",
+            *extra,
+        ])
+    if command.returncode != 0:
+        raise RuntimeError(f"judgeflow exited {command.returncode}:\n{command.output[-3000:]}")
+    stats = server.stats()
+    return JudgedRun(command, stats["count"], stats["busy_seconds"])
+
+
+def provider_bound(calls: int, latency: float = 0.1, concurrency: int = 8) -> list[Measure]:
+    """The provider is the bottleneck: the run should keep `concurrency` calls in flight."""
+    with Loopback(latency) as server:
+        run = judge_rows(server, calls, concurrency)
+    limit = concurrency / latency
+    common = dict(calls=run.calls, wall_seconds=run.command.wall_seconds, rate=run.rate,
+                  cpu_ms_per_call=run.cpu_ms_per_call, peak_rss_mb=run.command.peak_rss_mb)
+    return [
+        Measure(f"provider-bound {latency * 1000:.0f} ms c{concurrency}: rate", **common,
+                limit=limit, limit_label="c / latency (req/s)", ratio=run.rate / limit,
+                target=">= 0.90"),
+        Measure(f"provider-bound {latency * 1000:.0f} ms c{concurrency}: wall", **common,
+                limit=run.busy_seconds, limit_label="server busy window (s)",
+                ratio=run.command.wall_seconds / run.busy_seconds, target="<= 1.3"),
+    ]
+
+
+def cpu_bound(calls: int, latency: float = 0.005, concurrency: int = 64) -> list[Measure]:
+    """The client's CPU is the bottleneck: judgeflow against a bare litellm batch."""
+    with Loopback(latency) as server:
+        bare = bare_litellm(server.url, calls, concurrency)
+        stats = server.stats()
+        bare_rate = stats["count"] / stats["busy_seconds"]
+        run = judge_rows(server, calls, concurrency)
+    return [Measure(
+        f"CPU-bound {latency * 1000:.0f} ms c{concurrency}", calls=run.calls,
+        wall_seconds=run.command.wall_seconds, rate=run.rate, limit=bare_rate,
+        limit_label="bare litellm batch (req/s)",
+        ratio=run.rate / bare_rate, cpu_ms_per_call=run.cpu_ms_per_call,
+        peak_rss_mb=run.command.peak_rss_mb, target=">= 0.95",
+        note=f"bare litellm: {1000 * bare['cpu_seconds'] / calls:.2f} CPU ms/call",
+    )]
+
+
+def rpm_cap(
+    calls: int, rpm: int = 600, latency: float = 0.1, concurrency: int = 16
+) -> list[Measure]:
+    """A requests-per-minute cap well below what concurrency allows: the cap is the limit."""
+    with Loopback(latency) as server:
+        run = judge_rows(server, calls, concurrency, "--rpm", str(rpm))
+    return [Measure(
+        f"RPM cap {rpm}/min, {latency * 1000:.0f} ms c{concurrency}", calls=run.calls,
+        wall_seconds=run.command.wall_seconds, rate=run.rate, limit=rpm / 60,
+        limit_label="rpm / 60 (req/s)", ratio=run.rate * 60 / rpm,
+        cpu_ms_per_call=run.cpu_ms_per_call, peak_rss_mb=run.command.peak_rss_mb,
+        target="0.95 - 1.00",
+    )]
+
+
+def fixed_overhead(rows: int = 20, latency: float = 0.1) -> list[Measure]:
+    """What a small run costs beyond its judging, against importing the stack once."""
+    imports = stack_import_seconds()
+    with Loopback(latency) as server:
+        run = judge_rows(server, rows, 8)
+    overhead = run.command.wall_seconds - run.busy_seconds
+    return [Measure(
+        f"fixed overhead, {rows}-row run", calls=run.calls,
+        wall_seconds=run.command.wall_seconds, rate=None, limit=imports,
+        limit_label="stack import (s)", ratio=overhead / imports,
+        cpu_ms_per_call=None, peak_rss_mb=run.command.peak_rss_mb, target="<= 1.5",
+    )]
+
+
+def offline_example() -> list[Measure]:
+    """The bundled 12-row example with the offline judge: its calls, and the whole command."""
+    imports = stack_import_seconds()
+    with tempfile.TemporaryDirectory() as folder:
+        command = run_command([
+            "evaluate", str(ROOT / "examples" / "rag_eval.jsonl"), "--judge-model",
+            "judgeflow/offline", "--output", folder, "--suite", "demo", "--run-id", "bench"])
+        manifest = json.loads((Path(folder) / "demo" / "bench" / "manifest.json").read_text())
+    calls = manifest["usage"]["calls"]
+    timed = offline_calls(calls)
+    per_call = timed["seconds_per_call"]
+    return [
+        Measure("offline judge call", calls=calls, wall_seconds=per_call * calls,
+                rate=1 / per_call, limit=0.001,
+                limit_label="1 ms per call", ratio=per_call / 0.001, cpu_ms_per_call=None,
+                peak_rss_mb=None, target="< 0.1",
+                note=f"first call {timed['first_call_seconds']:.3g} s"),
+        Measure("offline 12-row example, whole command", calls=calls,
+                wall_seconds=command.wall_seconds, rate=None, limit=imports,
+                limit_label="stack import (s)", ratio=command.wall_seconds / imports,
+                cpu_ms_per_call=None, peak_rss_mb=command.peak_rss_mb, target="<= 1.5"),
+    ]
+
+
+def help_command() -> list[Measure]:
+    wall = run_help()
+    return [Measure("judgeflow --help", calls=0, wall_seconds=wall, rate=None, limit=1.0,
+                    limit_label="1 s", ratio=wall, cpu_ms_per_call=None, peak_rss_mb=None,
+                    target="< 1")]

@@ -1,0 +1,152 @@
+"""A Prefect API for the command line, started early so that nobody waits for it.
+
+With PREFECT_API_URL set, runs are recorded on that server. Without it, Prefect's ephemeral
+mode would start a temporary API server only when the flow starts (5-10 s on two busy cores,
+after the command has already spent as long importing Prefect and litellm), and would import
+the server's own modules into this process to do so. Instead the command starts the same
+server (uvicorn over `prefect.server.api.server:create_app`, UI off, as ephemeral mode runs it)
+in a child process as its first act, while it reads and validates the set and imports Prefect
+and litellm, and points Prefect at it once Prefect is imported. It is stopped when the command
+exits, after Prefect has flushed its events and logs to it.
+
+Nothing here imports Prefect until `attach`; `start` costs a fork and an exec.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+# What Prefect's ephemeral mode sets for its server (prefect/server/api/server.py).
+SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+              "PREFECT__SERVER_FINAL": "1"}
+PORT_ATTEMPTS = 3
+
+
+class PrefectAPIError(RuntimeError):
+    """The temporary API could not be started; the message holds the server's own words."""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class TemporaryAPI:
+    """A Prefect API server of this command's own, in a child process on a loopback port."""
+
+    def __init__(self) -> None:
+        self._log = tempfile.TemporaryFile()
+        self.process: subprocess.Popen | None = None
+        self.port = 0
+        self._spawn()
+        atexit.register(self.stop)  # before Prefect's exit hooks, so it stops after them
+
+    @property
+    def url(self) -> str:
+        """The API's base URL (what PREFECT_API_URL holds)."""
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def _spawn(self) -> None:
+        self.port = _free_port()
+        command = [sys.executable, "-m", "uvicorn", "--factory",
+                   "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+                   "--port", str(self.port), "--log-level", "error", "--lifespan", "on"]
+        self.process = subprocess.Popen(command, env={**os.environ, **SERVER_ENV},
+                                        stdin=subprocess.DEVNULL, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+
+    def wait_ready(self) -> None:
+        """Block until the API answers its health check (a lost port race starts it again).
+
+        Raises:
+            PrefectAPIError: the server exited or did not answer in time.
+        """
+        deadline = time.monotonic() + float(os.environ.get(STARTUP_TIMEOUT_ENV, "120"))
+        spawns = 1
+        while time.monotonic() < deadline:
+            if self._healthy():
+                return
+            if self.process.poll() is not None:
+                if spawns == PORT_ATTEMPTS:
+                    raise PrefectAPIError(f"the temporary Prefect API exited: {self._tail()}")
+                spawns += 1
+                self._spawn()
+            time.sleep(0.05)
+        self.stop()
+        raise PrefectAPIError(f"the temporary Prefect API did not start in time: {self._tail()}")
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
+
+    def _tail(self) -> str:
+        self._log.seek(0)
+        text = self._log.read().decode(errors="replace").strip()
+        return text[-2000:] or "(no output)"
+
+    def stop(self) -> None:
+        """Stop the server (idempotent)."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _configured_elsewhere() -> bool:
+    """Whether runs already have an API: the environment, or an imported Prefect's settings."""
+    if os.environ.get("PREFECT_API_URL"):
+        return True
+    if "prefect.settings" in sys.modules:  # e.g. under a test harness: ask Prefect itself
+        from prefect.settings import PREFECT_API_URL
+
+        return bool(PREFECT_API_URL.value())
+    return False
+
+
+def start() -> TemporaryAPI | None:
+    """Start a temporary API now, unless runs already have one (or ephemeral mode is off)."""
+    allowed = os.environ.get("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "true").lower()
+    if _configured_elsewhere() or allowed in ("0", "false", "no", "off"):
+        return None
+    return TemporaryAPI()
+
+
+def attach(api: TemporaryAPI | None) -> str | None:
+    """Point the imported Prefect at `api` once it is up; returns its URL (None: not used).
+
+    A Prefect profile may name a server although the environment does not: then that server
+    is used and the temporary one stopped.
+    """
+    if api is None:
+        return None
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        api.stop()
+        return None
+    api.wait_ready()
+    os.environ["PREFECT_API_URL"] = api.url
+    # Its UI is off and it ends with the command: no "View at" links to it.
+    os.environ.setdefault("PREFECT_UI_URL", "")
+    from prefect.context import refresh_global_settings_context
+
+    refresh_global_settings_context()  # Prefect read its settings at import: read them again
+    return api.url
+

@@ -1,0 +1,159 @@
+"""Adaptive pacing of one model endpoint, moved by what the provider says.
+
+It decides how many calls may be in flight and how fast they start.
+
+- A 429 halves the model's share of its configured concurrency and RPM; each success gives a
+  little back (AIMD, as TCP does), so a run slows down under rate limiting and then recovers
+  instead of retrying every call at the old pace.
+- A Retry-After pauses the whole model: every call to it waits, not only the one that was told.
+
+State is process-wide (a threading lock, futures woken on their own loop), so chunks running
+on different event loops share one window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+
+# The share never falls below this: even a heavily limited model keeps one call in flight.
+MIN_SHARE = 1 / 64
+DECREASE_FACTOR = 0.5
+# Recovery takes at least this many successes per unit of share (32 from half to full), so
+# that a small window or an RPM-paced model does not rush back into the limit it just hit.
+MIN_STEPS = 64
+
+
+class Congestion:
+    """The share (0..1] of its configured limits a model gets now, and any provider pause.
+
+    A burst of 429s from calls that were all sent at the old pace is one congestion event:
+    only a call admitted after the last decrease can decrease again (`epoch`).
+    """
+
+    def __init__(self, concurrency: int):
+        self.concurrency = concurrency
+        self.share = 1.0
+        self.epoch = 0
+        self.decreases = 0
+        self._pause_until = 0.0
+        self._lock = threading.Lock()
+
+    def window(self) -> int:
+        """Calls that may be in flight now: at least one."""
+        return max(1, int(self.concurrency * self.share))
+
+    def on_success(self) -> None:
+        """Additive increase: at most one more call in flight per window of successes."""
+        if self.share >= 1.0:
+            return
+        with self._lock:
+            steps = max(self.concurrency * self.window(), MIN_STEPS)
+            self.share = min(1.0, self.share + 1.0 / steps)
+
+    def on_rate_limited(self, epoch: int) -> None:
+        """Multiplicative decrease, once per congestion event."""
+        with self._lock:
+            if epoch != self.epoch:
+                return  # admitted before the last decrease: the same event
+            self.share = max(MIN_SHARE, self.share * DECREASE_FACTOR)
+            self.epoch += 1
+            self.decreases += 1
+
+    def pause(self, seconds: float) -> None:
+        """Hold every call to this model for `seconds` (the provider's Retry-After)."""
+        with self._lock:
+            self._pause_until = max(self._pause_until, time.monotonic() + seconds)
+
+    async def wait_pause(self) -> None:
+        """Return once no pause is in force (a pause set meanwhile is waited for too)."""
+        while (remaining := self._pause_until - time.monotonic()) > 0:
+            await asyncio.sleep(remaining)
+
+
+class AdaptiveGate:
+    """At most `congestion.window()` calls in flight, first come first served."""
+
+    def __init__(self, congestion: Congestion):
+        self._congestion = congestion
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._waiters: deque[asyncio.Future] = deque()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls holding a slot now."""
+        return self._in_flight
+
+    async def acquire(self) -> None:
+        """Wait for a slot in the model's current window (first come, first served)."""
+        with self._lock:
+            if not self._waiters and self._in_flight < self._congestion.window():
+                self._in_flight += 1
+                return
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            with self._lock:
+                queued = waiter in self._waiters
+                if queued:
+                    self._waiters.remove(waiter)
+            if not queued and not waiter.cancelled():
+                self.release()  # granted a slot it will never use
+            raise
+
+    def release(self) -> None:
+        """Give a slot back, handing it to the next waiter if the window allows."""
+        with self._lock:
+            self._in_flight -= 1
+            self._wake()
+
+    def _wake(self) -> None:
+        """Grant free slots to waiters (the lock is held)."""
+        while self._waiters and self._in_flight < self._congestion.window():
+            waiter = self._waiters.popleft()
+            if waiter.done():
+                continue  # cancelled while queued
+            self._in_flight += 1
+            loop = waiter.get_loop()
+            if _running_loop() is loop:
+                loop.call_soon(self._grant, waiter)
+            else:
+                loop.call_soon_threadsafe(self._grant, waiter)
+
+    def _grant(self, waiter: asyncio.Future) -> None:
+        if waiter.cancelled():
+            self.release()
+        else:
+            waiter.set_result(None)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class RatePacer:
+    """Spaces request starts 60 / (rpm x share) seconds apart, across the process's loops."""
+
+    def __init__(self, rpm: int | None):
+        self._rpm = rpm
+        self._next_start = 0.0
+        self._lock = threading.Lock()
+
+    async def wait_turn(self, share: float = 1.0) -> None:
+        """Wait until the next call may start under the RPM cap (scaled by `share`)."""
+        if not self._rpm:
+            return
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next_start)
+            self._next_start = start + 60.0 / (self._rpm * share)
+        if start > now:
+            await asyncio.sleep(start - now)

@@ -1,0 +1,114 @@
+"""Adaptive pacing against the loopback server: judged by what the server saw, and when.
+
+Each test uses a model name of its own: limits are process-wide per model endpoint.
+"""
+
+import asyncio
+import statistics
+import threading
+import time
+import uuid
+
+from judges.llm import LLMClient, LLMSettings, Usage
+from tests.fake_llm import Reply
+
+VERDICT = '{"rationale": "ok", "rating": "yes"}'
+MESSAGES = [{"role": "user", "content": "judge this"}]
+
+
+def _client(server, **overrides) -> LLMClient:
+    values = {"model": f"openai/pacing-{uuid.uuid4().hex[:8]}", "api_base": server.api_base,
+              "max_attempts": 6, "backoff_seconds": 0.01, "timeout_seconds": 10}
+    return LLMClient(LLMSettings(**{**values, **overrides}))
+
+
+def _run(client: LLMClient, calls: int) -> Usage:
+    async def many():
+        usage = Usage()
+        await asyncio.gather(*(client.complete(MESSAGES, usage) for _ in range(calls)))
+        return usage
+
+    return asyncio.run(many())
+
+
+class Recorder:
+    """A script that records each request's arrival time and the requests in flight then."""
+
+    def __init__(self, reply_for, seconds: float = 0.03):
+        self.reply_for, self.seconds = reply_for, seconds
+        self.arrivals: list[float] = []
+        self.in_flight_at_arrival: list[int] = []
+        self._in_flight = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, body) -> Reply:
+        with self._lock:
+            index = len(self.arrivals)
+            self.arrivals.append(time.monotonic())
+            self._in_flight += 1
+            self.in_flight_at_arrival.append(self._in_flight)
+        try:
+            reply = self.reply_for(index)
+            if reply.status == 200:
+                time.sleep(self.seconds)  # answered while counted in flight
+            return reply
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+
+def test_retry_after_pauses_every_call_to_the_model(fake_llm):
+    recorder = Recorder(lambda index: Reply(status=429, headers={"Retry-After": "1"})
+                        if index == 0 else Reply(VERDICT))
+    fake_llm.script = recorder
+    usage = _run(_client(fake_llm, concurrency=4), 12)
+    assert usage.calls == 12 and usage.retries == 1
+    told = recorder.arrivals[0]
+    since = [t - told for t in recorder.arrivals[1:]]
+    # Only the calls already sent beside the one told to wait arrive within the second...
+    early = [s for s in since if s < 0.5]
+    assert len(early) <= 3, since
+    # ...every other waits out the pause, though slots were free and its own backoff short.
+    later = [s for s in since if s >= 0.5]
+    assert len(later) >= 8 and min(later) >= 0.9, since
+    assert min(later) < 3.0, since  # and then the model is called again
+
+
+def test_a_burst_of_429s_lowers_the_window_and_it_recovers(fake_llm):
+    # Slow answers, so that the window, not the client's CPU, sets the pace.
+    recorder = Recorder(lambda index: Reply(status=429) if 40 <= index < 48 else Reply(VERDICT),
+                        seconds=0.2)
+    fake_llm.script = recorder
+    client = _client(fake_llm, concurrency=8)
+    usage = _run(client, 200)
+    assert usage.calls == 200 and usage.failures == 0
+    seen = recorder.in_flight_at_arrival
+    assert max(seen[16:40]) == 8, seen[16:40]  # the full window before the burst
+    assert max(seen[52:68]) <= 5, seen[52:68]  # slowed down after it
+    assert max(seen[-40:]) == 8, seen[-40:]  # and recovered by the end
+    assert client._limits.congestion.decreases >= 1
+
+
+def test_a_429_stretches_the_rpm_pace_for_a_while(fake_llm):
+    recorder = Recorder(lambda index: Reply(status=429) if index == 12 else Reply(VERDICT),
+                        seconds=0.0)
+    fake_llm.script = recorder
+    _run(_client(fake_llm, concurrency=4, rpm=600), 40)  # one start every 0.1 s
+    gaps = [b - a for a, b in zip(recorder.arrivals, recorder.arrivals[1:], strict=False)]
+    # (the few starts already booked at the old pace go first)
+    before, after = statistics.median(gaps[2:11]), statistics.median(gaps[16:24])
+    assert 0.08 <= before <= 0.15, gaps
+    assert after >= 1.5 * before, gaps
+
+
+def test_the_window_is_shared_by_every_event_loop_of_the_process(fake_llm):
+    recorder = Recorder(lambda index: Reply(VERDICT), seconds=0.05)
+    fake_llm.script = recorder
+    settings = _client(fake_llm, concurrency=3).settings
+    threads = [threading.Thread(target=_run, args=(LLMClient(settings), 12)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(recorder.arrivals) == 36
+    assert max(recorder.in_flight_at_arrival) == 3
