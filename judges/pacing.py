@@ -1,5 +1,4 @@
-"""Adaptive pacing of one model endpoint: how many calls may be in flight and how fast they
-start, moved by what the provider says.
+"""Adaptive pacing of one model endpoint: calls in flight and their pace, moved by the provider.
 
 - A 429 halves the model's share of its configured concurrency and RPM; each success gives a
   little back (AIMD, as TCP does), so a run slows down under rate limiting and then recovers
@@ -83,9 +82,11 @@ class AdaptiveGate:
 
     @property
     def in_flight(self) -> int:
+        """Calls holding a slot now."""
         return self._in_flight
 
     async def acquire(self) -> None:
+        """Wait for a slot (in arrival order); a cancelled waiter gives its slot back."""
         with self._lock:
             if not self._waiters and self._in_flight < self._congestion.window():
                 self._in_flight += 1
@@ -104,6 +105,7 @@ class AdaptiveGate:
             raise
 
     def release(self) -> None:
+        """Free a slot and hand free slots to waiters."""
         with self._lock:
             self._in_flight -= 1
             self._wake()
@@ -144,6 +146,7 @@ class RatePacer:
         self._lock = threading.Lock()
 
     async def wait_turn(self, share: float = 1.0) -> None:
+        """Wait for this call's start time (none without an RPM cap)."""
         if not self._rpm:
             return
         with self._lock:

@@ -1,6 +1,7 @@
-"""What a failed model call means: how long the provider asked us to wait, and in what words
-to report it. Pure functions over exceptions and headers; no litellm import (judges/llm.py
-classifies litellm's exception types).
+"""What a failed model call means: how long to wait, and in what words to report it.
+
+Pure functions over exceptions and headers; no litellm import (judges/llm.py classifies
+litellm's exception types).
 """
 
 from __future__ import annotations
