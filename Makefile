@@ -39,5 +39,7 @@ lint: install
 clean:
 	rm -rf $(TOOLS) $(VENV) results .pytest_cache
 
+# The benchmark of record (README "Performance"): writes bench/results.json, prints the table.
+# BENCH_ARGS="--scale 0.25 --repeat 1" for a quick look.
 bench: install
 	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)

@@ -83,6 +83,9 @@ def run_command(args: list[str]) -> CommandRun:
                               capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - started
         usage = json.loads(usage_file.read_text()) if usage_file.exists() else {}
+    if os.environ.get("BENCH_LOG_DIR"):  # every command's output, to look into an odd number
+        log = Path(os.environ["BENCH_LOG_DIR"]) / f"{time.strftime('%H%M%S')}-{args[0]}.log"
+        log.write_text(f"{' '.join(args)}\nwall {wall:.1f} s\n{done.stdout}{done.stderr}")
     return CommandRun(wall, usage.get("cpu_seconds", 0.0), usage.get("peak_rss_mb", 0.0),
                       usage.get("children_cpu_seconds", 0.0), done.returncode,
                       done.stdout + done.stderr)

@@ -62,7 +62,7 @@ class TokenBudget:
 
 
 def estimate_tokens(messages: list[dict], max_tokens: int | None) -> int:
-    """A call's token estimate before it is made: characters / 4, plus the reply's cap."""
+    """A call's tokens before it is made: its prompt's characters / 4, plus the reply's cap."""
     prompt = sum(len(str(m.get("content", ""))) for m in messages) // CHARS_PER_TOKEN
     return prompt + (max_tokens or ESTIMATED_REPLY_TOKENS)
 

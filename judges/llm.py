@@ -1,6 +1,6 @@
-"""The one door to models: litellm's async API with adaptive limits and retries.
+"""The one door to models: litellm's async API, adaptive limits, retries, and local models.
 
-A small registry of local (in-process) models answers without litellm.
+Local (in-process) models are a small registry consulted before litellm.
 
 litellm's own retries are off (num_retries=0, max_retries=0) so that ours, which honour
 Retry-After and add jitter, are the only ones and do not multiply.
@@ -145,12 +145,12 @@ class Usage:
     cost_usd: float = 0.0
 
     def add(self, other: Usage) -> None:
-        """Add another tally (a chunk's) to this one."""
+        """Add another tally to this one."""
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def as_dict(self) -> dict:
-        """The tally as plain JSON-ready values."""
+        """The tally as a plain dict (for manifests)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 

@@ -1,6 +1,4 @@
-"""Adaptive pacing of one model endpoint, moved by what the provider says.
-
-It decides how many calls may be in flight and how fast they start.
+"""Adaptive pacing of one model endpoint: calls in flight and their pace, moved by the provider.
 
 - A 429 halves the model's share of its configured concurrency and RPM; each success gives a
   little back (AIMD, as TCP does), so a run slows down under rate limiting and then recovers
@@ -88,7 +86,7 @@ class AdaptiveGate:
         return self._in_flight
 
     async def acquire(self) -> None:
-        """Wait for a slot in the model's current window (first come, first served)."""
+        """Wait for a slot (in arrival order); a cancelled waiter gives its slot back."""
         with self._lock:
             if not self._waiters and self._in_flight < self._congestion.window():
                 self._in_flight += 1
@@ -107,7 +105,7 @@ class AdaptiveGate:
             raise
 
     def release(self) -> None:
-        """Give a slot back, handing it to the next waiter if the window allows."""
+        """Free a slot and hand free slots to waiters."""
         with self._lock:
             self._in_flight -= 1
             self._wake()
@@ -148,7 +146,7 @@ class RatePacer:
         self._lock = threading.Lock()
 
     async def wait_turn(self, share: float = 1.0) -> None:
-        """Wait until the next call may start under the RPM cap (scaled by `share`)."""
+        """Wait for this call's start time (none without an RPM cap)."""
         if not self._rpm:
             return
         with self._lock:
