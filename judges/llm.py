@@ -265,9 +265,10 @@ class LLMClient:
         async with limits.slot() as epoch:
             reserved = await limits.tokens.reserve(estimate)
             request = self._request(messages, response_format)
+            acompletion = _litellm().acompletion  # imported before the clock starts
             sent = time.perf_counter()
             try:
-                response = await _litellm().acompletion(**request)
+                response = await acompletion(**request)
             except BaseException as error:
                 limits.tokens.settle(reserved, 0)  # a failed call spent (almost) nothing
                 self._observe_failure(error, epoch)

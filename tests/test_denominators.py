@@ -111,8 +111,11 @@ def test_latency_is_the_answering_attempt_not_queueing_or_retries(fake_llm, tmp_
             for i in range(4)]
     metrics, by_id = _run(fake_llm, tmp_path, rows, judges=["safety"],
                           candidate=_candidate(fake_llm, concurrency=1))
+    # Measuring the wait would give q0 >= 1.3 s (its Retry-After) and q3 >= 1.2 s (queued behind
+    # three 0.3 s calls at concurrency 1). litellm's own processing is inside the attempt, and
+    # its first call in a process costs a few hundred ms: hence the margin above 0.3 s.
     for row in by_id.values():
-        assert 0.3 <= row["agent/latency_seconds"] < 0.6, row["agent/latency_seconds"]
+        assert 0.3 <= row["agent/latency_seconds"] < 1.0, row["agent/latency_seconds"]
     assert by_id["q0"]["agent/generation_attempts"] == 2
     assert by_id["q1"]["agent/generation_attempts"] == 1
 
