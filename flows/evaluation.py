@@ -35,6 +35,7 @@ from tasks.generate import GENERATION_ERROR
 from tasks.load import check_dataset
 from tasks.outputs import RunLocation
 from tasks.publish import publish_run
+from tasks.row_shapes import RowShapes
 from tasks.row_spool import RowSpool
 from tasks.row_stream import RowSource, SetCheck, rejected_rows, valid_rows
 from tasks.staging import ResultStaging
@@ -54,12 +55,17 @@ class PreparedSet:
     check: SetCheck
     generated: RowSpool | None = None
     generation_errors: int = 0
+    generated_shapes: RowShapes = field(default_factory=RowShapes)
 
     def row_stream(self) -> Iterator[EvalRow]:
         """The rows to judge, in order, read as they are asked for."""
         if self.generated is not None:
             return self.generated.rows()
         return valid_rows(self.source, self.check, self.options)
+
+    def plan_rows(self) -> list[EvalRow]:
+        """A row of every shape to judge: generated responses, token counts and timings count."""
+        return self.generated_shapes.rows() if self.generated else self.check.sample
 
     @property
     def rows(self) -> list[EvalRow]:
@@ -101,6 +107,7 @@ async def generate_responses(params: EvaluateParams, prepared: PreparedSet) -> U
 
     def keep(index: int, rows: list[EvalRow]) -> None:
         spool.write_chunk(index, rows)
+        prepared.generated_shapes.add(rows)
         prepared.generation_errors += sum(GENERATION_ERROR in r.extra for r in rows)
 
     try:
@@ -118,7 +125,7 @@ async def generate_responses(params: EvaluateParams, prepared: PreparedSet) -> U
 async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
     """Plan the judges and run them over every row, staging results as chunks finish."""
     logger = get_run_logger()
-    plan = plan_run(params, prepared.check)
+    plan = plan_run(params, prepared.plan_rows())
     by_reason: dict[str, list[str]] = {}
     for skipped in plan.skipped:
         by_reason.setdefault(skipped.reason, []).append(skipped.name)

@@ -137,9 +137,8 @@ def rows_to_plan(check: SetCheck, responses_generated: bool) -> list[EvalRow]:
             for r in check.sample]
 
 
-def plan_run(params: EvaluateParams, check: SetCheck) -> JudgePlan:
-    """The judges and metrics that run on the set (its custom judges checked against it)."""
-    rows = rows_to_plan(check, params.candidate is not None)
+def plan_run(params: EvaluateParams, rows: list[EvalRow]) -> JudgePlan:
+    """The judges and metrics that run on rows standing for the set (see `rows_to_plan`)."""
     return plan_judges(rows, params.judges, extra_judges(params, rows))
 
 
@@ -161,7 +160,7 @@ def preflight_evaluate(params: EvaluateParams) -> SetCheck:
     source = row_source(params)
     check = scan_source(source, check_options(params))
     refuse_invalid(check, params.on_invalid, source.name)
-    check_something_to_judge(plan_run(params, check))
+    check_something_to_judge(plan_run(params, rows_to_plan(check, params.candidate is not None)))
     check_calibration_source(params)
     check_output(params.output, params.storage_options)
     if params.use_cache and params.cache:
