@@ -40,6 +40,8 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "overhead": scenarios.fixed_overhead,
         "offline": scenarios.offline_example,
         "help": scenarios.help_command,
+        "memory": scenarios.memory,
+        "memory-loopback": lambda: scenarios.memory("loopback"),
     }
 
 

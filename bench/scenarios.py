@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from bench import memory as bench_memory
 from bench.processes import (
     ROOT,
     CommandRun,
@@ -171,3 +172,20 @@ def help_command() -> list[Measure]:
     return [Measure("judgeflow --help", calls=0, wall_seconds=wall, rate=None, limit=1.0,
                     limit_label="1 s", ratio=wall, cpu_ms_per_call=None, peak_rss_mb=None,
                     target="< 1")]
+
+
+def memory(judge: str = "offline") -> list[Measure]:
+    """Peak RSS of a 40,000-row run, and its growth over a 5,000-row run (bench/memory.py)."""
+    small, large = bench_memory.measure((bench_memory.SMALL_ROWS, bench_memory.LARGE_ROWS), judge)
+    growth = large.command.peak_rss_mb - small.command.peak_rss_mb
+    common = dict(calls=large.rows, wall_seconds=large.command.wall_seconds, rate=None,
+                  cpu_ms_per_call=None, peak_rss_mb=large.command.peak_rss_mb)
+    return [
+        Measure(f"memory, {large.rows} rows ({judge}): peak RSS", **common,
+                limit=bench_memory.PEAK_LIMIT_MB, limit_label="1 GiB (MB)",
+                ratio=large.command.peak_rss_mb / bench_memory.PEAK_LIMIT_MB, target="< 1"),
+        Measure(f"memory, {small.rows} -> {large.rows} rows ({judge}): growth", **common,
+                limit=bench_memory.GROWTH_LIMIT_MB, limit_label="150 MB",
+                ratio=growth / bench_memory.GROWTH_LIMIT_MB, target="< 1",
+                note=f"peak RSS {small.command.peak_rss_mb:.0f} MB at {small.rows} rows"),
+    ]

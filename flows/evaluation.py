@@ -7,39 +7,75 @@ publish. Each phase is a plain function over typed values; the flows only sequen
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from prefect import get_run_logger
+from prefect.utilities.annotations import quote
 
-from flows.calibration import calibrate, label_judges, new_accumulator
+from flows.calibration import calibrate, new_accumulator
 from flows.completeness import Completeness, assess
 from flows.execution import auto_chunk_size, generate_all, judge_all
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.params import EvaluateParams
-from flows.preflight import extra_judges, refuse_invalid
+from flows.preflight import (
+    check_options,
+    extra_judges,  # noqa: F401 - regression_preflight imports it here
+    plan_run,
+    refuse_invalid,
+    row_source,
+)
 from flows.run_common import cache_url
 from judges.llm import Usage
 from judges.metrics import MetricsAccumulator
-from judges.plan import JudgePlan, plan_judges
+from judges.plan import JudgePlan
 from judges.rows import EvalRow
-from tasks.calibration_inputs import with_labels
 from tasks.generate import GENERATION_ERROR
-from tasks.load import load_dataset, validate_dataset
+from tasks.load import check_dataset
 from tasks.outputs import RunLocation
 from tasks.publish import publish_run
-from tasks.sources import RawTable
+from tasks.row_shapes import RowShapes
+from tasks.row_spool import RowSpool
+from tasks.row_stream import RowSource, SetCheck, rejected_rows, valid_rows
 from tasks.staging import ResultStaging
-from tasks.validation import ValidatedSet
+from tasks.validation import CheckOptions
 
 
 @dataclass
 class PreparedSet:
-    """The loaded table, its validation and the rows to judge."""
+    """The set's source and its check; the rows themselves are read as they are judged.
 
-    table: RawTable
-    validated: ValidatedSet
-    rows: list[EvalRow]
+    After a candidate model has answered, the rows with its responses wait in a spool on
+    local disk rather than in memory.
+    """
+
+    source: RowSource
+    options: CheckOptions
+    check: SetCheck
+    generated: RowSpool | None = None
+    generation_errors: int = 0
+    generated_shapes: RowShapes = field(default_factory=RowShapes)
+
+    def row_stream(self) -> Iterator[EvalRow]:
+        """The rows to judge, in order, read as they are asked for."""
+        if self.generated is not None:
+            return self.generated.rows()
+        return valid_rows(self.source, self.check, self.options)
+
+    def plan_rows(self) -> list[EvalRow]:
+        """A row of every shape to judge: generated responses, token counts and timings count."""
+        return self.generated_shapes.rows() if self.generated else self.check.sample
+
+    @property
+    def rows(self) -> list[EvalRow]:
+        """Every row at once: only for the regression's head-to-head, which pairs them."""
+        return list(self.row_stream())
+
+    def cleanup(self) -> None:
+        """Delete the spooled rows, if any."""
+        if self.generated is not None:
+            self.generated.cleanup()
 
 
 @dataclass
@@ -55,48 +91,41 @@ class JudgedRun:
     calibration: dict = field(default_factory=dict)
 
 
-def rejected_rows(table: RawTable, validated: ValidatedSet) -> list[dict]:
-    """Each rejected row once: its problems and the record exactly as given."""
-    by_row: dict[int, dict] = {}
-    for problem in validated.problems:
-        entry = by_row.setdefault(problem.row_index, {
-            "row_index": problem.row_index,
-            "request_id": problem.request_id,
-            "problems": [],
-            "record": table.records[problem.row_index],
-        })
-        entry["problems"].append({"column": problem.column, "problem": problem.problem})
-    return [by_row[i] for i in sorted(by_row)]
-
-
 def prepare(params: EvaluateParams) -> PreparedSet:
-    """Load and validate the set; raise on invalid rows unless they may be skipped."""
-    table = load_dataset(params.data, params.rows, params.storage_options)
-    table = with_labels(table, params.labels, params.storage_options)
-    validated = validate_dataset(
-        table, params.candidate is not None, params.allow_extra_columns, label_judges(params)
-    )
-    refuse_invalid(validated, params.on_invalid, table.source)
-    return PreparedSet(table, validated, validated.rows)
+    """Read and check the set once; raise on invalid rows unless they may be skipped."""
+    source, options = row_source(params), check_options(params)
+    check = check_dataset(quote(source), options)
+    refuse_invalid(check, params.on_invalid, source.name)
+    return PreparedSet(source, options, check)
 
 
 async def generate_responses(params: EvaluateParams, prepared: PreparedSet) -> Usage:
     """Ask the candidate model for every row that has no response (Databricks' `model`)."""
     if params.candidate is None:
         return Usage()
-    rows, usage = await generate_all(
-        prepared.rows, params.candidate.settings(),
-        params.chunk_size or auto_chunk_size(len(prepared.rows)),
-    )
-    prepared.rows = rows
+    spool = RowSpool()
+
+    def keep(index: int, rows: list[EvalRow]) -> None:
+        spool.write_chunk(index, rows)
+        prepared.generated_shapes.add(rows)
+        prepared.generation_errors += sum(GENERATION_ERROR in r.extra for r in rows)
+
+    try:
+        usage = await generate_all(
+            prepared.row_stream(), params.candidate.settings(),
+            params.chunk_size or auto_chunk_size(prepared.check.valid_count), keep,
+        )
+    except BaseException:
+        spool.cleanup()
+        raise
+    prepared.generated = spool
     return usage
 
 
 async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
     """Plan the judges and run them over every row, staging results as chunks finish."""
     logger = get_run_logger()
-    rows = prepared.rows
-    plan = plan_judges(rows, params.judges, extra_judges(params, rows))
+    plan = plan_run(params, prepared.plan_rows())
     by_reason: dict[str, list[str]] = {}
     for skipped in plan.skipped:
         by_reason.setdefault(skipped.reason, []).append(skipped.name)
@@ -107,23 +136,24 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
     started = time.perf_counter()
     try:
         usage = await judge_all(
-            rows, plan, params.judge.settings(), params.chunk_size or auto_chunk_size(len(rows)),
+            prepared.row_stream(), plan, params.judge.settings(),
+            params.chunk_size or auto_chunk_size(prepared.check.valid_count),
             cache_url(params), params.storage_options, staging, accumulator, calibration,
         )
     except BaseException:
         staging.cleanup()
         raise
-    validated = prepared.validated
+    check = prepared.check
     calibrated = calibrate(params, plan, calibration)
     metrics = {
         **accumulator.result(),
         **calibrated.metrics,
-        "rows/total": validated.total,
-        "rows/judged": len(rows),
-        "rows/rejected": len(validated.rejected_indices),
+        "rows/total": check.total,
+        "rows/judged": check.valid_count,
+        "rows/rejected": len(check.rejected_indices),
     }
     if params.candidate is not None:
-        metrics["agent/generation_error_count"] = sum(GENERATION_ERROR in r.extra for r in rows)
+        metrics["agent/generation_error_count"] = prepared.generation_errors
     judge_model = params.judge.model + (f" at {params.judge.api_base}" if params.judge.api_base
                                         else "")
     completeness = assess(plan, metrics, accumulator.first_errors, params.max_error_share,
@@ -165,12 +195,13 @@ def publish(
     try:
         urls = publish_run(
             location, judged.staging, judged.metrics, manifest,
-            rejected_rows(prepared.table, prepared.validated),
+            rejected_rows(prepared.source, prepared.check.problems),
             pairwise=pairwise,
             baseline_deltas=(extra_sections or {}).get("regression", {}).get("deltas"),
         )
     finally:
         judged.staging.cleanup()
+        prepared.cleanup()
     return manifest, urls
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from prefect.client.schemas.objects import State
@@ -43,8 +44,15 @@ def split(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 
+def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive chunks of `size` items, each made only when asked for."""
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
 async def run_chunks(
-    items: Sequence[T],
+    items: Iterable[T],
     chunk_size: int,
     in_flight: int,
     submit: Callable[[int, list[T]], Awaitable[State]],
@@ -55,19 +63,45 @@ async def run_chunks(
     A finished chunk frees its place at once (the window never drains at chunk boundaries),
     and its final state, completed or failed after its retries, goes to `finish`: the caller
     decides what a failed chunk's items become, so that none is lost.
+
+    `items` is read as places free up, one chunk at a time and off the event loop (reading may
+    parse and validate a file): only the chunks in flight are ever held.
     """
     window = asyncio.Semaphore(in_flight)
+    chunks = chunked(items, chunk_size)
+    running: set[asyncio.Task] = set()
+    errors: list[BaseException] = []
 
     async def one(index: int, chunk: list[T]) -> None:
-        async with window:
-            state = await submit(index, chunk)
-        await finish(index, chunk, state)
+        try:
+            try:
+                state = await submit(index, chunk)
+            finally:
+                window.release()
+            await finish(index, chunk, state)
+        except Exception as error:  # noqa: BLE001 - raised below, once the others are done
+            errors.append(error)
 
-    await asyncio.gather(*(one(i, c) for i, c in enumerate(split(items, chunk_size))))
+    try:
+        for index in itertools.count():
+            await window.acquire()
+            chunk = None if errors else await asyncio.to_thread(next, chunks, None)
+            if chunk is None:
+                window.release()
+                break
+            task = asyncio.create_task(one(index, chunk))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        await asyncio.gather(*running)
+    finally:
+        for task in running:  # the run is being cancelled or the set failed to read
+            task.cancel()
+    if errors:
+        raise errors[0]
 
 
 async def judge_all(
-    rows: Sequence[EvalRow],
+    rows: Iterable[EvalRow],
     plan: JudgePlan,
     settings: LLMSettings,
     chunk_size: int,
@@ -108,14 +142,17 @@ async def judge_all(
 
 
 async def generate_all(
-    rows: Sequence[EvalRow], settings: LLMSettings, chunk_size: int
-) -> tuple[list[EvalRow], Usage]:
-    """Rows with the candidate's responses, in input order.
+    rows: Iterable[EvalRow],
+    settings: LLMSettings,
+    chunk_size: int,
+    keep: Callable[[int, list[EvalRow]], None],
+) -> Usage:
+    """Give each chunk of rows, with the candidate's responses, to `keep` as it finishes.
 
     A chunk whose task fails after its retries keeps its rows, each marked with the failure
     as its generation error (so every judge that needed the response counts an error).
     """
-    usage, by_chunk = Usage(), {}
+    usage = Usage()
 
     def submit(index: int, chunk: list[EvalRow]) -> Awaitable[State]:
         return generate_chunk(quote(chunk), settings, return_state=True)
@@ -127,8 +164,8 @@ async def generate_all(
         else:
             error = f"generation task failed: {state.message or 'task failed'}"
             generated = [mark_generation_failed(row, error) for row in chunk]
-        by_chunk[index] = generated
+        keep(index, generated)
 
     in_flight = chunks_in_flight(settings.concurrency, chunk_size)
     await run_chunks(rows, chunk_size, in_flight, submit, finish)
-    return [row for index in sorted(by_chunk) for row in by_chunk[index]], usage
+    return usage

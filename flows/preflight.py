@@ -19,9 +19,10 @@ from judges.base import JudgeSpec
 from judges.custom import CustomJudgeError, build_custom_judge, fields_present, load_custom_judges
 from judges.plan import JudgePlan, JudgeSelectionError, plan_judges
 from judges.rows import EvalRow
-from tasks.calibration_inputs import CalibrationSourceError, with_labels
+from tasks.calibration_inputs import CalibrationSourceError
+from tasks.row_stream import RowSource, SetCheck, scan_set
 from tasks.sources import DatasetReadError, RawTable, read_table, table_from_rows
-from tasks.validation import InvalidDatasetError, ValidatedSet, validate_table
+from tasks.validation import CheckOptions, InvalidDatasetError, ValidatedSet, whole_set_broken
 
 
 class PreflightError(ValueError):
@@ -42,7 +43,7 @@ CONFIG_ERRORS: tuple[type[Exception], ...] = (
 
 
 def read_source(data: str | None, rows: list[dict[str, Any]] | None, options: dict) -> RawTable:
-    """The set from its URL or inline rows; any failure to read it is a DatasetReadError."""
+    """A set read whole (pairs, which are few); any failure to read it is a DatasetReadError."""
     if data is None:
         return table_from_rows(rows or [])
     try:
@@ -50,21 +51,46 @@ def read_source(data: str | None, rows: list[dict[str, Any]] | None, options: di
     except DatasetReadError:
         raise
     except Exception as error:  # noqa: BLE001 - remote stores raise many kinds; all mean "cannot read"
-        first = (str(error).strip().splitlines() or [""])[0][:200]
-        raise DatasetReadError(
-            f"cannot read the evaluation set {data!r}: {type(error).__name__}: {first}"
-        ) from None
+        raise _unreadable(data, error) from None
 
 
-def refuse_invalid(validated: ValidatedSet, on_invalid: str, source: str) -> None:
+def _unreadable(name: str, error: Exception) -> DatasetReadError:
+    first = (str(error).strip().splitlines() or [""])[0][:200]
+    return DatasetReadError(
+        f"cannot read the evaluation set {name!r}: {type(error).__name__}: {first}")
+
+
+def row_source(params: EvaluateParams) -> RowSource:
+    """Where the run's rows come from: the set's URL or inline rows, and the labels file."""
+    return RowSource(params.data, params.rows, params.storage_options, params.labels)
+
+
+def check_options(params: EvaluateParams) -> CheckOptions:
+    """How the run's set is checked: what may be missing, which labels it may carry."""
+    return CheckOptions(responses_generated=params.candidate is not None,
+                        allow_extra_columns=params.allow_extra_columns,
+                        label_judges=label_judges(params))
+
+
+def scan_source(source: RowSource, options: CheckOptions) -> SetCheck:
+    """The set read and checked once; any failure to read it is a DatasetReadError."""
+    try:
+        return scan_set(source, options)
+    except DatasetReadError:
+        raise
+    except Exception as error:  # noqa: BLE001 - remote stores raise many kinds; all mean "cannot read"
+        raise _unreadable(source.name, error) from None
+
+
+def refuse_invalid(validated: SetCheck | ValidatedSet, on_invalid: str, source: str) -> None:
     """Raise unless the set may be judged: no problems, or only skippable rows and some left.
 
     Raises:
         InvalidDatasetError: naming every problem (row and column, or the set as a whole).
     """
-    whole_set_broken = any(p.row_index is None for p in validated.problems)
-    nothing_left = not validated.rows
-    if validated.problems and (on_invalid == "fail" or whole_set_broken or nothing_left):
+    nothing_left = validated.valid_count == 0
+    if validated.problems and (on_invalid == "fail" or whole_set_broken(validated.problems)
+                               or nothing_left):
         raise InvalidDatasetError(validated.problems, validated.total, source)
 
 
@@ -99,17 +125,31 @@ def check_something_to_judge(plan: JudgePlan) -> None:
     )
 
 
-def _as_generated(rows: list[EvalRow]) -> list[EvalRow]:
-    """Rows as the judges will see them once the candidate has answered (planning only)."""
+def rows_to_plan(check: SetCheck, responses_generated: bool) -> list[EvalRow]:
+    """A row of every shape in the set, as the judges will see it once the candidate answered.
+
+    Every row to be judged is like one of these to every judge (tasks/row_shapes.py), so
+    planning on them decides as planning on the whole set would.
+    """
+    if not responses_generated:
+        return check.sample
     return [r if r.response is not None else r.model_copy(update={"response": "(generated)"})
-            for r in rows]
+            for r in check.sample]
 
 
-def preflight_evaluate(params: EvaluateParams) -> ValidatedSet:
+def plan_run(params: EvaluateParams, rows: list[EvalRow]) -> JudgePlan:
+    """The judges and metrics that run on rows standing for the set (see `rows_to_plan`)."""
+    return plan_judges(rows, params.judges, extra_judges(params, rows))
+
+
+def preflight_evaluate(params: EvaluateParams) -> SetCheck:
     """Check an evaluate run end to end short of calling a model or starting Prefect.
 
+    The set is read once, batch by batch; only its problems, counts and a row per shape are
+    kept, so a set of any size is checked in bounded memory.
+
     Returns:
-        The validated set (for the caller's information; the flow reads and validates again).
+        The set's check (for the caller's information; the flow reads and checks again).
 
     Raises:
         One of CONFIG_ERRORS, with a message that names the problem and its fix.
@@ -117,19 +157,12 @@ def preflight_evaluate(params: EvaluateParams) -> ValidatedSet:
     check_model(params.judge.model, "--judge-model")
     if params.candidate is not None:
         check_model(params.candidate.model, "--candidate-model")
-    table = read_source(params.data, params.rows, params.storage_options)
-    table = with_labels(table, params.labels, params.storage_options)
-    validated = validate_table(
-        table,
-        responses_generated=params.candidate is not None,
-        allow_extra_columns=params.allow_extra_columns,
-        label_judges=label_judges(params),
-    )
-    refuse_invalid(validated, params.on_invalid, table.source)
-    rows = validated.rows if params.candidate is None else _as_generated(validated.rows)
-    check_something_to_judge(plan_judges(rows, params.judges, extra_judges(params, rows)))
+    source = row_source(params)
+    check = scan_source(source, check_options(params))
+    refuse_invalid(check, params.on_invalid, source.name)
+    check_something_to_judge(plan_run(params, rows_to_plan(check, params.candidate is not None)))
     check_calibration_source(params)
     check_output(params.output, params.storage_options)
     if params.use_cache and params.cache:
         check_output(params.cache, params.storage_options)
-    return validated
+    return check

@@ -60,22 +60,6 @@ def read_calibration_run(output: str, suite: str, run_id: str,
     return CalibrationSource(run_id, run.url(), metrics, manifest)
 
 
-def _row_ids(records: list[dict[str, Any]]) -> dict[str, int]:
-    """Each record's request_id as the run will assign it, to its index.
-
-    The id is the given one, else a hash of the request, numbered in order when requests repeat.
-    """
-    ids, seen = {}, {}
-    for index, record in enumerate(records):
-        if record.get("request_id") is not None:
-            ids[str(record["request_id"])] = index
-        elif "request" in record:
-            derived = stable_request_id(record["request"])
-            seen[derived] = seen.get(derived, 0) + 1
-            ids[derived if seen[derived] == 1 else f"{derived}-{seen[derived]}"] = index
-    return ids
-
-
 def _label_rows(url: str, storage_options: dict) -> dict[str, dict[str, Any]]:
     table = read_table(url, storage_options)
     if table.problems:
@@ -94,6 +78,64 @@ def _label_rows(url: str, storage_options: dict) -> dict[str, dict[str, Any]]:
     return by_id
 
 
+class LabelJoin:
+    """The labels file joined onto a set's records as they stream past, batch by batch.
+
+    Each record's request_id is the one the run will assign (the given one, else a hash of the
+    request, numbered in order when requests repeat); only the ids the file names are kept.
+    One join per pass over the set.
+    """
+
+    def __init__(self, url: str, storage_options: dict | None = None):
+        self.url = url
+        self._labels = _label_rows(url, storage_options or {})
+        self._derived: dict[str, int] = {}
+        self._joined: set[str] = set()
+
+    def _request_id(self, record: dict[str, Any]) -> str | None:
+        if record.get("request_id") is not None:
+            return str(record["request_id"])
+        if "request" not in record:
+            return None
+        derived = stable_request_id(record["request"])
+        self._derived[derived] = self._derived.get(derived, 0) + 1
+        count = self._derived[derived]
+        return derived if count == 1 else f"{derived}-{count}"
+
+    def apply(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records, each labelled one with the file's columns added (copies, not edits).
+
+        Raises:
+            LabelsFileError: a label given both in the set and in the labels file.
+        """
+        joined = []
+        for record in records:
+            request_id = self._request_id(record)
+            columns = self._labels.get(request_id) if request_id is not None else None
+            if columns is None:
+                joined.append(record)
+                continue
+            clash = [c for c in columns if record.get(c) is not None]
+            if clash:
+                raise LabelsFileError(f"request_id {request_id!r} has {clash[0]} both in the "
+                                      f"set and in the labels file {self.url!r}: give them in "
+                                      "one place")
+            self._joined.add(request_id)
+            joined.append({**record, **columns})
+        return joined
+
+    def check_all_joined(self) -> None:
+        """Once the whole set has passed.
+
+        Raises:
+            LabelsFileError: the labels file names request ids the set lacks.
+        """
+        unknown = sorted(set(self._labels) - self._joined)
+        if unknown:
+            raise LabelsFileError(f"labels file {self.url!r} names request_id(s) the set "
+                                  f"lacks: {', '.join(map(repr, unknown[:10]))}")
+
+
 def with_labels(table: RawTable, url: str | None, storage_options: dict | None = None
                 ) -> RawTable:
     """The set with the labels file's columns joined on request_id (the set as is without one).
@@ -104,18 +146,7 @@ def with_labels(table: RawTable, url: str | None, storage_options: dict | None =
     """
     if url is None:
         return table
-    labels = _label_rows(url, storage_options or {})
-    ids = _row_ids(table.records)
-    unknown = sorted(set(labels) - set(ids))
-    if unknown:
-        raise LabelsFileError(f"labels file {url!r} names request_id(s) the set lacks: "
-                              f"{', '.join(map(repr, unknown[:10]))}")
-    records = [dict(r) for r in table.records]
-    for request_id, columns in labels.items():
-        record = records[ids[request_id]]
-        clash = [c for c in columns if record.get(c) is not None]
-        if clash:
-            raise LabelsFileError(f"request_id {request_id!r} has {clash[0]} both in the set "
-                                  f"and in the labels file {url!r}: give them in one place")
-        record.update(columns)
+    join = LabelJoin(url, storage_options)
+    records = join.apply(table.records)
+    join.check_all_joined()
     return RawTable(records, list(table.problems), table.source)

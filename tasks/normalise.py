@@ -59,8 +59,8 @@ def _normalise_problem(
     return RowProblem(index, request_id, column, f"{where}: {first['msg']}")
 
 
-def _assign_request_ids(records: dict[int, dict]) -> dict[int, str]:
-    ids, seen = {}, {}
+def _assign_request_ids(records: dict[int, dict], seen: dict[str, int]) -> dict[int, str]:
+    ids = {}
     for index, record in records.items():
         given = record.get("request_id")
         if given is not None:
@@ -73,13 +73,21 @@ def _assign_request_ids(records: dict[int, dict]) -> dict[int, str]:
     return ids
 
 
-def normalise_rows(valid: dict[int, dict]) -> tuple[list[EvalRow], list[RowProblem]]:
+def normalise_rows(
+    valid: dict[int, dict], seen: dict[str, int] | None = None
+) -> tuple[list[EvalRow], list[RowProblem]]:
     """EvalRows of the records that passed validation, and the few that fail to normalise.
 
     A record can pass validation and still fail here, e.g. a trace whose documents lack a
     doc_uri.
+
+    Args:
+        valid: records by row index, in order.
+        seen: how often each derived request id has occurred so far; a set read in batches
+            passes the same dict for every batch, so that repeated requests are numbered
+            across the whole set.
     """
-    ids = _assign_request_ids(valid)
+    ids = _assign_request_ids(valid, {} if seen is None else seen)
     rows, problems = [], []
     for index, record in valid.items():
         try:

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import secrets
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import IO
 
 import fsspec
-import pandas as pd
 
 from judges.cache import is_object_store
 
@@ -75,34 +73,6 @@ class RunLocation:
         """The URL of a file in the run's directory, or of the directory itself."""
         path = f"{self.run_dir}/{name}" if name else self.run_dir
         return self.fs.unstrip_protocol(path)
-
-
-def records_frame(records: Iterable[dict]) -> pd.DataFrame:
-    """Records as a frame Parquet can hold: nested or mixed-type values become JSON text."""
-    frame = pd.DataFrame(list(records))
-    for column in frame.columns:
-        values = frame[column]
-        if values.map(_needs_json).any() or _mixed_types(values):
-            frame[column] = values.map(lambda v: None if _absent(v) else json.dumps(v, default=str))
-    return frame
-
-
-def _absent(value) -> bool:
-    # A key missing from some records comes back from pandas as NaN.
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _mixed_types(values: pd.Series) -> bool:
-    """Whether a column holds values Arrow cannot put in one type (say "x" and 3)."""
-    kinds = {float if type(v) is int else type(v) for v in values if not _absent(v)}
-    return len(kinds) > 1
-
-
-def _needs_json(value) -> bool:
-    if isinstance(value, dict):
-        return True
-    return isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
-
 
 
 class Publisher:

@@ -20,8 +20,9 @@ from prefect.cache_policies import NO_CACHE
 from judges.cache import is_object_store
 from judges.nova_format import nova_results
 from tasks.baseline import becomes_baseline, pointer_path
-from tasks.outputs import Publisher, RunLocation, records_frame
+from tasks.outputs import Publisher, RunLocation
 from tasks.report import render_report
+from tasks.results_parquet import write_results_parquet
 from tasks.slices import slices_of_records
 from tasks.staging import ResultStaging
 from tasks.summary_md import summary_markdown
@@ -45,7 +46,7 @@ def _concatenated(paths: list[Path]):
 
 def _write_parquet(staging: ResultStaging):
     def produce(handle: io.IOBase) -> None:
-        records_frame(staging.iter_records()).to_parquet(handle, index=False)
+        write_results_parquet(handle, staging.iter_records)  # row groups, never the whole run
 
     return produce
 

@@ -1,9 +1,11 @@
-"""A set as read: its records and the problems found while reading (no I/O here)."""
+"""A set as read: its records and the problems found while reading (decoding, no opening)."""
 
 from __future__ import annotations
 
+import codecs
+import io
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 
 class RowProblem(NamedTuple):
@@ -33,8 +35,75 @@ class RawTable:
     source: str
 
 
+class RecordBatch(NamedTuple):
+    """Consecutive records of a set as read: `start` is the index of the first one.
+
+    An unreadable record is an empty dict here, with its reason among `problems`.
+    """
+
+    start: int
+    records: list[dict[str, Any]]
+    problems: list[RowProblem]
+
+
 class DatasetReadError(ValueError):
     """The dataset cannot be read at all (missing file, unknown format, not UTF-8, corrupt)."""
+
+
+def not_utf8(data: bytes, start: int, line: int) -> DatasetReadError:
+    """The error for bytes that are not UTF-8 at `data[start]`, `line` being 1-based."""
+    bad = data[start : start + 1].hex()
+    return DatasetReadError(f"is not UTF-8 text (byte 0x{bad} on line {line}); save it as UTF-8")
+
+
+def decoded_line(raw: bytes, line: int) -> str:
+    """One line of a file as text (a byte-order mark at the very start dropped)."""
+    if line == 1 and raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8):]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise not_utf8(raw, error.start, line) from None
+
+
+class Utf8Text(io.TextIOBase):
+    """A binary file read as UTF-8 text, line by line, so it is never held whole.
+
+    A byte that is not UTF-8 is a DatasetReadError naming its line (a plain decoder would only
+    say where in its buffer).
+    """
+
+    def __init__(self, binary: IO[bytes]):
+        self._lines = iter(binary)
+        self._line = 0
+        self._pending = ""
+
+    def readable(self) -> bool:
+        """Text can be read from it."""
+        return True
+
+    def _next_line(self) -> str | None:
+        raw = next(self._lines, None)
+        if raw is None:
+            return None
+        self._line += 1
+        return decoded_line(raw, self._line)
+
+    def read(self, size: int | None = -1) -> str:
+        """Up to `size` characters (all that is left when negative)."""
+        parts, have = [self._pending], len(self._pending)
+        while size is None or size < 0 or have < size:
+            line = self._next_line()
+            if line is None:
+                break
+            parts.append(line)
+            have += len(line)
+        text = "".join(parts)
+        if size is None or size < 0:
+            self._pending = ""
+            return text
+        self._pending = text[size:]
+        return text[:size]
 
 
 def text_of(data: bytes) -> str:
@@ -42,8 +111,4 @@ def text_of(data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        bad = data[error.start : error.start + 1].hex()
-        raise DatasetReadError(
-            f"is not UTF-8 text (byte 0x{bad} on line {line}); save it as UTF-8"
-        ) from None
+        raise not_utf8(data, error.start, data[: error.start].count(b"\n") + 1) from None

@@ -7,7 +7,7 @@ and what was expected. Valid rows are then normalised into EvalRow.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -33,7 +33,7 @@ from tasks.cells import (
 from tasks.chat import request_problem
 from tasks.columns import column_problems
 from tasks.normalise import normalise_rows
-from tasks.sources import RawTable, RowProblem
+from tasks.sources import RawTable, RecordBatch, RowProblem
 
 # What each known column's cells must be: the check's label is the column name, so that a
 # failure pandera reports can be explained in words by the same function.
@@ -94,7 +94,8 @@ def _schema(responses_generated: bool, checks: CellChecks) -> pa.DataFrameSchema
     optional = {"required": False, "nullable": True}
     columns = {name: _column(name, checks, **optional) for name in checks}
     columns["request"] = _column("request", checks, nullable=False)
-    columns["request_id"] = _column("request_id", checks, unique=True, **optional)
+    # Unique request ids are checked across batches (SetValidator), not within one frame.
+    columns["request_id"] = _column("request_id", checks, **optional)
     return pa.DataFrameSchema(columns, checks=frame_checks, strict=False, coerce=False)
 
 
@@ -110,6 +111,11 @@ class ValidatedSet:
     def rejected_indices(self) -> list[int]:
         """Indices of the rows set aside, in order."""
         return sorted({p.row_index for p in self.problems if p.row_index is not None})
+
+    @property
+    def valid_count(self) -> int:
+        """Rows that will be judged."""
+        return len(self.rows)
 
 
 class InvalidDatasetError(ValueError):
@@ -133,7 +139,9 @@ class InvalidDatasetError(ValueError):
 
 def _frame(records: list[dict]) -> pd.DataFrame:
     # Object columns keep lists, dicts and None exactly as read (no NaN, no string dtype).
-    columns = list(dict.fromkeys(key for record in records for key in record))
+    # `request` is always there: a batch none of whose rows has one is a value missing in each
+    # row, not a missing column (whether the set lacks it is decided over the whole set).
+    columns = list(dict.fromkeys(["request", *(key for record in records for key in record)]))
     data = {c: pd.Series([r.get(c) for r in records], dtype=object) for c in columns}
     return pd.DataFrame(data, index=pd.RangeIndex(len(records)))
 
@@ -195,13 +203,102 @@ def _label_alignment(
     return kept, problems
 
 
+@dataclass(frozen=True)
+class CheckOptions:
+    """How a set is checked (see `validate_table`)."""
+
+    responses_generated: bool = False
+    allow_extra_columns: bool = False
+    label_judges: Mapping[str, LabelKind] | None = field(default_factory=lambda: BUILTIN_LABELS)
+
+
+class SetValidator:
+    """Checks a set batch by batch, keeping only what spans batches.
+
+    That is the columns seen, the row count, the numbering of derived request ids and the
+    request ids given (to find repeats): never the rows themselves. Problems that only the
+    whole set shows (a misspelt or missing column, a repeated request_id) come from
+    `set_problems` once every batch has been checked.
+    """
+
+    def __init__(self, options: CheckOptions):
+        self.options = options
+        self.checks = cell_checks(options.label_judges)
+        self.schema = _schema(options.responses_generated, self.checks)
+        self.columns: dict[str, None] = {}
+        self.total = 0
+        self._derived_ids: dict[str, int] = {}
+        self._first_with_id: dict[str, int] = {}
+        self._repeated: dict[str, list[int]] = {}
+
+    def check(self, batch: RecordBatch) -> tuple[list[EvalRow], list[RowProblem]]:
+        """The batch's valid rows, normalised, and the problems of its other rows."""
+        self.total += len(batch.records)
+        self.columns.update(dict.fromkeys(k for record in batch.records for k in record))
+        problems = list(batch.problems)
+        unreadable = {p.row_index for p in problems}
+        readable = {i: r for i, r in enumerate(batch.records, batch.start) if i not in unreadable}
+        self._note_ids(readable)
+        frame = _frame(list(readable.values()))
+        frame.index = pd.Index(list(readable), dtype="int64")
+        try:
+            self.schema.validate(frame, lazy=True)
+        except SchemaErrors as errors:
+            problems += _problems_from(errors, frame, self.checks)
+        rejected = {p.row_index for p in problems}
+        rows, row_problems = normalise_rows(
+            {i: r for i, r in readable.items() if i not in rejected}, self._derived_ids
+        )
+        rows, misaligned = _label_alignment(rows, self.options.label_judges)
+        return rows, problems + row_problems + misaligned
+
+    def _note_ids(self, records: dict[int, dict]) -> None:
+        for index, record in records.items():
+            given = record.get("request_id")
+            if not isinstance(given, str):
+                continue
+            first = self._first_with_id.setdefault(given, index)
+            if first != index:
+                self._repeated.setdefault(given, [first]).append(index)
+
+    def set_problems(self) -> list[RowProblem]:
+        """Problems of the set as a whole (columns), else those of repeated request ids.
+
+        When the set as a whole is broken, row by row problems would only repeat it: a
+        problem with no row index says so (see `whole_set_broken`).
+        """
+        broken = column_problems(self.columns, self.total,
+                                 responses_generated=self.options.responses_generated,
+                                 allow_extra=self.options.allow_extra_columns)
+        if broken:
+            return broken
+        return [RowProblem(index, given, "request_id", f"duplicate request_id {given!r}")
+                for given, indices in self._repeated.items() for index in indices]
+
+
+def whole_set_broken(problems: list[RowProblem]) -> bool:
+    """Whether a problem concerns the set as a whole (no row can be judged)."""
+    return any(p.row_index is None for p in problems)
+
+
+def finished_problems(validator: SetValidator, row_problems: list[RowProblem]) -> list[RowProblem]:
+    """Every problem of a checked set, rows in order; only the set's own when it is broken."""
+    set_problems = validator.set_problems()
+    if whole_set_broken(set_problems):
+        return set_problems
+    problems = row_problems + set_problems
+    if whole_set_broken(problems):
+        return problems
+    return sorted(problems, key=lambda p: (p.row_index, p.column))
+
+
 def validate_table(
     table: RawTable,
     responses_generated: bool = False,
     allow_extra_columns: bool = False,
     label_judges: Mapping[str, LabelKind] | None = BUILTIN_LABELS,
 ) -> ValidatedSet:
-    """Check every row at once; normalise the valid ones.
+    """Check every row of a set held in memory at once; normalise the valid ones.
 
     Args:
         table: records as read, with the problems found while reading.
@@ -211,30 +308,12 @@ def validate_table(
             the built-in judges; flows add the run's custom judges and aspects); None accepts
             any name (a set read for its responses only).
     """
-    columns = dict.fromkeys(key for record in table.records for key in record)
-    broken = column_problems(columns, len(table.records), responses_generated=responses_generated,
-                             allow_extra=allow_extra_columns)
-    if broken:  # the whole set is unusable: row by row checks would only repeat it
-        return ValidatedSet([], broken, len(table.records))
-    problems = list(table.problems)
-    unreadable = {p.row_index for p in problems}
-    readable = {i: r for i, r in enumerate(table.records) if i not in unreadable}
-    frame = _frame(list(readable.values()))
-    frame.index = pd.Index(list(readable), dtype="int64")
-    checks = cell_checks(label_judges)
-    try:
-        _schema(responses_generated, checks).validate(frame, lazy=True)
-    except SchemaErrors as errors:
-        problems += _problems_from(errors, frame, checks)
-    if any(p.row_index is None for p in problems):
-        return ValidatedSet([], problems, len(table.records))
+    validator = SetValidator(CheckOptions(responses_generated, allow_extra_columns,
+                                          label_judges))
+    rows, row_problems = validator.check(RecordBatch(0, table.records, list(table.problems)))
+    problems = finished_problems(validator, row_problems)
+    if whole_set_broken(problems):
+        return ValidatedSet([], problems, validator.total)
     rejected = {p.row_index for p in problems}
-    rows, row_problems = normalise_rows(
-        {i: r for i, r in readable.items() if i not in rejected}
-    )
-    rows, misaligned = _label_alignment(rows, label_judges)
-    row_problems += misaligned
-    return ValidatedSet(
-        rows, sorted(problems + row_problems, key=lambda p: (p.row_index, p.column)),
-        len(table.records),
-    )
+    return ValidatedSet([r for r in rows if r.row_index not in rejected], problems,
+                        validator.total)

@@ -103,7 +103,7 @@ def test_the_flow_does_not_retry_reading_a_missing_file(tmp_path):
     assert state.is_failed()
     assert isinstance(state.result(raise_on_failure=False), DatasetReadError)
     runs = asyncio.run(_task_runs(state.state_details.flow_run_id))
-    assert [r.run_count for r in runs if r.name.startswith("load-dataset")] == [1]
+    assert [r.run_count for r in runs if r.name.startswith("check-dataset")] == [1]
 
 
 def test_s3_with_a_profile_that_does_not_exist_is_refused(monkeypatch, tmp_path):

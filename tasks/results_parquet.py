@@ -1,0 +1,132 @@
+"""results.parquet written in row groups from staged records, with one schema for every group.
+
+A column's type is decided over the whole run before the first group is written: a field that
+is null in one chunk and set in another, or an integer in one and a float in the next, gets the
+same type in every group. Nested or mixed-type values become JSON text, as Arrow cannot hold
+them in one type. Two passes over the staged records (one to decide, one to write) keep memory
+to one row group whatever the run's size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# Rows per row group: large enough for Parquet's per-group overhead to vanish, small enough
+# that one group of records with rationales stays a few megabytes.
+ROW_GROUP_ROWS = 2_000
+
+
+def _absent(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _kind(value: Any) -> type:
+    # Integers and floats are one kind, a number (bool is its own).
+    return float if type(value) is int else type(value)
+
+
+def _needs_json(value: Any) -> bool:
+    if isinstance(value, dict):
+        return True
+    return isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
+
+
+@dataclass
+class ColumnProfile:
+    """What one column holds across every record: the kinds of its values and of list items."""
+
+    kinds: set[type] = field(default_factory=set)
+    item_kinds: set[type] = field(default_factory=set)
+    has_float: bool = False
+    item_has_float: bool = False
+    needs_json: bool = False
+
+    def add(self, value: Any) -> None:
+        """Take one value into account."""
+        if _absent(value):
+            return
+        self.kinds.add(_kind(value))
+        self.has_float |= type(value) is float
+        self.needs_json |= _needs_json(value)
+        if isinstance(value, list):
+            items = [v for v in value if not _absent(v)]
+            self.item_kinds |= {_kind(v) for v in items}
+            self.item_has_float |= any(type(v) is float for v in items)
+
+    @property
+    def as_json(self) -> bool:
+        """Whether the column is written as JSON text (nested, or of mixed types)."""
+        return self.needs_json or len(self.kinds) > 1 or len(self.item_kinds) > 1
+
+    def arrow_type(self) -> pa.DataType:
+        """The column's one Arrow type."""
+        if self.as_json:
+            return pa.string()
+        if not self.kinds:
+            return pa.null()
+        (kind,) = self.kinds
+        if kind is list:
+            if not self.item_kinds:
+                return pa.list_(pa.null())
+            (item,) = self.item_kinds
+            return pa.list_(_scalar_type(item, self.item_has_float))
+        return _scalar_type(kind, self.has_float)
+
+
+def _scalar_type(kind: type, has_float: bool) -> pa.DataType:
+    if kind is float:
+        return pa.float64() if has_float else pa.int64()
+    if kind is bool:
+        return pa.bool_()
+    return pa.string()
+
+
+class ResultsSchema:
+    """The schema of a run's records, decided over all of them, and their rows in it."""
+
+    def __init__(self, records: Iterable[dict]):
+        self.columns: dict[str, ColumnProfile] = {}
+        for record in records:
+            for name, value in record.items():
+                self.columns.setdefault(name, ColumnProfile()).add(value)
+        self.schema = pa.schema([(name, profile.arrow_type())
+                                 for name, profile in self.columns.items()])
+        self._json = {name for name, profile in self.columns.items() if profile.as_json}
+
+    def _cell(self, name: str, value: Any) -> Any:
+        if _absent(value):
+            return None
+        if name in self._json:
+            return json.dumps(value, default=str)
+        if isinstance(value, list):
+            return [None if _absent(v) else v for v in value]
+        return value
+
+    def table(self, records: list[dict]) -> pa.Table:
+        """Records as a table of this schema (a field a record lacks is null)."""
+        rows = [{name: self._cell(name, record.get(name)) for name in self.columns}
+                for record in records]
+        return pa.Table.from_pylist(rows, schema=self.schema)
+
+
+def write_results_parquet(handle: IO[bytes], records: Callable[[], Iterable[dict]]) -> None:
+    """Write every record to `handle` as Parquet, a row group at a time.
+
+    Args:
+        handle: a binary file open for writing.
+        records: gives a fresh iterator over the records each time it is called (it is
+            called twice: once to decide the schema, once to write).
+    """
+    schema = ResultsSchema(records())
+    with pq.ParquetWriter(handle, schema.schema) as writer:
+        iterator = iter(records())
+        while group := list(itertools.islice(iterator, ROW_GROUP_ROWS)):
+            writer.write_table(schema.table(group), row_group_size=ROW_GROUP_ROWS)
