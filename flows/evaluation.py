@@ -22,12 +22,14 @@ from flows.run_common import cache_url
 from judges.llm import Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan, plan_judges
+from judges.result_names import GENERATION_ERROR_COUNT, row_count_names
 from judges.rows import EvalRow
 from tasks.calibration_inputs import with_labels
 from tasks.generate import GENERATION_ERROR
 from tasks.load import load_dataset, validate_dataset
 from tasks.outputs import RunLocation
 from tasks.publish import publish_run
+from tasks.report_rows import ReportInputs
 from tasks.sources import RawTable
 from tasks.staging import ResultStaging
 from tasks.validation import ValidatedSet
@@ -53,6 +55,7 @@ class JudgedRun:
     timings: dict[str, float] = field(default_factory=dict)
     completeness: Completeness = field(default_factory=lambda: Completeness.of([]))
     calibration: dict = field(default_factory=dict)
+    report: ReportInputs = field(default_factory=ReportInputs)
 
 
 def rejected_rows(table: RawTable, validated: ValidatedSet) -> list[dict]:
@@ -102,28 +105,30 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
         by_reason.setdefault(skipped.reason, []).append(skipped.name)
     for reason, names in by_reason.items():
         logger.info("skipped %s: %s", ", ".join(names), reason)
-    staging, accumulator = ResultStaging(), MetricsAccumulator(plan)
+    staging, accumulator, report = ResultStaging(), MetricsAccumulator(plan), ReportInputs()
     calibration = new_accumulator(params, plan)
     started = time.perf_counter()
     try:
         usage = await judge_all(
             rows, plan, params.judge.settings(), params.chunk_size or auto_chunk_size(len(rows)),
             cache_url(params), params.storage_options, staging, accumulator, calibration,
+            report.rows,
         )
     except BaseException:
         staging.cleanup()
         raise
     validated = prepared.validated
     calibrated = calibrate(params, plan, calibration)
+    report.summary = accumulator.summary()
     metrics = {
         **accumulator.result(),
         **calibrated.metrics,
-        "rows/total": validated.total,
-        "rows/judged": len(rows),
-        "rows/rejected": len(validated.rejected_indices),
+        **row_count_names({"total": validated.total, "judged": len(rows),
+                           "rejected": len(validated.rejected_indices)}),
     }
     if params.candidate is not None:
-        metrics["agent/generation_error_count"] = sum(GENERATION_ERROR in r.extra for r in rows)
+        report.generation_errors = sum(GENERATION_ERROR in r.extra for r in rows)
+        metrics[GENERATION_ERROR_COUNT] = report.generation_errors
     judge_model = params.judge.model + (f" at {params.judge.api_base}" if params.judge.api_base
                                         else "")
     completeness = assess(plan, metrics, accumulator.first_errors, params.max_error_share,
@@ -132,7 +137,7 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
         logger.warning("incomplete: %s", reason)
     return JudgedRun(plan, staging, metrics, usage,
                      {"judge_seconds": time.perf_counter() - started}, completeness,
-                     calibrated.manifest)
+                     calibrated.manifest, report)
 
 
 def publish(
@@ -168,6 +173,7 @@ def publish(
             rejected_rows(prepared.table, prepared.validated),
             pairwise=pairwise,
             baseline_deltas=(extra_sections or {}).get("regression", {}).get("deltas"),
+            report=judged.report,
         )
     finally:
         judged.staging.cleanup()
