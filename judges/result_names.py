@@ -58,7 +58,7 @@ def judge_fields(result: JudgeResult) -> dict:
             f"{prefix}/ratings": [c.rating for c in chunks] if chunks else None,
             f"{prefix}/rationales": [c.rationale for c in chunks] if chunks else None,
             f"{prefix}/error_messages": [c.error for c in chunks] if chunks else None,
-            f"{prefix}/precision": result.precision,
+            precision_name(prefix): result.precision,
             f"{prefix}/error_message": verdict.error,
             unjudged_name(prefix): result.unjudged_chunks if result.applied else None,
         }
@@ -82,6 +82,11 @@ def row_record(result: RowResult) -> dict:
     return record
 
 
+def precision_name(prefix: str) -> str:
+    """A per-chunk judge's per-row precision: relevant / rated chunks."""
+    return f"{prefix}/precision"
+
+
 def aggregate_name(spec: JudgeSpec) -> str:
     """The run-level metric of a judge: `…/rating/percentage|average` or `…/precision/average`."""
     if spec.per_chunk:
@@ -101,7 +106,7 @@ def unjudged_name(prefix: str) -> str:
 
 def metric_average_name(metric: MetricSpec) -> str:
     """The run-level average of a deterministic metric: `{field}/average`."""
-    return metric.average_name()
+    return f"{metric.field}/average"
 
 
 GENERATION_ERROR_COUNT = "agent/generation_error_count"
@@ -165,6 +170,8 @@ def tag_metric(tag: str, name: str) -> str:
 PAIR_PREFIX = "pairwise/"
 # Where a regression record keeps the baseline's response that its pair verdict judged.
 BASELINE_RESPONSE = "baseline/response"
+# The win rate and its bootstrap interval (the regression gates read these three together).
+WINRATE_FIELDS = ("winrate", "lower_rate", "upper_rate")
 # Nova's own field names, in Nova's order (reference/004): nova_results.json holds these.
 NOVA_FIELDS = (
     "a_scores", "a_scores_stderr", "b_scores", "b_scores_stderr", "ties", "ties_stderr",

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from judges.calibration_rows import LABELS_COLUMN
 from judges.pairwise import Pass, position_to_side
 from judges.pairwise_judge import PairResult
-from judges.result_names import qualified
+from judges.result_names import precision_name, qualified
 from judges.results import JudgeResult, RowResult
 from tasks.report_rows import ReportRow
 from tasks.report_view import as_text, fmt_num
@@ -196,7 +196,7 @@ def _chunks(result: RowResult, labels: Mapping[str, Any], expected: set[str]) ->
 
 def _numbers(result: RowResult) -> list[Number]:
     """Per-row numbers: each per-chunk judge's precision, document recall, tokens, latency."""
-    out = [Number(f"{j.spec.prefix}/precision", f"{_label(j)} precision",
+    out = [Number(precision_name(j.spec.prefix), f"{_label(j)} precision",
                   fmt_num(j.precision, 3))
            for j in result.judges if j.spec.per_chunk and j.precision is not None]
     for metric, value in result.metrics:
