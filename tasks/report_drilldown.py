@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from judges.calibration_rows import LABELS_COLUMN
 from judges.pairwise import Pass, position_to_side
 from judges.pairwise_judge import PairResult
-from judges.result_names import precision_name, qualified
+from judges.result_names import precision_name, qualified, unjudged_name
 from judges.results import JudgeResult, RowResult
 from tasks.report_rows import ReportRow
 from tasks.report_view import as_text, fmt_num
@@ -199,6 +199,9 @@ def _numbers(result: RowResult) -> list[Number]:
     out = [Number(precision_name(j.spec.prefix), f"{_label(j)} precision",
                   fmt_num(j.precision, 3))
            for j in result.judges if j.spec.per_chunk and j.precision is not None]
+    out += [Number(unjudged_name(j.spec.prefix), f"{_label(j)} unjudged chunks",
+                   fmt_num(j.unjudged_chunks))
+            for j in result.judges if j.spec.per_chunk and j.unjudged_chunks]
     for metric, value in result.metrics:
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             digits = 3 if metric.name in _UNIT_METRICS else 2

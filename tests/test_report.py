@@ -7,6 +7,7 @@ fails if any payload turns into a tag or an attribute instead of text.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import re
 from html.parser import HTMLParser
@@ -340,10 +341,15 @@ def test_drilldown_shows_everything_about_a_row_and_flags_failures():
 
 def test_a_chunk_judged_irrelevant_alone_is_not_a_failure_but_a_chunk_error_is():
     ok = record(0, chunk_ratings=("no", "no"))
+    ok = ok._replace(result=dataclasses.replace(ok.result, judges=(
+        *ok.result.judges[:2], JudgeResult(JUDGES["chunk_relevance"], chunks=(
+            Verdict("no"), Verdict(None, "not judged: the chunk has no content")),
+            precision=0.0, unjudged_chunks=1))))
     broken = record(1, chunk_ratings=("yes", None), chunk_errors=(None, "429 after 5 retries"))
     page = Page(render([ok, broken]))
     assert [r["data-failed"] for r in page.find("details", **{"class": "row"})] == ["0", "1"]
     assert "429 after 5 retries" in page.text
+    assert "chunk relevance unjudged chunks: 1" in page.text
 
 
 def test_a_long_run_shows_the_rows_that_need_a_look_and_says_the_rest_are_in_the_results():
