@@ -16,12 +16,10 @@ from judges.pairwise import Pass, position_to_side
 from judges.pairwise_judge import PairResult
 from judges.result_names import precision_name, qualified, unjudged_name
 from judges.results import JudgeResult, RowResult
-from tasks.report_rows import ReportRow
+from tasks.report_rows import HIDDEN_COLUMNS, ReportRow
 from tasks.report_view import as_text, fmt_num
 
 PREVIEW_CHARS = 140
-# Too large and too raw to be worth a place on the page; results.jsonl keeps it.
-_HIDDEN_EXTRA = frozenset({"trace"})
 # Deterministic metrics on a 0..1 scale get three decimals; counts and seconds two.
 _UNIT_METRICS = frozenset({"document_recall"})
 
@@ -243,7 +241,7 @@ def pair_view(result: PairResult) -> PairView:
 
 def _other(extra: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(k, as_text(v)) for k, v in extra.items()
-            if k not in _HIDDEN_EXTRA and v is not None]
+            if k not in HIDDEN_COLUMNS and v is not None]
 
 
 def _judged_row_view(entry: ReportRow, result: RowResult) -> RowView:

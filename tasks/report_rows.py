@@ -10,6 +10,7 @@ order, which is where someone reading a large run starts. Counts cover every row
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import Mapping
@@ -22,6 +23,9 @@ from judges.pairwise_metrics import PairwiseSummary
 from judges.results import RowResult
 
 DRILLDOWN_ROWS = 500
+# Columns the page never shows (an MLflow trace is large and raw; results.jsonl keeps it), so a
+# kept row does not hold on to them either.
+HIDDEN_COLUMNS = frozenset({"trace"})
 
 
 def row_failed(result: RowResult) -> bool:
@@ -89,6 +93,16 @@ class RowSample:
         disagrees = tuple(key for key, value in (disagreements or {}).items() if value)
         self._keep(ReportRow(result, row_failed(result), disagrees))
 
+    @staticmethod
+    def _shown(result: RowResult) -> RowResult:
+        """The row without the columns the page never shows."""
+        extra = result.row.extra
+        if not HIDDEN_COLUMNS & extra.keys():
+            return result
+        row = result.row.model_copy(
+            update={"extra": {k: v for k, v in extra.items() if k not in HIDDEN_COLUMNS}})
+        return dataclasses.replace(result, row=row)
+
     def add_pair(self, result: PairResult) -> None:
         """Count one judged pair of a compare run, and keep it if it ranks."""
         disagrees = tuple(key for key, value in result.disagreements.items() if value)
@@ -102,9 +116,15 @@ class RowSample:
         # heapq is a min-heap: negated, the smallest entry is the row ranked last.
         entry = (-int(not look), -row.index, -next(self._order), row)
         if len(self._heap) < self.limit:
-            heapq.heappush(self._heap, entry)
-        elif entry > self._heap[0]:
-            heapq.heapreplace(self._heap, entry)
+            heapq.heappush(self._heap, self._slim(entry))
+        elif entry[:3] > self._heap[0][:3]:
+            heapq.heapreplace(self._heap, self._slim(entry))
+
+    def _slim(self, entry: tuple[int, int, int, ReportRow]) -> tuple[int, int, int, ReportRow]:
+        row = entry[3]
+        if isinstance(row.result, RowResult):
+            row = row._replace(result=self._shown(row.result))
+        return (*entry[:3], row)
 
     def attach_pairs(self, pairs: Mapping[str, PairResult]) -> None:
         """Give kept rows their head-to-head verdicts (a regression run), by request_id."""

@@ -376,13 +376,15 @@ def test_the_drilldown_collector_stays_bounded_and_counts_every_row():
     for i in range(5_000):
         verdict = Verdict("no" if i % 100 == 99 else "yes", "r")
         judges = (JudgeResult(JUDGES["correctness"], verdict),)
-        sample.add(RowResult(template.row.model_copy(update={"row_index": i,
-                                                             "request_id": f"r{i}"}),
-                             judges, ()))
+        row = template.row.model_copy(update={"row_index": i, "request_id": f"r{i}",
+                                              "extra": {"trace": "{...}", "tags": ["t"]}})
+        sample.add(RowResult(row, judges, ()))
         assert len(sample.rows()) <= 50
     kept = [row.index for row in sample.rows()]
     assert (sample.total, sample.failing, sample.shown_failing) == (5_000, 50, 50)
     assert kept == [i for i in range(5_000) if i % 100 == 99]
+    # A kept row holds nothing the page never shows (a trace can be large).
+    assert all(row.result.row.extra == {"tags": ["t"]} for row in sample.rows())
 
 
 def test_missing_optional_inputs_do_not_crash():
