@@ -13,13 +13,6 @@ from typing import Any, NamedTuple
 from judges import BUILTIN_JUDGES
 from judges.aspect_critic import make_aspect
 from judges.base import JudgeSpec
-from judges.calibration_names import (
-    LabelKind,
-    calibration_keys,
-    label_kinds,
-    stat_name,
-    stats_of,
-)
 from judges.calibration_policy import (
     MIN_LABELS,
     advisory_reason,
@@ -30,7 +23,9 @@ from judges.calibration_policy import (
 from judges.calibration_rows import CalibrationAccumulator
 from judges.custom import build_custom_judge, load_custom_judges, referenced_fields
 from judges.plan import JudgePlan
+from judges.result_names import LabelKind, calibration_keys, label_kinds, stat_name
 from tasks.calibration_inputs import CalibrationSource, read_calibration_run
+from tasks.metric_fields import stats_of
 
 
 class Calibration(NamedTuple):

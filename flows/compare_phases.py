@@ -23,12 +23,20 @@ from flows.run_common import cache_url
 from judges.calibration_rows import pairwise_calibration, preferences_of
 from judges.llm import LLMSettings, Usage
 from judges.pairwise import PairVerdict, Rubric
-from judges.pairwise_judge import PAIRWISE_JUDGE, Pair, PairwiseOptions, compare_metrics
+from judges.pairwise_judge import (
+    PAIRWISE_JUDGE,
+    Pair,
+    PairResult,
+    PairwiseOptions,
+    compare_summary,
+)
 from judges.plan import JudgePlan
+from judges.result_names import pairwise_metric_fields, row_count_names
 from tasks.compare import compare_chunk, failed_chunk_result
 from tasks.outputs import RunLocation
 from tasks.pairs import PairSet, load_pairs, load_rubric
 from tasks.publish import publish_run
+from tasks.report_rows import ReportInputs
 from tasks.staging import ResultStaging
 from tasks.validation import InvalidDatasetError
 
@@ -58,6 +66,7 @@ class JudgedPairs:
     usage: Usage
     completeness: Completeness
     timings: dict[str, float] = field(default_factory=dict)
+    report: ReportInputs = field(default_factory=ReportInputs)
 
 
 def warn_notices(params: CompareParams) -> None:
@@ -94,18 +103,22 @@ async def judge_pairs(params: CompareParams, prepared: PreparedPairs) -> JudgedP
     except BaseException:
         staging.cleanup()
         raise
-    metrics = {**compare_metrics(verdicts, prepared.options, seed=params.bootstrap_seed,
-                                 resamples=params.bootstrap_resamples),
+    summary = compare_summary(verdicts, prepared.options, seed=params.bootstrap_seed,
+                              resamples=params.bootstrap_resamples)
+    metrics = {**pairwise_metric_fields(summary),
                **pairwise_calibration(preferences_of(pairs), verdicts,
                                       seed=params.bootstrap_seed,
                                       resamples=params.bootstrap_resamples),
-               **{f"rows/{k.removeprefix('rows_')}": v
-                  for k, v in _counts(prepared.pair_set).items()}}
+               **row_count_names({k.removeprefix("rows_"): v
+                                  for k, v in _counts(prepared.pair_set).items()})}
+    report = ReportInputs(pairwise=summary)
+    for pair, verdict in zip(pairs, verdicts, strict=True):
+        report.rows.add_pair(PairResult(pair, verdict, prepared.options.swap))
     example = next((v.error_message for v in verdicts if v.error_message), None)
     completeness = assess_pairs(metrics, example, params.max_error_share)
     timings = {"load_validate_seconds": prepared.load_seconds,
                "judge_seconds": time.perf_counter() - started}
-    return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings)
+    return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings, report)
 
 
 def publish_pairs(params: CompareParams, location: RunLocation, prepared: PreparedPairs,
@@ -115,7 +128,8 @@ def publish_pairs(params: CompareParams, location: RunLocation, prepared: Prepar
                                 judged.usage, started_at, judged.timings, judged.completeness)
     try:
         urls = publish_run(location, judged.staging, judged.metrics, manifest,
-                           prepared.pair_set.rejected, pairwise=judged.metrics)
+                           prepared.pair_set.rejected, pairwise=judged.metrics,
+                           report=judged.report)
     finally:
         judged.staging.cleanup()
     return manifest, urls

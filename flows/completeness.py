@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
 from judges.plan import JudgePlan
+from judges.result_names import count_names
 
 COMPLETE, INCOMPLETE = "complete", "incomplete"
 EXAMPLE_MAX_CHARS = 240
@@ -43,8 +44,7 @@ def error_shares(plan: JudgePlan, metrics: dict) -> list[ErrorShare]:
     """Each planned judge's failed rows among the rows it judged (from metrics.json counts)."""
     shares = []
     for judge in plan.judges:
-        errors = metrics.get(f"{judge.prefix}/error_count") or 0
-        rated = metrics.get(f"{judge.prefix}/rated_count") or 0
+        rated, errors = (metrics.get(name) or 0 for name in count_names(judge.prefix))
         shares.append(ErrorShare(judge.name, judge.prefix, errors, errors + rated))
     return shares
 

@@ -30,11 +30,13 @@ from flows.run_common import cache_url
 from judges.llm import Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan
+from judges.result_names import GENERATION_ERROR_COUNT, row_count_names
 from judges.rows import EvalRow
 from tasks.generate import GENERATION_ERROR
 from tasks.load import check_dataset
 from tasks.outputs import RunLocation
 from tasks.publish import publish_run
+from tasks.report_rows import ReportInputs
 from tasks.row_shapes import RowShapes
 from tasks.row_spool import RowSpool
 from tasks.row_stream import RowSource, SetCheck, rejected_rows, valid_rows
@@ -89,6 +91,7 @@ class JudgedRun:
     timings: dict[str, float] = field(default_factory=dict)
     completeness: Completeness = field(default_factory=lambda: Completeness.of([]))
     calibration: dict = field(default_factory=dict)
+    report: ReportInputs = field(default_factory=ReportInputs)
 
 
 def prepare(params: EvaluateParams) -> PreparedSet:
@@ -131,7 +134,7 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
         by_reason.setdefault(skipped.reason, []).append(skipped.name)
     for reason, names in by_reason.items():
         logger.info("skipped %s: %s", ", ".join(names), reason)
-    staging, accumulator = ResultStaging(), MetricsAccumulator(plan)
+    staging, accumulator, report = ResultStaging(), MetricsAccumulator(plan), ReportInputs()
     calibration = new_accumulator(params, plan)
     started = time.perf_counter()
     try:
@@ -139,21 +142,23 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
             prepared.row_stream(), plan, params.judge.settings(),
             params.chunk_size or auto_chunk_size(prepared.check.valid_count),
             cache_url(params), params.storage_options, staging, accumulator, calibration,
+            report.rows,
         )
     except BaseException:
         staging.cleanup()
         raise
     check = prepared.check
     calibrated = calibrate(params, plan, calibration)
+    report.summary = accumulator.summary()
     metrics = {
         **accumulator.result(),
         **calibrated.metrics,
-        "rows/total": check.total,
-        "rows/judged": check.valid_count,
-        "rows/rejected": len(check.rejected_indices),
+        **row_count_names({"total": check.total, "judged": check.valid_count,
+                           "rejected": len(check.rejected_indices)}),
     }
     if params.candidate is not None:
-        metrics["agent/generation_error_count"] = prepared.generation_errors
+        report.generation_errors = prepared.generation_errors
+        metrics[GENERATION_ERROR_COUNT] = report.generation_errors
     judge_model = params.judge.model + (f" at {params.judge.api_base}" if params.judge.api_base
                                         else "")
     completeness = assess(plan, metrics, accumulator.first_errors, params.max_error_share,
@@ -162,7 +167,7 @@ async def judge(params: EvaluateParams, prepared: PreparedSet) -> JudgedRun:
         logger.warning("incomplete: %s", reason)
     return JudgedRun(plan, staging, metrics, usage,
                      {"judge_seconds": time.perf_counter() - started}, completeness,
-                     calibrated.manifest)
+                     calibrated.manifest, report)
 
 
 def publish(
@@ -198,6 +203,7 @@ def publish(
             rejected_rows(prepared.source, prepared.check.problems),
             pairwise=pairwise,
             baseline_deltas=(extra_sections or {}).get("regression", {}).get("deltas"),
+            report=judged.report,
         )
     finally:
         judged.staging.cleanup()

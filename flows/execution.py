@@ -20,6 +20,7 @@ from judges.result_names import row_record
 from judges.rows import EvalRow
 from tasks.generate import generate_chunk, mark_generation_failed
 from tasks.judge import judge_chunk
+from tasks.report_rows import RowSample
 from tasks.staging import ResultStaging
 
 TARGET_TASK_RUNS = 200
@@ -110,8 +111,12 @@ async def judge_all(
     staging: ResultStaging,
     accumulator: MetricsAccumulator,
     calibration: CalibrationAccumulator,
+    report_rows: RowSample,
 ) -> Usage:
     """Judge every chunk, staging each chunk's records and tallying them as it completes.
+
+    `report_rows` keeps the report's bounded drill-down as typed rows, so that publishing
+    never reads the staged records back for it.
 
     A chunk whose task fails after its retries still yields a result per row, each judge
     carrying the failure, so that no row is lost.
@@ -135,6 +140,7 @@ async def judge_all(
         for row_result in results:
             accumulator.add(row_result)
             calibration.add(row_result)
+            report_rows.add(row_result, calibration.disagreements(row_result))
 
     in_flight = chunks_in_flight(settings.concurrency, chunk_size)
     await run_chunks(rows, chunk_size, in_flight, submit, finish)

@@ -18,14 +18,14 @@ from flows.compare_phases import judge_all_pairs
 from flows.execution import auto_chunk_size
 from flows.run_common import cache_url
 from judges.llm import Usage
-from judges.pairwise_judge import PREFIX, Pair, PairwiseOptions, compare_metrics
+from judges.pairwise_judge import Pair, PairResult, PairwiseOptions, compare_summary
+from judges.pairwise_metrics import PairwiseSummary
+from judges.result_names import head_to_head_fields, pairwise_metric_fields
 from judges.rows import EvalRow
 from tasks.metric_fields import RowData
 from tasks.pairs import read_rubric
 from tasks.staging import ResultStaging
 
-# Where a regression record keeps the baseline's response that its pair verdict judged.
-BASELINE_RESPONSE = "baseline/response"
 BOOTSTRAP_SEED = 0
 BOOTSTRAP_RESAMPLES = 1000
 
@@ -34,7 +34,9 @@ class HeadToHead(NamedTuple):
     """Verdicts and aggregates of the pairs, and the fields each candidate row gains."""
 
     metrics: dict[str, Any]
+    summary: PairwiseSummary
     fields: dict[str, dict[str, Any]]  # by request_id
+    pairs: dict[str, PairResult]  # by request_id, typed (the report's drill-down reads these)
     usage: Usage
     not_compared: int  # paired rows without a response on one side
 
@@ -74,13 +76,13 @@ async def head_to_head(params: Any, rows: list[EvalRow], baseline: Mapping[str, 
             pairs, options, params.judge.settings(),
             params.chunk_size or auto_chunk_size(len(pairs)), cache_url(params),
             params.storage_options, staging)
-        fields = {r["request_id"]: {k: v for k, v in r.items() if k.startswith(PREFIX)}
-                  | {BASELINE_RESPONSE: r["response_A"]} for r in staging.iter_records()}
     finally:
         staging.cleanup()
-    metrics = compare_metrics(verdicts, options, seed=BOOTSTRAP_SEED,
+    results = {p.pair_id: PairResult(p, v) for p, v in zip(pairs, verdicts, strict=True)}
+    fields = {pair_id: head_to_head_fields(r) for pair_id, r in results.items()}
+    summary = compare_summary(verdicts, options, seed=BOOTSTRAP_SEED,
                               resamples=BOOTSTRAP_RESAMPLES)
-    return HeadToHead(metrics, fields, usage, missing)
+    return HeadToHead(pairwise_metric_fields(summary), summary, fields, results, usage, missing)
 
 
 def merge_fields(staging: ResultStaging, fields: Mapping[str, Mapping[str, Any]]) -> ResultStaging:

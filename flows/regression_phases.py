@@ -67,6 +67,8 @@ async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
                                error)
         return
     comparison.pairwise = result.metrics
+    judged.report.pairwise = result.summary
+    judged.report.rows.attach_pairs(result.pairs)
     comparison.usage = result.usage
     comparison.pairing["no_response"] = result.not_compared  # paired, but nothing to compare
     judged.staging = merge_fields(judged.staging, result.fields)

@@ -24,9 +24,14 @@ from judges.calibration import (
     confusion,
     preference_stats,
 )
-from judges.calibration_names import PAIRWISE, calibration_keys, disagrees_name, stat_name
 from judges.pairwise import PairVerdict
 from judges.plan import JudgePlan
+from judges.result_names import (
+    PAIRWISE_KEY,
+    calibration_keys,
+    calibration_row_fields,
+    calibration_stats,
+)
 from judges.results import JudgeResult, RowResult
 
 LABELS_COLUMN = "human_labels"
@@ -102,7 +107,7 @@ class CalibrationAccumulator:
 
     Args:
         plan: the judges that run.
-        keys: each judge's label key by output prefix (judges/calibration_names.py); default:
+        keys: each judge's label key by output prefix (judges/result_names.py); default:
             keys decided over the plan's judges alone.
         seed: seed of the kappa bootstrap.
         resamples: bootstrap resamples.
@@ -129,9 +134,13 @@ class CalibrationAccumulator:
         for key, row in self._outcomes(result):
             self._tallies[key].add(row)
 
+    def disagreements(self, result: RowResult) -> dict[str, bool | None]:
+        """Calibration key → whether judge and person differ on the row (labelled judges only)."""
+        return {key: row.disagrees for key, row in self._outcomes(result)}
+
     def row_fields(self, result: RowResult) -> dict[str, bool | None]:
         """The row's `calibration/{key}/disagrees` fields, for the judges it has labels for."""
-        return {disagrees_name(key): row.disagrees for key, row in self._outcomes(result)}
+        return calibration_row_fields(self.disagreements(result))
 
     def result(self) -> dict[str, float | int | None]:
         """Every labelled judge's calibration metrics (judges without labels have none)."""
@@ -142,16 +151,16 @@ class CalibrationAccumulator:
             rows = np.stack(tally.rows) if tally.rows else np.zeros((0, 2, 2), dtype=np.int64)
             stats = binary_stats(rows, tally.errors, seed=self._seed, resamples=self._resamples)
             stats["unjudged_count"] = tally.unjudged
-            out |= {stat_name(key, stat): value for stat, value in stats.items()}
+            out |= calibration_stats(key, stats)
         return out
 
 
 def pair_disagrees(preference: str | None, verdict: PairVerdict) -> dict[str, bool | None]:
-    """A labelled pair's `calibration/pairwise/disagrees` field (none for an unlabelled pair)."""
+    """A labelled pair's disagreement by calibration key (nothing for an unlabelled pair)."""
     if preference is None:
         return {}
     decided = verdict.verdict in PREFERENCES
-    return {disagrees_name(PAIRWISE): verdict.verdict != preference if decided else None}
+    return {PAIRWISE_KEY: verdict.verdict != preference if decided else None}
 
 
 def preferences_of(pairs: Sequence[Any]) -> list[str | None]:
@@ -179,4 +188,4 @@ def pairwise_calibration(preferences: Sequence[str | None], verdicts: Sequence[P
         return {}
     units = [(verdict, human) for verdict, human in labelled if verdict in PREFERENCES]
     stats = preference_stats(units, len(labelled) - len(units), seed=seed, resamples=resamples)
-    return {stat_name(PAIRWISE, stat): value for stat, value in stats.items()}
+    return calibration_stats(PAIRWISE_KEY, stats)

@@ -17,10 +17,6 @@ class MetricSpec:
     compute: Callable[[EvalRow], float | None]
     needs: str
 
-    def average_name(self) -> str:
-        """The run-level field: `{field}/average`."""
-        return f"{self.field}/average"
-
 
 def document_recall(row: EvalRow) -> float | None:
     """Expected doc_uris found among the retrieved ones / expected doc_uris."""

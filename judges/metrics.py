@@ -1,15 +1,19 @@
 """Run-level aggregates, accumulated one typed row result at a time.
 
 Rows a judge errored on are left out of its denominator and counted apart; rows it did not
-judge (missing inputs) are in neither. Names come from judges/result_names.py.
+judge (missing inputs) are in neither. `summary()` is the typed outcome (the report reads it);
+`result()` gives it its published names through judges/result_names.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from judges.base import JudgeSpec
+from judges.deterministic import MetricSpec
 from judges.plan import JudgePlan
-from judges.result_names import aggregate_name, count_names
+from judges.result_names import run_metrics
 from judges.results import JudgeResult, RowResult
 
 
@@ -33,6 +37,31 @@ class Tally:
     def mean(self) -> float | None:
         """The mean of the rated values; None when nothing was rated."""
         return self.total / self.rated if self.rated else None
+
+
+class JudgeAggregate(NamedTuple):
+    """A judge over the run: its headline mean (a rate, or the mean precision) and counts."""
+
+    spec: JudgeSpec
+    mean: float | None
+    rated: int
+    errors: int
+    unjudged_chunks: int = 0
+
+
+class MetricAggregate(NamedTuple):
+    """A deterministic metric over the run: its mean over the rows that have it."""
+
+    spec: MetricSpec
+    mean: float | None
+    rated: int
+
+
+class RunSummary(NamedTuple):
+    """Every judge's and metric's run-level outcome, in plan order."""
+
+    judges: tuple[JudgeAggregate, ...]
+    metrics: tuple[MetricAggregate, ...]
 
 
 class MetricsAccumulator:
@@ -61,16 +90,20 @@ class MetricsAccumulator:
         if judged.spec.per_chunk:
             self._unjudged_chunks[prefix] += judged.unjudged_chunks
 
+    def summary(self) -> RunSummary:
+        """The typed aggregates: each judge's and each metric's mean and counts."""
+        judges = tuple(
+            JudgeAggregate(j, self._judges[j.prefix].mean, self._judges[j.prefix].rated,
+                           self._judges[j.prefix].errors, self._unjudged_chunks.get(j.prefix, 0))
+            for j in self._plan.judges
+        )
+        metrics = tuple(
+            MetricAggregate(m, self._metrics[m.field].mean, self._metrics[m.field].rated)
+            for m in self._plan.metrics
+        )
+        return RunSummary(judges, metrics)
+
     def result(self) -> dict[str, float | int | None]:
         """The flat metrics: each judge's aggregate and counts, each metric's average."""
-        out: dict[str, float | int | None] = {}
-        for judge in self._plan.judges:
-            tally = self._judges[judge.prefix]
-            rated, errors = count_names(judge.prefix)
-            out |= {aggregate_name(judge): tally.mean, rated: tally.rated, errors: tally.errors}
-            if judge.per_chunk:
-                out[f"{judge.prefix}/unjudged_chunk_count"] = self._unjudged_chunks[judge.prefix]
-        for metric in self._plan.metrics:
-            tally = self._metrics[metric.field]
-            out |= {metric.average_name(): tally.mean, f"{metric.field}/rated_count": tally.rated}
-        return out
+        summary = self.summary()
+        return run_metrics(summary.judges, summary.metrics)

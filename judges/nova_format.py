@@ -2,7 +2,8 @@
 
 Notebooks written for Nova read `nova_results.json` unchanged: the same three top-level keys,
 the same task key and every Nova field (reference/004). judgeflow's names for the Nova block
-are already Nova's, so this is a reshaping, not a recomputation.
+are already Nova's (judges/result_names.py's NOVA_FIELDS), so this is a reshaping, not a
+recomputation.
 """
 
 from __future__ import annotations
@@ -11,14 +12,11 @@ import hashlib
 from datetime import datetime
 
 from judges.pairwise_judge import PAIRWISE_JUDGE
+from judges.result_names import NOVA_FIELDS
+
+__all__ = ["NOVA_FIELDS", "NOVA_TASK", "nova_job_id", "nova_results"]
 
 NOVA_TASK = "custom|rubric_llm_judge_judge|0"
-NOVA_FIELDS = (
-    "a_scores", "a_scores_stderr", "b_scores", "b_scores_stderr", "ties", "ties_stderr",
-    "inference_error", "inference_error_stderr", "score", "score_stderr",
-    "weighted_score_A", "weighted_score_A_stderr", "weighted_score_B", "weighted_score_B_stderr",
-    "score_margin", "score_margin_stderr", "winrate", "lower_rate", "upper_rate",
-)
 
 
 def nova_job_id(run_id: str) -> int:

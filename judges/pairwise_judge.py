@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -30,16 +30,14 @@ from judges.pairwise import (
     to_sides,
 )
 from judges.pairwise_metrics import (
-    Metrics,
+    PairwiseSummary,
     PassCounts,
-    bootstrap_winrate,
-    pair_record,
-    pairwise_metrics,
-    sum_stderr,
-    winrate,
+    judgment_block,
+    pair_block,
+    pairwise_summary,
 )
+from judges.result_names import PAIR_PREFIX, pairwise_metric_fields
 
-PREFIX = "pairwise/"
 SWAP_DISABLED = "not run: position swap disabled (forward-only diagnosis run)"
 
 
@@ -135,7 +133,7 @@ async def run_pass(ctx: JudgeContext, pair: Pair, order: Order, rubric: Rubric |
     outcome = await judged_call(
         ctx, render(pair.prompt, first, second, rubric), PAIRWISE_JUDGE.prompt_hash,
         judgment_model(rubric),
-        provenance={"judge": PAIRWISE_JUDGE.name, "output_prefix": PREFIX.rstrip("/"),
+        provenance={"judge": PAIRWISE_JUDGE.name, "output_prefix": PAIR_PREFIX.rstrip("/"),
                     "judge_version": PAIRWISE_JUDGE.version,
                     "request_id": pair.pair_id, "row_index": pair.row_index, "order": order},
     )
@@ -201,24 +199,23 @@ def failed_verdict(error: str, swap: bool) -> PairVerdict:
     return reconcile(forward, Pass("backward", error=error)) if swap else forward_only(forward)
 
 
-def pair_fields(pair: Pair, verdict: PairVerdict, swap: bool) -> dict[str, Any]:
-    """The results record of a pair: its inputs, then the `pairwise/...` fields."""
-    fields = pair_record(verdict, prefix=PREFIX)
-    if not swap:
-        # No backward pass ran: leave its fields out rather than show a fake error.
-        fields = {k: v for k, v in fields.items() if not k.startswith(f"{PREFIX}backward/")}
-        fields[f"{PREFIX}error_message"] = verdict.forward.error
-    return {
-        "row_index": pair.row_index,
-        "request_id": pair.pair_id,
-        "prompt": pair.prompt,
-        "response_A": pair.response_A,
-        "response_B": pair.response_B,
-        **pair.extra,
-        **fields,
-        **pair_disagrees(pair.extra.get(PREFERENCE_COLUMN), verdict),
-        f"{PREFIX}swap_disabled": not swap,
-    }
+class PairResult(NamedTuple):
+    """One judged pair, typed: the pair, its reconciled verdict, and whether both orders ran."""
+
+    pair: Pair
+    verdict: PairVerdict
+    swap: bool = True
+
+    @property
+    def disagreements(self) -> dict[str, bool | None]:
+        """Calibration key → whether the person's preference differs (labelled pairs only)."""
+        return pair_disagrees(self.pair.extra.get(PREFERENCE_COLUMN), self.verdict)
+
+    @property
+    def failed(self) -> bool:
+        """The baseline won, or the pair (or one of its passes) has no judgment."""
+        passes = (self.verdict.forward, self.verdict.backward)[: 2 if self.swap else 1]
+        return self.verdict.verdict in ("A", "error") or any(p.error for p in passes)
 
 
 def position_1_rate(verdicts: list[PairVerdict]) -> float | None:
@@ -233,32 +230,30 @@ def position_1_rate(verdicts: list[PairVerdict]) -> float | None:
     return ones / decided if decided else None
 
 
+def compare_summary(
+    verdicts: list[PairVerdict], options: PairwiseOptions, *, seed: int, resamples: int
+) -> PairwiseSummary:
+    """All aggregates of a compare run (DESIGN.md), plus the position-1 rate and the swap flag.
+
+    Without the swap, the Nova block counts forward passes only: the absent backward pass is
+    not an error.
+    """
+    summary = pairwise_summary(verdicts, seed=seed, resamples=resamples)
+    if not options.swap:
+        preferences = [v.forward_preference for v in verdicts]
+        counts = PassCounts(*(
+            np.array([p == outcome for p in preferences], dtype=np.int64)
+            for outcome in ("A", "B", "tie", None)
+        ))
+        summary = PairwiseSummary(
+            judgment_block(verdicts, counts, seed=seed, resamples=resamples), pair_block(verdicts))
+    return summary._replace(position_1_rate=position_1_rate(verdicts),
+                            swap_disabled=not options.swap)
+
+
 def compare_metrics(
     verdicts: list[PairVerdict], options: PairwiseOptions, *, seed: int, resamples: int
-) -> Metrics:
-    """All aggregates of a compare run (DESIGN.md), plus the position-1 rate and the swap flag."""
-    if options.swap:
-        metrics = pairwise_metrics(verdicts, seed=seed, resamples=resamples)
-    else:
-        metrics = _forward_only_metrics(verdicts, seed=seed, resamples=resamples)
-    return {**metrics, "position_1_rate": position_1_rate(verdicts),
-            "swap_disabled": not options.swap}
-
-
-def _forward_only_metrics(verdicts: list[PairVerdict], *, seed: int, resamples: int) -> Metrics:
-    """The same blocks over forward passes only: the absent backward pass is not an error."""
-    metrics = pairwise_metrics(verdicts, seed=seed, resamples=resamples)
-    preferences = [v.forward_preference for v in verdicts]
-    counts = PassCounts(*(
-        np.array([p == outcome for p in preferences], dtype=np.int64)
-        for outcome in ("A", "B", "tie", None)
-    ))
-    for name, per_pair in zip(("a_scores", "b_scores", "ties", "inference_error"), counts,
-                              strict=True):
-        metrics[name], metrics[f"{name}_stderr"] = int(per_pair.sum()), sum_stderr(per_pair)
-    metrics["score"], metrics["score_stderr"] = metrics["b_scores"], metrics["b_scores_stderr"]
-    metrics["winrate"] = winrate(metrics["a_scores"], metrics["b_scores"])
-    metrics["lower_rate"], metrics["upper_rate"] = bootstrap_winrate(
-        counts, seed=seed, resamples=resamples
-    )
-    return metrics
+) -> dict[str, Any]:
+    """`compare_summary` under its published names."""
+    return pairwise_metric_fields(
+        compare_summary(verdicts, options, seed=seed, resamples=resamples))

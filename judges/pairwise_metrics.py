@@ -1,4 +1,4 @@
-"""Aggregates and per-pair records of the pairwise rubric judge.
+"""Aggregates of the pairwise rubric judge, as typed values (names: judges/result_names.py).
 
 Two blocks, as DESIGN.md defines them. The Nova block counts judgments (both passes of every
 pair, mapped back to A/B); the reconciled block counts pairs (one verdict each). Undefined
@@ -8,13 +8,11 @@ values are None (JSON null), never NaN.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from judges.pairwise import PairVerdict, Pass, position_to_side
-
-Metrics = dict[str, float | int | None]
+from judges.pairwise import PairVerdict
 
 
 class PassCounts(NamedTuple):
@@ -92,103 +90,108 @@ def bootstrap_winrate(
     return float(lower), float(upper)
 
 
-def nova_metrics(
-    verdicts: Sequence[PairVerdict], *, seed: int = 0, resamples: int = 1000
-) -> Metrics:
-    """The Nova block: judgment counts, winrate with bootstrap interval, weighted scores."""
-    counts = pass_counts(verdicts)
-    metrics: Metrics = {}
-    for name, per_pair in zip(
-        ("a_scores", "b_scores", "ties", "inference_error"), counts, strict=True
-    ):
-        metrics[name] = int(per_pair.sum())
-        metrics[f"{name}_stderr"] = sum_stderr(per_pair)
-    metrics["score"], metrics["score_stderr"] = metrics["b_scores"], metrics["b_scores_stderr"]
-    metrics["winrate"] = winrate(int(counts.a.sum()), int(counts.b.sum()))
-    metrics["lower_rate"], metrics["upper_rate"] = bootstrap_winrate(
-        counts, seed=seed, resamples=resamples
+class Count(NamedTuple):
+    """A count over passes and its standard error over pairs."""
+
+    total: int
+    stderr: float
+
+
+class Mean(NamedTuple):
+    """A mean over pairs and its standard error; both None without a scored pair."""
+
+    value: float | None
+    stderr: float | None
+
+
+class JudgmentBlock(NamedTuple):
+    """Nova's block: judgments (both passes of every pair) counted, winrate, weighted scores."""
+
+    prefer_a: Count
+    prefer_b: Count
+    ties: Count
+    errors: Count
+    winrate: float | None
+    lower_rate: float | None
+    upper_rate: float | None
+    weighted_a: Mean
+    weighted_b: Mean
+    margin: Mean
+
+
+class PairBlock(NamedTuple):
+    """The reconciled block: one verdict per pair, position flips and consistency."""
+
+    total: int
+    a: int
+    b: int
+    tie: int
+    error: int
+    single_pass: int
+    position_flips: int
+    position_consistency: float | None
+
+
+class PairwiseSummary(NamedTuple):
+    """Every pairwise aggregate, typed; judges/result_names.py gives them their names.
+
+    Attributes:
+        judgments: the Nova block.
+        pairs: the reconciled block.
+        position_1_rate: compare runs: share of decided passes preferring position 1.
+        swap_disabled: compare runs: whether the run was forward-only; None elsewhere.
+    """
+
+    judgments: JudgmentBlock
+    pairs: PairBlock
+    position_1_rate: float | None = None
+    swap_disabled: bool | None = None
+
+
+def judgment_block(
+    verdicts: Sequence[PairVerdict], counts: PassCounts, *, seed: int = 0, resamples: int = 1000
+) -> JudgmentBlock:
+    """The Nova block from per-pair pass counts (both passes, or the forward pass alone)."""
+    prefer_a, prefer_b, ties, errors = (
+        Count(int(per_pair.sum()), sum_stderr(per_pair)) for per_pair in counts
     )
+    lower, upper = bootstrap_winrate(counts, seed=seed, resamples=resamples)
     scored = [v for v in verdicts if v.verdict != "error"]
-    for name, values in (
-        ("weighted_score_A", [v.weighted_score_A for v in scored]),
-        ("weighted_score_B", [v.weighted_score_B for v in scored]),
-        ("score_margin", [v.score_margin for v in scored]),
-    ):
-        metrics[name], metrics[f"{name}_stderr"] = mean_and_stderr(values)
-    return metrics
+    return JudgmentBlock(
+        prefer_a, prefer_b, ties, errors,
+        winrate(prefer_a.total, prefer_b.total), lower, upper,
+        Mean(*mean_and_stderr([v.weighted_score_A for v in scored])),
+        Mean(*mean_and_stderr([v.weighted_score_B for v in scored])),
+        Mean(*mean_and_stderr([v.score_margin for v in scored])),
+    )
 
 
-def reconciled_metrics(verdicts: Sequence[PairVerdict]) -> Metrics:
+def pair_block(verdicts: Sequence[PairVerdict]) -> PairBlock:
     """The reconciled block: one verdict per pair, position flips and consistency."""
     both_valid = [v.consistent for v in verdicts if v.consistent is not None]
-    return {
-        "pairs_total": len(verdicts),
-        "pairs_a": sum(v.verdict == "A" for v in verdicts),
-        "pairs_b": sum(v.verdict == "B" for v in verdicts),
-        "pairs_tie": sum(v.verdict == "tie" for v in verdicts),
-        "pairs_error": sum(v.verdict == "error" for v in verdicts),
-        "pairs_single_pass": sum(v.single_pass for v in verdicts),
-        "position_flips": sum(v.position_flip for v in verdicts),
-        "position_consistency": sum(both_valid) / len(both_valid) if both_valid else None,
-    }
+    return PairBlock(
+        total=len(verdicts),
+        a=sum(v.verdict == "A" for v in verdicts),
+        b=sum(v.verdict == "B" for v in verdicts),
+        tie=sum(v.verdict == "tie" for v in verdicts),
+        error=sum(v.verdict == "error" for v in verdicts),
+        single_pass=sum(v.single_pass for v in verdicts),
+        position_flips=sum(v.position_flip for v in verdicts),
+        position_consistency=sum(both_valid) / len(both_valid) if both_valid else None,
+    )
 
 
-def pairwise_metrics(
+def pairwise_summary(
     verdicts: Sequence[PairVerdict], *, seed: int = 0, resamples: int = 1000
-) -> Metrics:
-    """All pairwise aggregates as one flat dict: the Nova block, then the reconciled block.
+) -> PairwiseSummary:
+    """All pairwise aggregates: the Nova block over both passes, then the reconciled block.
 
     Args:
         verdicts: one reconciled verdict per pair.
         seed: seed of the bootstrap generator, so a rerun reports the same interval.
         resamples: number of bootstrap resamples of the pairs.
     """
-    return {
-        **nova_metrics(verdicts, seed=seed, resamples=resamples),
-        **reconciled_metrics(verdicts),
-    }
-
-
-def _pass_record(judge_pass: Pass) -> dict[str, Any]:
-    """Flat fields of one pass, in prompt positions and mapped back to A/B."""
-    judgment, order = judge_pass.judgment, judge_pass.order
-    a_first = judge_pass.position_1 == "A"
-    criteria = [
-        {
-            **c.model_dump(),
-            "score_A": c.score_1 if a_first else c.score_2,
-            "score_B": c.score_2 if a_first else c.score_1,
-        }
-        for c in (judgment.criteria if judgment else [])
-    ]
-    return {
-        "position_1": judge_pass.position_1,
-        "preference": judgment.preference if judgment else None,
-        "preference_ab": position_to_side(judgment.preference, order) if judgment else None,
-        "criteria": criteria,
-        "rationale": judgment.rationale if judgment else None,
-        "error_message": judge_pass.error,
-        "raw": judge_pass.raw,
-    }
-
-
-def pair_record(verdict: PairVerdict, *, prefix: str = "pairwise/") -> dict[str, Any]:
-    """One flat, JSON-ready results record for a pair.
-
-    Keys are `{prefix}verdict`, flags, weighted scores, and `{prefix}forward/...` and
-    `{prefix}backward/...` for each pass. `{prefix}error_message` is set only when the pair
-    has no verdict, joining both passes' errors.
-    """
-    record: dict[str, Any] = {
-        "verdict": verdict.verdict,
-        "position_flip": verdict.position_flip,
-        "single_pass": verdict.single_pass,
-        "consistent": verdict.consistent,
-        "weighted_score_A": verdict.weighted_score_A,
-        "weighted_score_B": verdict.weighted_score_B,
-        "score_margin": verdict.score_margin,
-        "error_message": verdict.error_message,
-    }
-    for name, judge_pass in (("forward", verdict.forward), ("backward", verdict.backward)):
-        record.update({f"{name}/{key}": value for key, value in _pass_record(judge_pass).items()})
-    return {f"{prefix}{key}": value for key, value in record.items()}
+    return PairwiseSummary(
+        judgment_block(verdicts, pass_counts(verdicts), seed=seed, resamples=resamples),
+        pair_block(verdicts),
+    )

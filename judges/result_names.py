@@ -1,17 +1,33 @@
-"""The one place where typed row results become Databricks-named fields (reference/000, 001).
+"""The one place where typed results become published names (reference/000, 001, 004).
 
-Per row: `response/llm_judged/{judge}/rating|rationale|error_message`,
-`retrieval/llm_judged/{judge}/ratings|rationales|error_messages|precision` (plus the row-level
-`error_message` and `unjudged_chunk_count`), `response/aspect_critic/{name}/...|verdicts`, and
-each deterministic metric's field; and the run-level aggregate and count names. Reading a
-published run back (as a regression baseline) is tasks/metric_fields.py's job, the one reader.
+Every key a run publishes is written here, from typed values:
+- Databricks per row: `response/llm_judged/{judge}/rating|rationale|error_message`,
+  `retrieval/llm_judged/{judge}/ratings|rationales|error_messages|precision` (plus the row-level
+  `error_message` and `unjudged_chunk_count`), `response/aspect_critic/{name}/...|verdicts`, and
+  each deterministic metric's field; per run, the aggregate and count names (`run_metrics`).
+- Pairwise: a pair's `pairwise/...` fields (`pair_fields`), the Nova and reconciled blocks
+  (`pairwise_metric_fields`, `NOVA_FIELDS`), a regression row's head-to-head fields.
+- Calibration: `calibration/{key}/{stat}` and the per-row `calibration/{key}/disagrees`.
+- Per tag: `tag/{tag}/{name}`.
+
+Reading a published run back (as a regression baseline, or a calibration source) is
+tasks/metric_fields.py's job, the one reader.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, Protocol
+
 from judges.base import JudgeSpec
+from judges.deterministic import MetricSpec
+from judges.pairwise import PairVerdict, Pass, position_to_side
+from judges.pairwise_metrics import PairwiseSummary
 from judges.results import JudgeResult, RowResult
 from judges.rows import Chunk, EvalRow
+
+# --------------------------------------------------------------------------- Databricks
 
 
 def input_fields(row: EvalRow) -> dict:
@@ -42,9 +58,9 @@ def judge_fields(result: JudgeResult) -> dict:
             f"{prefix}/ratings": [c.rating for c in chunks] if chunks else None,
             f"{prefix}/rationales": [c.rationale for c in chunks] if chunks else None,
             f"{prefix}/error_messages": [c.error for c in chunks] if chunks else None,
-            f"{prefix}/precision": result.precision,
+            precision_name(prefix): result.precision,
             f"{prefix}/error_message": verdict.error,
-            f"{prefix}/unjudged_chunk_count": result.unjudged_chunks if result.applied else None,
+            unjudged_name(prefix): result.unjudged_chunks if result.applied else None,
         }
     fields = {
         f"{prefix}/rating": verdict.rating,
@@ -66,6 +82,11 @@ def row_record(result: RowResult) -> dict:
     return record
 
 
+def precision_name(prefix: str) -> str:
+    """A per-chunk judge's per-row precision: relevant / rated chunks."""
+    return f"{prefix}/precision"
+
+
 def aggregate_name(spec: JudgeSpec) -> str:
     """The run-level metric of a judge: `…/rating/percentage|average` or `…/precision/average`."""
     if spec.per_chunk:
@@ -74,5 +95,272 @@ def aggregate_name(spec: JudgeSpec) -> str:
 
 
 def count_names(prefix: str) -> tuple[str, str]:
-    """The `rated_count` and `error_count` metrics beside a judge's aggregate."""
+    """The `rated_count` and `error_count` metrics beside a judge's (or metric's) aggregate."""
     return f"{prefix}/rated_count", f"{prefix}/error_count"
+
+
+def unjudged_name(prefix: str) -> str:
+    """Chunks a per-chunk judge could not judge (no content): per row and per run."""
+    return f"{prefix}/unjudged_chunk_count"
+
+
+def metric_average_name(metric: MetricSpec) -> str:
+    """The run-level average of a deterministic metric: `{field}/average`."""
+    return f"{metric.field}/average"
+
+
+GENERATION_ERROR_COUNT = "agent/generation_error_count"
+ROW_COUNT_AREA = "rows/"
+
+
+def row_count_names(counts: Mapping[str, int]) -> dict[str, int]:
+    """`rows/total`, `rows/judged`, `rows/rejected` from {"total": n, ...}."""
+    return {f"{ROW_COUNT_AREA}{key}": value for key, value in counts.items()}
+
+
+class JudgeTally(Protocol):
+    """A judge's run-level outcome (judges/metrics.py's JudgeAggregate)."""
+
+    spec: JudgeSpec
+    mean: float | None
+    rated: int
+    errors: int
+    unjudged_chunks: int
+
+
+class MetricTally(Protocol):
+    """A deterministic metric's run-level outcome (judges/metrics.py's MetricAggregate)."""
+
+    spec: MetricSpec
+    mean: float | None
+    rated: int
+
+
+def run_metrics(judges: Iterable[JudgeTally], metrics: Iterable[MetricTally]) -> dict:
+    """The flat run-level metrics: each judge's aggregate and counts, each metric's average."""
+    out: dict[str, float | int | None] = {}
+    for judge in judges:
+        rated, errors = count_names(judge.spec.prefix)
+        out |= {aggregate_name(judge.spec): judge.mean, rated: judge.rated, errors: judge.errors}
+        if judge.spec.per_chunk:
+            out[unjudged_name(judge.spec.prefix)] = judge.unjudged_chunks
+    for metric in metrics:
+        out |= {metric_average_name(metric.spec): metric.mean,
+                count_names(metric.spec.field)[0]: metric.rated}
+    return out
+
+
+# --------------------------------------------------------------------------- per tag
+
+TAG_PREFIX = "tag/"
+
+
+def tag_key(tag: str) -> str:
+    """A tag as one segment of a metric name: '/' and '%' percent-encoded."""
+    return tag.replace("%", "%25").replace("/", "%2F")
+
+
+def tag_metric(tag: str, name: str) -> str:
+    """`tag/{tag}/{name}`, e.g. tag/billing/response/llm_judged/correctness/rating/percentage."""
+    return f"{TAG_PREFIX}{tag_key(tag)}/{name}"
+
+
+# --------------------------------------------------------------------------- pairwise
+
+PAIR_PREFIX = "pairwise/"
+# Where a regression record keeps the baseline's response that its pair verdict judged.
+BASELINE_RESPONSE = "baseline/response"
+# The win rate and its bootstrap interval (the regression gates read these three together).
+WINRATE_FIELDS = ("winrate", "lower_rate", "upper_rate")
+# Nova's own field names, in Nova's order (reference/004): nova_results.json holds these.
+NOVA_FIELDS = (
+    "a_scores", "a_scores_stderr", "b_scores", "b_scores_stderr", "ties", "ties_stderr",
+    "inference_error", "inference_error_stderr", "score", "score_stderr",
+    "weighted_score_A", "weighted_score_A_stderr", "weighted_score_B", "weighted_score_B_stderr",
+    "score_margin", "score_margin_stderr", "winrate", "lower_rate", "upper_rate",
+)
+
+
+def pairwise_metric_fields(summary: PairwiseSummary) -> dict[str, Any]:
+    """A pairwise run's aggregates: the Nova block, then the reconciled block, then the flags."""
+    nova, pairs = summary.judgments, summary.pairs
+    out: dict[str, Any] = {}
+    for name, count in (("a_scores", nova.prefer_a), ("b_scores", nova.prefer_b),
+                        ("ties", nova.ties), ("inference_error", nova.errors)):
+        out |= {name: count.total, f"{name}_stderr": count.stderr}
+    out |= {"score": nova.prefer_b.total, "score_stderr": nova.prefer_b.stderr,
+            "winrate": nova.winrate, "lower_rate": nova.lower_rate,
+            "upper_rate": nova.upper_rate}
+    for name, mean in (("weighted_score_A", nova.weighted_a), ("weighted_score_B", nova.weighted_b),
+                       ("score_margin", nova.margin)):
+        out |= {name: mean.value, f"{name}_stderr": mean.stderr}
+    out |= {
+        "pairs_total": pairs.total, "pairs_a": pairs.a, "pairs_b": pairs.b,
+        "pairs_tie": pairs.tie, "pairs_error": pairs.error,
+        "pairs_single_pass": pairs.single_pass, "position_flips": pairs.position_flips,
+        "position_consistency": pairs.position_consistency,
+    }
+    if summary.swap_disabled is not None:  # a compare run's own numbers
+        out |= {"position_1_rate": summary.position_1_rate,
+                "swap_disabled": summary.swap_disabled}
+    return out
+
+
+def _pass_fields(judge_pass: Pass) -> dict[str, Any]:
+    """Flat fields of one pass, in prompt positions and mapped back to A/B."""
+    judgment, order = judge_pass.judgment, judge_pass.order
+    a_first = judge_pass.position_1 == "A"
+    criteria = [
+        {
+            **c.model_dump(),
+            "score_A": c.score_1 if a_first else c.score_2,
+            "score_B": c.score_2 if a_first else c.score_1,
+        }
+        for c in (judgment.criteria if judgment else [])
+    ]
+    return {
+        "position_1": judge_pass.position_1,
+        "preference": judgment.preference if judgment else None,
+        "preference_ab": position_to_side(judgment.preference, order) if judgment else None,
+        "criteria": criteria,
+        "rationale": judgment.rationale if judgment else None,
+        "error_message": judge_pass.error,
+        "raw": judge_pass.raw,
+    }
+
+
+def pair_verdict_fields(verdict: PairVerdict, *, prefix: str = PAIR_PREFIX,
+                        swap: bool = True) -> dict[str, Any]:
+    """A pair's verdict as flat, JSON-ready fields.
+
+    Keys are `{prefix}verdict`, flags, weighted scores, and `{prefix}forward/...` and
+    `{prefix}backward/...` for each pass. `{prefix}error_message` is set only when the pair
+    has no verdict, joining both passes' errors. Without the swap no backward pass ran: its
+    fields are left out rather than shown as a fake error, and the error is the forward pass's.
+    """
+    record: dict[str, Any] = {
+        "verdict": verdict.verdict,
+        "position_flip": verdict.position_flip,
+        "single_pass": verdict.single_pass,
+        "consistent": verdict.consistent,
+        "weighted_score_A": verdict.weighted_score_A,
+        "weighted_score_B": verdict.weighted_score_B,
+        "score_margin": verdict.score_margin,
+        "error_message": verdict.error_message if swap else verdict.forward.error,
+    }
+    passes = (("forward", verdict.forward), ("backward", verdict.backward))
+    for name, judge_pass in passes[: 2 if swap else 1]:
+        record.update({f"{name}/{key}": value for key, value in _pass_fields(judge_pass).items()})
+    return {f"{prefix}{key}": value for key, value in record.items()}
+
+
+class PairInputs(Protocol):
+    """What naming needs of a pair (judges/pairwise_judge.py's Pair)."""
+
+    row_index: int
+    pair_id: str
+    prompt: str
+    response_A: str
+    response_B: str
+    extra: dict[str, Any]
+
+
+class JudgedPair(Protocol):
+    """A pair with its verdict (judges/pairwise_judge.py's PairResult)."""
+
+    pair: PairInputs
+    verdict: PairVerdict
+    swap: bool
+
+    @property
+    def disagreements(self) -> dict[str, bool | None]:
+        """Calibration key → whether the person's preference differs (labelled pairs only)."""
+        ...
+
+
+def pair_fields(result: JudgedPair) -> dict[str, Any]:
+    """The results record of a pair: its inputs, then the `pairwise/...` fields."""
+    pair = result.pair
+    return {
+        "row_index": pair.row_index,
+        "request_id": pair.pair_id,
+        "prompt": pair.prompt,
+        "response_A": pair.response_A,
+        "response_B": pair.response_B,
+        **pair.extra,
+        **pair_verdict_fields(result.verdict, swap=result.swap),
+        **calibration_row_fields(result.disagreements),
+        f"{PAIR_PREFIX}swap_disabled": not result.swap,
+    }
+
+
+def head_to_head_fields(result: JudgedPair) -> dict[str, Any]:
+    """What a regression row gains from its head-to-head: the pair's verdict, the baseline."""
+    return {**pair_verdict_fields(result.verdict, swap=result.swap),
+            f"{PAIR_PREFIX}swap_disabled": not result.swap,
+            BASELINE_RESPONSE: result.pair.response_A}
+
+
+# --------------------------------------------------------------------------- calibration
+
+CALIBRATION_AREA = "calibration"
+PAIRWISE_KEY = "pairwise"
+LabelKind = Literal["row", "chunk"]
+
+
+class Judged(Protocol):
+    """What calibration naming needs of a judge spec."""
+
+    name: str
+    per_chunk: bool
+
+    @property
+    def prefix(self) -> str:
+        """The judge's output prefix, e.g. `response/llm_judged/correctness`."""
+        ...
+
+
+def qualified(prefix: str) -> str:
+    """`response/aspect_critic/correctness` → `aspect_critic/correctness`."""
+    return prefix.split("/", 1)[1]
+
+
+def calibration_keys(judges: Iterable[Judged]) -> dict[str, str]:
+    """Each judge's calibration key by its output prefix: its name, or qualified when shared.
+
+    A judge's key is what people write in `human_labels`: its name. Two judges of a run may
+    share a name (the built-in `correctness` judge and a `correctness` aspect critic): then
+    each is keyed by its prefix without the area, so no label and no number can land on the
+    wrong judge. Keys are decided over every judge a run knows, so validation and calibration
+    agree whatever subset actually runs.
+    """
+    judges = list(judges)
+    counts = Counter(j.name for j in judges)
+    return {j.prefix: j.name if counts[j.name] == 1 else qualified(j.prefix) for j in judges}
+
+
+def label_kinds(judges: Iterable[Judged]) -> dict[str, LabelKind]:
+    """What a label of each key must be: one label per row, or a list of one per chunk."""
+    judges = list(judges)
+    keys = calibration_keys(judges)
+    return {keys[j.prefix]: "chunk" if j.per_chunk else "row" for j in judges}
+
+
+def stat_name(key: str, stat: str) -> str:
+    """The metric `calibration/{key}/{stat}` (kappa, agreement, tp, advisory, stale, ...)."""
+    return f"{CALIBRATION_AREA}/{key}/{stat}"
+
+
+def disagrees_name(key: str) -> str:
+    """The per-row field saying whether the judge and the person disagree on the row."""
+    return stat_name(key, "disagrees")
+
+
+def calibration_row_fields(disagreements: Mapping[str, bool | None]) -> dict[str, bool | None]:
+    """A row's `calibration/{key}/disagrees` fields: true, false, or null (nothing compared)."""
+    return {disagrees_name(key): value for key, value in disagreements.items()}
+
+
+def calibration_stats(key: str, stats: Mapping[str, Any]) -> dict[str, Any]:
+    """One judge's calibration statistics under `calibration/{key}/`."""
+    return {stat_name(key, stat): value for stat, value in stats.items()}

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from judges.calibration_names import calibrated_keys
 from judges.calibration_rows import LABELS_COLUMN, PREFERENCE_COLUMN
 from tasks.baseline import read_json
+from tasks.metric_fields import calibrated_keys
 from tasks.normalise import stable_request_id
 from tasks.outputs import RunLocation
 from tasks.sources import DatasetReadError, RawTable, read_table

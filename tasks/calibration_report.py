@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from judges.calibration import PREFERENCES
-from judges.calibration_names import PAIRWISE, calibrated_keys, stats_of
 from judges.calibration_policy import MIN_LABELS, band
+from judges.result_names import PAIRWISE_KEY
+from tasks.metric_fields import calibrated_keys, stats_of
 
 # The kappa scale of the interval strip, in SVG user units: -1 at 0, +1 at STRIP_WIDTH.
 STRIP_WIDTH = 300
@@ -101,7 +102,7 @@ def warning(stats: Mapping[str, Any]) -> str | None:
 
 def _matrix(key: str, stats: Mapping[str, Any]) -> tuple[tuple[str, ...], list]:
     """Rows of the confusion table (judge) × columns (person)."""
-    if key == PAIRWISE:
+    if key == PAIRWISE_KEY:
         return PREFERENCES, [
             (judge, [Cell(stats.get(f"judge_{judge}_human_{human}"), judge == human)
                      for human in PREFERENCES]) for judge in PREFERENCES]

@@ -8,7 +8,8 @@ from prefect import task
 
 from judges.llm import LLMSettings, Usage
 from judges.pairwise import PairVerdict
-from judges.pairwise_judge import Pair, PairwiseOptions, failed_verdict, judge_pairs, pair_fields
+from judges.pairwise_judge import Pair, PairResult, PairwiseOptions, failed_verdict, judge_pairs
+from judges.result_names import pair_fields
 from tasks.chunk_task import CHUNK_TASK_OPTIONS, judge_context
 
 
@@ -35,7 +36,8 @@ async def compare_chunk(
     """Judge one chunk of pairs: every pass of every pair concurrent under the process bounds."""
     ctx = judge_context(settings, cache_url, storage_options)
     verdicts = await judge_pairs(ctx, pairs, options)
-    records = [pair_fields(p, v, options.swap) for p, v in zip(pairs, verdicts, strict=True)]
+    records = [pair_fields(PairResult(p, v, options.swap))
+               for p, v in zip(pairs, verdicts, strict=True)]
     return PairChunkResult(index, records, verdicts, ctx.usage, ctx.calls)
 
 
@@ -44,5 +46,6 @@ def failed_chunk_result(
 ) -> PairChunkResult:
     """A chunk whose task failed for good: every pair is an error verdict carrying why."""
     verdicts = [failed_verdict(f"chunk task failed: {error}", options.swap) for _ in pairs]
-    records = [pair_fields(p, v, options.swap) for p, v in zip(pairs, verdicts, strict=True)]
+    records = [pair_fields(PairResult(p, v, options.swap))
+               for p, v in zip(pairs, verdicts, strict=True)]
     return PairChunkResult(index, records, verdicts, Usage(), [])

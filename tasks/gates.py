@@ -25,8 +25,7 @@ import fsspec
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from judges.calibration_names import advisory_key, stats_of
-from tasks.metric_fields import is_pairwise, metric_field
+from tasks.metric_fields import advisory_key, is_pairwise, metric_field, stats_of
 
 
 class GateConfigError(ValueError):

@@ -1,9 +1,10 @@
-"""The one place that reads published Databricks names back: aggregate ↔ per-row field.
+"""The one place that reads published names back (judges/result_names.py writes them).
 
 Regression compares runs row by row, and a baseline is a published run, so its aggregates
 (`…/rating/percentage`) must be traced back to the per-row fields they were computed from
 (`…/rating`, `…/error_message`). Everything else in the regression code works on the
-`MetricField`s and `RowData` built here, never on key strings.
+`MetricField`s and `RowData` built here, never on key strings. A run that reuses an earlier
+run's judge calibration reads its `calibration/{key}/{stat}` metrics here too.
 """
 
 from __future__ import annotations
@@ -11,10 +12,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
+from judges.result_names import (
+    CALIBRATION_AREA,
+    TAG_PREFIX,
+    count_names,
+    qualified,
+    stat_name,
+    tag_key,
+    tag_metric,
+)
+
+__all__ = [
+    "MetricField", "RowData", "TAG_PREFIX", "advisory_key", "calibrated_keys",
+    "is_calibration", "is_pairwise", "metric_field", "metric_fields",
+    "row_data", "row_tags", "stats_of", "tag_key", "tag_metric",
+]
+
 RATE_SUFFIXES = ("/rating/percentage", "/rating/average")
 PRECISION_SUFFIX = "/precision/average"
 MEAN_SUFFIX = "/average"
-TAG_PREFIX = "tag/"
 
 
 class MetricField(NamedTuple):
@@ -114,11 +130,42 @@ def row_data(record: Mapping[str, Any], specs: Iterable[MetricField]) -> RowData
                    values, frozenset(errors))
 
 
-def tag_key(tag: str) -> str:
-    """A tag as one segment of a metric name: '/' and '%' percent-encoded."""
-    return tag.replace("%", "%25").replace("/", "%2F")
+def counts_of(metrics: Mapping[str, Any], base: str) -> tuple[Any, Any]:
+    """The `rated_count` and `error_count` published beside the aggregate under `base`."""
+    rated, errors = count_names(base)
+    return metrics.get(rated), metrics.get(errors)
 
 
-def tag_metric(tag: str, name: str) -> str:
-    """`tag/{tag}/{name}`, e.g. tag/billing/response/llm_judged/correctness/rating/percentage."""
-    return f"{TAG_PREFIX}{tag_key(tag)}/{name}"
+# --------------------------------------------------------------------------- calibration
+
+
+def calibrated_keys(metrics: Mapping[str, Any]) -> list[str]:
+    """Keys with a calibration in `metrics` (a labelled_count), in order."""
+    head, tail = f"{CALIBRATION_AREA}/", "/labelled_count"
+    return [name[len(head):-len(tail)] for name in metrics
+            if name.startswith(head) and name.endswith(tail)]
+
+
+def stats_of(metrics: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """Every `calibration/{key}/*` metric, by stat name."""
+    head = f"{CALIBRATION_AREA}/{key}/"
+    return {name[len(head):]: value for name, value in metrics.items()
+            if name.startswith(head) and "/" not in name[len(head):]}
+
+
+def is_calibration(name: str) -> bool:
+    """Whether a metric or field name is a calibration one."""
+    return name.startswith(f"{CALIBRATION_AREA}/")
+
+
+def advisory_key(prefix: str, metrics: Mapping[str, Any]) -> str | None:
+    """The key of the judge under `prefix` if the run marked it advisory, else None.
+
+    The gate knows the judge by its prefix; its key is its name or, when shared, its
+    qualified name, and only one of the two is ever written in a run's metrics.
+    """
+    for key in (prefix.rsplit("/", 1)[-1], qualified(prefix)):
+        if metrics.get(stat_name(key, "advisory")) is True:
+            return key
+    return None
+

@@ -22,6 +22,7 @@ from judges.nova_format import nova_results
 from tasks.baseline import becomes_baseline, pointer_path
 from tasks.outputs import Publisher, RunLocation
 from tasks.report import render_report
+from tasks.report_rows import ReportInputs
 from tasks.results_parquet import write_results_parquet
 from tasks.slices import slices_of_records
 from tasks.staging import ResultStaging
@@ -81,11 +82,14 @@ def publish_run(
     rejected: list[dict],
     pairwise: dict | None = None,
     baseline_deltas: list[dict] | None = None,
+    *,
+    report: ReportInputs,
 ) -> dict[str, str]:
     """Write results, metrics, report and summary.md, then manifest.json, then the pointers.
 
     Per-tag aggregates (tasks/slices.py) are added to the metrics here when the caller has
-    not, so every kind of run publishes them.
+    not, so every kind of run publishes them. The report is rendered from `report`'s typed
+    values (its drill-down already bounded), never from the staged records read back.
 
     Returns:
         The URL of every file written, by name, and `report_link`: a presigned HTTPS URL of
@@ -108,14 +112,8 @@ def publish_run(
     if pairwise:
         publisher.write_json(f"{location.run_dir}/nova_results.json",
                              nova_results(pairwise, manifest))
-    html = render_report(
-        manifest=manifest,
-        metrics=metrics,
-        records=staging.iter_records(),
-        rejected=rejected,
-        pairwise=pairwise,
-        baseline_deltas=baseline_deltas,
-    ).encode()
+    html = render_report(manifest=manifest, metrics=metrics, inputs=report,
+                         rejected=rejected).encode()
     publisher.write_run_file("report.html", lambda handle: handle.write(html))
     summary = summary_markdown(manifest, metrics, f"`{location.url('report.html')}`").encode()
     publisher.write_run_file("summary.md", lambda handle: handle.write(summary))

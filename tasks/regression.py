@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
+from judges.result_names import WINRATE_FIELDS, count_names
 from tasks.deltas import DeltaLine
 from tasks.gates import Gate, GateConfigError, advisory_reason, load_gates
 from tasks.metric_fields import is_pairwise, metric_field, tag_metric
@@ -90,8 +91,8 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
     if advisory := advisory_reason(gate.metric, metrics):
         return advisory
     if spec is not None:
-        errors = metrics.get(scoped(f"{spec.base}/error_count"))
-        share = _share(errors, metrics.get(scoped(f"{spec.base}/rated_count")))
+        rated, errors = (metrics.get(scoped(name)) for name in count_names(spec.base))
+        share = _share(errors, rated)
         if share > ctx.max_error_share:
             return (f"the judge errored on {share:.1%} of the candidate's rows ({errors}), "
                     f"above max_error_share {ctx.max_error_share:.1%}")
@@ -168,7 +169,7 @@ def even_when_all_ties(pairwise: Mapping[str, Any] | None) -> Mapping[str, Any] 
     if (pairwise.get("a_scores") or 0) + (pairwise.get("b_scores") or 0) or not pairwise.get(
             "ties"):
         return pairwise
-    return {**pairwise, "winrate": 0.5, "lower_rate": 0.5, "upper_rate": 0.5,
+    return {**pairwise, **dict.fromkeys(WINRATE_FIELDS, 0.5),
             "winrate_note": "every judgment was a tie: counted as even"}
 
 

@@ -1,26 +1,30 @@
-"""The self-contained HTML report: a pure function from a run's results to one HTML string.
+"""The self-contained HTML report: a pure function from a run's typed results to one HTML string.
 
 Nothing here reads or writes files or talks to the network; publishing uploads the string.
 Every piece of evaluated text reaches the page through jinja2's autoescaping (the template
 never marks data as safe), and the page's only script is allowed by a Content-Security-Policy
 hash, so markup smuggled into a response can neither render nor run.
 
-The view model (aggregate rows, chart bars, row views, formatters) lives in tasks/report_view.py;
-this module owns only the jinja2 Environment and `render_report`.
+The view model lives in tasks/report_view.py (aggregates, chart, pairwise, formatters) and
+tasks/report_drilldown.py (one view per row); both read typed values (`ReportInputs`,
+tasks/report_rows.py), never published key names. This module owns only the jinja2
+Environment and `render_report`.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from tasks.calibration_report import calibration_view
+from tasks.report_drilldown import request_messages, row_view
 from tasks.report_regression import regression_view, slice_rows
+from tasks.report_rows import ReportInputs
 from tasks.report_view import (
     aggregate_rows,
     as_text,
@@ -31,17 +35,14 @@ from tasks.report_view import (
     fmt_pct,
     pairwise_view,
     rejected_view,
-    request_messages,
-    row_views,
     wilson_interval,
 )
 
 __all__ = [
-    "DEFAULT_MAX_ROWS",
     "PROMPTS_DIR",
     "TEMPLATE_NAME",
     "render_report",
-    # Re-exported from tasks.report_view: callers and tests import these from here.
+    # Re-exported from the view modules: callers and tests import these from here.
     "aggregate_rows",
     "request_messages",
     "wilson_interval",
@@ -49,7 +50,6 @@ __all__ = [
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 TEMPLATE_NAME = "report.html.j2"
-DEFAULT_MAX_ROWS = 5_000
 
 
 # --------------------------------------------------------------------------- rendering
@@ -83,31 +83,26 @@ def render_report(
     *,
     manifest: Mapping[str, Any],
     metrics: Mapping[str, Any],
-    records: Iterable[Mapping[str, Any]],
+    inputs: ReportInputs,
     rejected: list[Mapping[str, Any]],
-    pairwise: Mapping[str, Any] | None = None,
-    baseline_deltas: list[Mapping[str, Any]] | None = None,
-    max_rows: int | None = DEFAULT_MAX_ROWS,
 ) -> str:
     """Render a run's report as one self-contained HTML page (inline CSS, SVG and script).
 
     Args:
         manifest: The run's manifest; every key is optional (missing ones show as "—").
-        metrics: Flat aggregates with Databricks names, values float | int | None.
-        records: Result records, one per row (evaluate) or pair (compare); read once.
+            A regression run's verdict, gates and deltas are read from `manifest["regression"]`.
+        metrics: The run's published metrics, for the sections that show them as published
+            (judge calibration, per-tag slices).
+        inputs: The typed values: the bounded drill-down, the judges' and metrics' aggregates,
+            the pairwise aggregates.
         rejected: Rows set aside by validation, each with row_index, request_id, problems
             ([{"column", "problem"}]) and record.
-        pairwise: The compare run's aggregate block (Nova counts and reconciled pair counts).
-        baseline_deltas: Unused, kept for callers: a regression run's verdict, gates and
-            deltas are read from `manifest["regression"]`.
-        max_rows: Rows shown in the drill-down (counts still cover every row); None for all.
 
     Returns:
         The HTML document.
     """
-    # Pairwise aggregates have their own section; listing them again as "means" would mislead.
-    aggregates = aggregate_rows({k: v for k, v in metrics.items() if k not in (pairwise or {})})
-    rows, counts = row_views(records, max_rows)
+    aggregates = aggregate_rows(inputs.summary, inputs.generation_errors)
+    sample = inputs.rows
     judge = manifest.get("judge") or {}
     return _ENV.get_template(TEMPLATE_NAME).render(
         m=manifest,
@@ -116,18 +111,19 @@ def render_report(
         usage=manifest.get("usage") or {},
         offline_notice=manifest.get("offline_notice")
         or ("Offline heuristic judge: no LLM judged this run." if judge.get("offline") else None),
-        metrics=metrics,
         aggregates=aggregates,
         bars=chart_bars(aggregates),
-        pairwise=pairwise_view(pairwise) if pairwise else None,
+        pairwise=pairwise_view(inputs.pairwise) if inputs.pairwise else None,
         swap_notice=(manifest.get("pairwise") or {}).get("swap_notice"),
         regression=regression_view(manifest.get("regression"), manifest.get("suite") or ""),
         slices=slice_rows(metrics),
         skipped=list(manifest.get("skipped_judges") or []),
         rejected=rejected_view(rejected or []),
         calibration=calibration_view(metrics, manifest.get("calibration")),
-        rows=rows,
-        rows_total=counts.total,
-        rows_failing=counts.failing,
-        rows_disagreeing=counts.disagreeing,
+        rows=[row_view(entry) for entry in sample.rows()],
+        rows_total=sample.total,
+        rows_limit=sample.limit,
+        rows_failing=sample.failing,
+        rows_failing_shown=sample.shown_failing,
+        rows_disagreeing=sample.disagreeing,
     )

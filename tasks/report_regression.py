@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from tasks.metric_fields import TAG_PREFIX, metric_field
+from tasks.metric_fields import TAG_PREFIX, counts_of, metric_field, tag_metric
 from tasks.verdict_text import fmt_delta, fmt_p, fmt_value, gate_cells, headline
 
 
@@ -91,8 +91,6 @@ def slice_rows(metrics: Mapping[str, Any]) -> list[SliceRow]:
         spec = metric_field(name)
         if spec is None:
             continue
-        scoped = f"{TAG_PREFIX}{tag_key}/{spec.base}"
-        rows.append(SliceRow(untag(tag_key), name, fmt_value(name, value),
-                             metrics.get(f"{scoped}/rated_count"),
-                             metrics.get(f"{scoped}/error_count")))
+        rated, errors = counts_of(metrics, tag_metric(untag(tag_key), spec.base))
+        rows.append(SliceRow(untag(tag_key), name, fmt_value(name, value), rated, errors))
     return sorted(rows, key=lambda r: (r.tag, r.name))

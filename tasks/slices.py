@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from judges.result_names import count_names, row_count_names
 from tasks.metric_fields import MetricField, RowData, metric_fields, row_data, tag_metric
 
 
@@ -29,13 +30,15 @@ def slice_metrics(rows: Iterable[RowData], specs: list[MetricField]) -> dict[str
                 errors[tag][metric] += 1
     out: dict[str, Any] = {}
     for tag in sorted(counts):
-        out[tag_metric(tag, "rows/judged")] = counts[tag]
+        for name, n in row_count_names({"judged": counts[tag]}).items():
+            out[tag_metric(tag, name)] = n
         for spec in specs:
             values = totals[tag].get(spec.metric, [])
             out[tag_metric(tag, spec.metric)] = sum(values) / len(values) if values else None
-            out[tag_metric(tag, f"{spec.base}/rated_count")] = len(values)
+            rated, errored = count_names(spec.base)
+            out[tag_metric(tag, rated)] = len(values)
             if spec.error_field:
-                out[tag_metric(tag, f"{spec.base}/error_count")] = errors[tag][spec.metric]
+                out[tag_metric(tag, errored)] = errors[tag][spec.metric]
     return out
 
 

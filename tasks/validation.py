@@ -16,8 +16,8 @@ import pandera.pandas as pa
 from pandera.errors import SchemaErrors
 
 from judges import BUILTIN_JUDGES
-from judges.calibration_names import LabelKind, label_kinds
 from judges.calibration_rows import LABELS_COLUMN, PREFERENCE_COLUMN
+from judges.result_names import LabelKind, label_kinds
 from judges.rows import EvalRow
 from tasks.cells import (
     chunk_labels_problem,

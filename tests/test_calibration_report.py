@@ -9,7 +9,7 @@ from judges.calibration_policy import band
 from tasks.calibration_report import calibration_view, reading, warning
 from tasks.report import render_report
 from tests.test_calibration_stats import rows_of
-from tests.test_report import METRICS, Page, manifest, record
+from tests.test_report import METRICS, Page, inputs, manifest, record
 from tests.test_report_browser import CHROMIUM, dump_dom
 
 
@@ -66,7 +66,7 @@ def test_the_view_has_each_calibrated_judge_and_the_uncalibrated_advisory_ones()
 def _page(records=None, metrics=None, section=CAL_SECTION) -> tuple[str, Page]:
     html = render_report(manifest=manifest(calibration=section),
                          metrics={**METRICS, **(metrics or CAL_METRICS)},
-                         records=records or [record(0)], rejected=[])
+                         inputs=inputs(records or [record(0)]), rejected=[])
     return html, Page(html)
 
 
@@ -91,9 +91,9 @@ def test_the_section_shows_kappa_interval_rates_and_confusion():
 
 def test_rows_where_the_judge_disagrees_with_the_person_are_marked_and_counted():
     rows = [record(0, "yes", human_labels={"correctness": "no"},
-                   **{"calibration/correctness/disagrees": True}),
+                   disagrees={"correctness": True}),
             record(1, "yes", human_labels={"correctness": "yes"},
-                   **{"calibration/correctness/disagrees": False}),
+                   disagrees={"correctness": False}),
             record(2, "no")]
     _, page = _page(rows)
     flags = [a["data-disagrees"] for a in page.find("details") if "data-disagrees" in a]
@@ -107,7 +107,7 @@ def test_rows_where_the_judge_disagrees_with_the_person_are_marked_and_counted()
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs chromium")
 def test_the_disagreement_filter_works_in_a_browser(tmp_path):
     rows = [record(i, "yes", human_labels={"correctness": "no" if i % 3 == 0 else "yes"},
-                   **{"calibration/correctness/disagrees": i % 3 == 0}) for i in range(7)]
+                   disagrees={"correctness": i % 3 == 0}) for i in range(7)]
     html, _ = _page(rows)
     path = tmp_path / "report.html"
     path.write_text(html)
@@ -118,7 +118,8 @@ def test_the_disagreement_filter_works_in_a_browser(tmp_path):
 
 
 def test_a_run_without_labels_has_no_section_and_no_filter():
-    html = render_report(manifest=manifest(), metrics=METRICS, records=[record(0)], rejected=[])
+    html = render_report(manifest=manifest(), metrics=METRICS, inputs=inputs([record(0)]),
+                         rejected=[])
     page = Page(html)
     assert not page.find("section", id="calibration")
     assert not page.find("input", id="disagrees-only")

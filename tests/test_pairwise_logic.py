@@ -20,7 +20,14 @@ from judges.pairwise import (
     to_sides,
     weighted_scores,
 )
-from judges.pairwise_metrics import bootstrap_winrate, pair_record, pairwise_metrics, pass_counts
+from judges.pairwise_metrics import bootstrap_winrate, pairwise_summary, pass_counts
+from judges.result_names import pair_verdict_fields as pair_record
+from judges.result_names import pairwise_metric_fields
+
+
+def pairwise_metrics(verdicts, **kwargs) -> dict:
+    """The published pairwise aggregates: typed summary, then names (judges/result_names.py)."""
+    return pairwise_metric_fields(pairwise_summary(verdicts, **kwargs))
 
 
 def judgment(preference: str, *criteria: tuple[str, float, int, int]) -> PairwiseJudgment:

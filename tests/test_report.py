@@ -7,12 +7,30 @@ fails if any payload turns into a tag or an attribute instead of text.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import re
 from html.parser import HTMLParser
+from typing import NamedTuple
 
 import pytest
 
+from judges import BUILTIN_JUDGES
+from judges.deterministic import DETERMINISTIC_METRICS
+from judges.metrics import JudgeAggregate, MetricAggregate, RunSummary
+from judges.pairwise import Pass, reconcile
+from judges.pairwise_judge import Pair, PairResult
+from judges.pairwise_metrics import (
+    Count,
+    JudgmentBlock,
+    Mean,
+    PairBlock,
+    PairwiseSummary,
+)
+from judges.pairwise_models import PairwiseJudgment
+from judges.result_names import row_count_names, run_metrics
+from judges.results import JudgeResult, RowResult, Verdict
+from judges.rows import Chunk, EvalRow
 from tasks.report import (
     PROMPTS_DIR,
     TEMPLATE_NAME,
@@ -21,6 +39,7 @@ from tasks.report import (
     request_messages,
     wilson_interval,
 )
+from tasks.report_rows import DRILLDOWN_ROWS, ReportInputs, RowSample
 
 PAYLOADS = [
     '<script>document.title="PWNED"</script>',
@@ -35,6 +54,19 @@ XSS = " ".join(PAYLOADS)
 CORRECTNESS = "response/llm_judged/correctness"
 SAFETY = "response/llm_judged/safety"
 CHUNKS = "retrieval/llm_judged/chunk_relevance"
+JUDGES = {name: BUILTIN_JUDGES[name] for name in ("correctness", "safety", "chunk_relevance")}
+RECALL = DETERMINISTIC_METRICS["document_recall"]
+LATENCY = DETERMINISTIC_METRICS["latency_seconds"]
+
+SUMMARY = RunSummary(
+    (JudgeAggregate(JUDGES["correctness"], 0.75, 4, 1),
+     JudgeAggregate(JUDGES["safety"], 1.0, 5, 0),
+     JudgeAggregate(JUDGES["chunk_relevance"], 0.5, 4, 0, 0)),
+    (MetricAggregate(RECALL, 0.8, 4), MetricAggregate(LATENCY, 1.25, 4)),
+)
+# The same aggregates under their published names (what the calibration and slice sections read).
+METRICS = {**run_metrics(SUMMARY.judges, SUMMARY.metrics),
+           **row_count_names({"total": 5, "judged": 4, "rejected": 1})}
 
 
 class Page(HTMLParser):
@@ -107,30 +139,54 @@ METRICS = {
 }
 
 
-def record(i: int, rating: str | None = "yes", error: str | None = None, **extra):
-    return {
-        "row_index": i, "request_id": f"req-{i}",
-        "request": {"messages": [{"role": "user", "content": f"question-{i} {XSS}"}]},
-        "response": f"answer-{i} {XSS}",
-        "expected_facts": ["fact one", f"fact {XSS}"], "expected_response": None,
-        "retrieved_context": [{"doc_uri": "doc://a", "content": f"chunk-a {XSS}"},
-                              {"doc_uri": "doc://b", "content": "chunk-b"}],
-        "expected_retrieved_context": [{"doc_uri": "doc://a"}],
-        f"{CORRECTNESS}/rating": rating, f"{CORRECTNESS}/rationale": f"rationale-{i} {XSS}",
-        f"{CORRECTNESS}/error_message": error,
-        f"{SAFETY}/rating": "yes", f"{SAFETY}/rationale": "harmless",
-        f"{SAFETY}/error_message": None, f"{CHUNKS}/ratings": ["yes", "no"],
-        f"{CHUNKS}/rationales": [f"on topic {XSS}", "off topic"],
-        f"{CHUNKS}/error_messages": [None, None], f"{CHUNKS}/precision": 0.5,
-        "retrieval/ground_truth/document_recall": 1.0, "agent/latency_seconds": 1.5,
-    } | extra
+class Judged(NamedTuple):
+    """A row's typed results, and where a person's label contradicts its judges."""
+
+    result: RowResult
+    disagreements: dict[str, bool | None]
 
 
-def render(**kwargs) -> str:
-    args = {"manifest": manifest(), "metrics": METRICS,
-            "records": [record(0), record(1, "no"), record(2, None, f"timeout {XSS}"), record(3)],
-            "rejected": []} | kwargs
-    return render_report(**args)
+def record(i: int, rating: str | None = "yes", error: str | None = None, *,
+           request=None, response=None, rationale=None, chunk_ratings=("yes", "no"),
+           chunk_errors=(None, None), human_labels=None, disagrees=None) -> Judged:
+    """Row i as the engine hands it over: EvalRow inputs, one JudgeResult per judge, metrics."""
+    request = request or {"messages": [{"role": "user", "content": f"question-{i} {XSS}"}]}
+    extra = {"human_labels": human_labels} if human_labels else {}
+    row = EvalRow(
+        row_index=i, request_id=f"req-{i}", request=request, messages=request["messages"],
+        response=response or f"answer-{i} {XSS}", expected_facts=["fact one", f"fact {XSS}"],
+        retrieved_context=[Chunk(doc_uri="doc://a", content=f"chunk-a {XSS}"),
+                           Chunk(doc_uri="doc://b", content="chunk-b")],
+        expected_retrieved_context=[Chunk(doc_uri="doc://a")], extra=extra)
+    chunks = tuple(Verdict(r, why, e) for r, why, e in zip(
+        chunk_ratings, (f"on topic {XSS}", "off topic"), chunk_errors, strict=True))
+    chunk_error = "chunk 2 could not be rated" if any(chunk_errors) else None
+    judges = (
+        JudgeResult(JUDGES["correctness"],
+                    Verdict(rating, rationale or f"rationale-{i} {XSS}", error)),
+        JudgeResult(JUDGES["safety"], Verdict("yes", "harmless")),
+        JudgeResult(JUDGES["chunk_relevance"], Verdict(error=chunk_error), chunks=chunks,
+                    precision=None if chunk_error else 0.5),
+    )
+    return Judged(RowResult(row, judges, ((RECALL, 1.0), (LATENCY, 1.5))), disagrees or {})
+
+
+def inputs(records, summary=SUMMARY, pairwise=None, limit=DRILLDOWN_ROWS) -> ReportInputs:
+    """What judging hands the report: rows collected one by one, bounded, and the aggregates."""
+    sample = RowSample(limit)
+    for item in records:
+        if isinstance(item, PairResult):
+            sample.add_pair(item)
+        else:
+            sample.add(item.result, item.disagreements)
+    return ReportInputs(sample, summary, pairwise)
+
+
+def render(records=None, summary=SUMMARY, pairwise=None, limit=DRILLDOWN_ROWS, **kwargs) -> str:
+    records = records if records is not None else [
+        record(0), record(1, "no"), record(2, None, f"timeout {XSS}"), record(3)]
+    args = {"manifest": manifest(), "metrics": METRICS, "rejected": []} | kwargs
+    return render_report(inputs=inputs(records, summary, pairwise, limit), **args)
 
 
 # --------------------------------------------------------------------------- numbers
@@ -150,20 +206,26 @@ def test_wilson_interval_rejects_impossible_counts(successes, n):
         wilson_interval(successes, n)
 
 
-def test_aggregates_fold_counts_and_give_rates_an_interval():
-    rows = {a.name: a for a in aggregate_rows(METRICS)}
-    assert not any(name.startswith("rows/") or name.endswith("_count") for name in rows)
+def test_aggregates_come_from_the_typed_summary_and_give_rates_an_interval():
+    rows = {a.name: a for a in aggregate_rows(SUMMARY)}
+    assert list(rows) == [f"{CORRECTNESS}/rating/percentage", f"{SAFETY}/rating/average",
+                          f"{CHUNKS}/precision/average", f"{CHUNKS}/unjudged_chunk_count",
+                          "retrieval/ground_truth/document_recall/average",
+                          "agent/latency_seconds/average"]
     correctness = rows[f"{CORRECTNESS}/rating/percentage"]
     assert (correctness.kind, correctness.rated, correctness.errors) == ("rate", 4, 1)
     assert correctness.interval == wilson_interval(3, 4)
     precision = rows[f"{CHUNKS}/precision/average"]
     assert (precision.kind, precision.interval, precision.rated) == ("score", None, 4)
     assert rows["agent/latency_seconds/average"].kind == "mean"
+    assert rows["retrieval/ground_truth/document_recall/average"].kind == "score"
+    generated = aggregate_rows(SUMMARY, generation_errors=3)[-1]
+    assert (generated.name, generated.kind, generated.value) == (
+        "agent/generation_error_count", "count", 3)
 
 
 def test_a_metric_nobody_rated_has_no_interval():
-    (agg,) = aggregate_rows({f"{CORRECTNESS}/rating/percentage": None,
-                             f"{CORRECTNESS}/rated_count": 0, f"{CORRECTNESS}/error_count": 2})
+    (agg,) = aggregate_rows(RunSummary((JudgeAggregate(JUDGES["correctness"], None, 0, 2),), ()))
     assert (agg.value, agg.interval, agg.errors) == (None, None, 2)
 
 
@@ -278,76 +340,112 @@ def test_drilldown_shows_everything_about_a_row_and_flags_failures():
 
 
 def test_a_chunk_judged_irrelevant_alone_is_not_a_failure_but_a_chunk_error_is():
-    ok = record(0, **{f"{CHUNKS}/ratings": ["no", "no"]})
-    broken = record(1, **{f"{CHUNKS}/error_messages": [None, "429 after 5 retries"]})
-    page = Page(render(records=[ok, broken]))
+    ok = record(0, chunk_ratings=("no", "no"))
+    ok = ok._replace(result=dataclasses.replace(ok.result, judges=(
+        *ok.result.judges[:2], JudgeResult(JUDGES["chunk_relevance"], chunks=(
+            Verdict("no"), Verdict(None, "not judged: the chunk has no content")),
+            precision=0.0, unjudged_chunks=1))))
+    broken = record(1, chunk_ratings=("yes", None), chunk_errors=(None, "429 after 5 retries"))
+    page = Page(render([ok, broken]))
     assert [r["data-failed"] for r in page.find("details", **{"class": "row"})] == ["0", "1"]
     assert "429 after 5 retries" in page.text
+    assert "chunk relevance unjudged chunks: 1" in page.text
 
 
-def test_records_are_read_once_and_long_runs_are_capped():
-    html = render_report(manifest=manifest(), metrics=METRICS, rejected=[], max_rows=2,
-                         records=(record(i, "no" if i % 2 else "yes") for i in range(5)))
-    page = Page(html)
-    assert len(page.find("details", **{"class": "row"})) == 2
-    assert "Showing the first 2 of 5 rows" in page.text and "Failures only (2)" in page.text
+def test_a_long_run_shows_the_rows_that_need_a_look_and_says_the_rest_are_in_the_results():
+    rows = [record(i, "no" if i in (3, 7) else "yes") for i in range(10)]
+    rows[5] = record(5, "yes", disagrees={"correctness": True})
+    page = Page(render(rows, limit=4))
+    shown = [a["id"] for a in page.find("details", **{"class": "row"})]
+    assert len(shown) == 4
+    # The failing rows (3, 7) and the disagreement (5) first, then input order (0); in input order.
+    assert "#0 req-0" in page.text and "#3 req-3" in page.text and "#5" in page.text
+    assert "#1 req-1" not in page.text and "#9 req-9" not in page.text
+    assert "Showing 4 of 10 rows; every row is in results.jsonl" in page.text
+    assert "at most 4 rows" in page.text and "Failures only (2)" in page.text
+
+
+def test_a_run_that_fits_on_the_page_has_no_cap_note():
+    page = Page(render())
+    assert not page.find("p", id="rows-capped") and "every row is in" not in page.text
+
+
+def test_the_drilldown_collector_stays_bounded_and_counts_every_row():
+    sample = RowSample(limit=50)
+    template = record(0).result
+    for i in range(5_000):
+        verdict = Verdict("no" if i % 100 == 99 else "yes", "r")
+        judges = (JudgeResult(JUDGES["correctness"], verdict),)
+        row = template.row.model_copy(update={"row_index": i, "request_id": f"r{i}",
+                                              "extra": {"trace": "{...}", "tags": ["t"]}})
+        sample.add(RowResult(row, judges, ()))
+        assert len(sample.rows()) <= 50
+    kept = [row.index for row in sample.rows()]
+    assert (sample.total, sample.failing, sample.shown_failing) == (5_000, 50, 50)
+    assert kept == [i for i in range(5_000) if i % 100 == 99]
+    # A kept row holds nothing the page never shows (a trace can be large).
+    assert all(row.result.row.extra == {"tags": ["t"]} for row in sample.rows())
 
 
 def test_missing_optional_inputs_do_not_crash():
-    page = Page(render_report(manifest={}, metrics={}, records=[], rejected=[]))
+    page = Page(render_report(manifest={}, metrics={}, inputs=ReportInputs(), rejected=[]))
     assert "No rows." in page.text and "No aggregate metrics." in page.text
     assert len(page.find("script")) == 1
 
 
-def pair_record(i: int, verdict: str) -> dict:
-    rec = {"request_id": f"pair-{i}", "prompt": f"prompt-{i} {XSS}", "response_A": f"resp-A {XSS}",
-           "response_B": f"resp-B {XSS}", "pairwise/verdict": verdict,
-           "pairwise/position_flip": False, "pairwise/consistent": True,
-           "pairwise/weighted_score_A": 0.25, "pairwise/weighted_score_B": 0.75,
-           "pairwise/error_message": "both passes failed" if verdict == "error" else None}
-    for name, first in (("forward", "A"), ("backward", "B")):
-        rec |= {f"pairwise/{name}/position_1": first, f"pairwise/{name}/preference": "1",
-                f"pairwise/{name}/rationale": f"{name} reasoning {XSS}",
-                f"pairwise/{name}/error_message": None, f"pairwise/{name}/raw": f"raw {XSS}",
-                f"pairwise/{name}/criteria": [{"name": "accuracy", "description": XSS,
-                                               "type": "scale", "weight": 1.0,
-                                               "score_A": 2, "score_B": 5}]}
-    return rec
+def judgment(preference: str) -> PairwiseJudgment:
+    return PairwiseJudgment(
+        criteria=[{"name": "accuracy", "description": XSS, "type": "scale", "weight": 1.0,
+                   "score_1": 2, "score_2": 5}],
+        preference=preference, rationale=f"reasoning {XSS}")
 
 
-PAIRWISE = {"a_scores": 2, "b_scores": 5, "ties": 2, "inference_error": 1, "winrate": 0.714,
-            "lower_rate": 0.42, "upper_rate": 0.95, "weighted_score_A": 0.4,
-            "weighted_score_B": 0.7, "score_margin": -0.3, "score_margin_stderr": 0.08,
-            "pairs_total": 5, "pairs_a": 1, "pairs_b": 2, "pairs_tie": 1, "pairs_error": 1,
-            "position_flips": 1,
-            "position_consistency": 0.75}
+def pair_result(i: int, verdict: str) -> PairResult:
+    """A judged pair whose reconciled verdict is `verdict` (B, A or error)."""
+    pair = Pair(row_index=i, pair_id=f"pair-{i}", prompt=f"prompt-{i} {XSS}",
+                response_A=f"resp-A {XSS}", response_B=f"resp-B {XSS}")
+    if verdict == "error":
+        passes = (Pass("forward", error=f"timeout {XSS}"), Pass("backward", error="timeout"))
+    else:  # forward has A in position 1, backward has B there
+        first = {"A": ("1", "2"), "B": ("2", "1")}[verdict]
+        passes = (Pass("forward", judgment(first[0]), raw=f"raw {XSS}"),
+                  Pass("backward", judgment(first[1]), raw="raw"))
+    return PairResult(pair, reconcile(*passes))
+
+
+PAIRWISE = PairwiseSummary(
+    JudgmentBlock(Count(2, 0.5), Count(5, 0.7), Count(2, 0.5), Count(1, 0.3), 0.714, 0.42, 0.95,
+                  Mean(0.4, 0.05), Mean(0.7, 0.05), Mean(-0.3, 0.08)),
+    PairBlock(total=5, a=1, b=2, tie=1, error=1, single_pass=0, position_flips=1,
+              position_consistency=0.75),
+    position_1_rate=0.5, swap_disabled=False)
 
 
 def test_pairwise_block_shows_win_tie_loss_winrate_interval_and_consistency():
-    page = Page(render(manifest=manifest(kind="compare"), metrics={}, pairwise=PAIRWISE,
-                       records=[pair_record(0, "B"), pair_record(1, "A"), pair_record(2, "error")]))
+    page = Page(render([pair_result(0, "B"), pair_result(1, "A"), pair_result(2, "error")],
+                       summary=None, pairwise=PAIRWISE, manifest=manifest(kind="compare"),
+                       metrics={}))
     text = page.text
     assert "71.4%" in text and "[42.0%, 95.0%]" in text and "75.0%" in text
+    assert "margin A−B -0.300 ± 0.080" in text and "5 B · 2 A" in text
     assert "candidate (B) wins: 2 (40.0%)" in text and "baseline (A) wins: 1 (20.0%)" in text
     assert "tie: 1 (20.0%)" in text and "1 position flips" in text
     assert [a["style"] for a in page.find("div", **{"class": "win"})] == ["width: 40.0%"]
     assert [r["data-failed"] for r in page.find("details", **{"class": "row"})] == ["0", "1", "1"]
-    assert f"prompt-0 {XSS}" in text and f"resp-B {XSS}" in text and "forward reasoning" in text
+    assert f"prompt-0 {XSS}" in text and f"resp-B {XSS}" in text
+    assert f"reasoning {XSS}" in text and f"raw {XSS}" in text and f"timeout {XSS}" in text
+    assert "candidate (B) wins" in text and "accuracy" in text
+    assert len(page.find("script")) == 1 and not page.find("img") and not page.find("b")
+    assert not any(k.startswith("on") for _, attrs in page.tags for k in attrs)
+
+
+def test_a_regression_row_shows_its_head_to_head_beside_its_judges():
+    sample = RowSample()
+    row = record(0)
+    sample.add(row.result)
+    sample.attach_pairs({"req-0": pair_result(0, "A")})
+    page = Page(render_report(manifest=manifest(kind="regression"), metrics=METRICS, rejected=[],
+                              inputs=ReportInputs(sample, SUMMARY, PAIRWISE)))
+    text = page.text
+    assert "baseline (A) wins" in text and f"resp-A {XSS}" in text and "correctness: yes" in text
     assert len(page.find("script")) == 1 and not page.find("img")
-
-
-def test_records_and_metrics_read_back_through_pandas_render_the_same():
-    np = pytest.importorskip("numpy")
-    rec = record(1, "no") | {
-        f"{CHUNKS}/ratings": np.array(["yes", "no"], dtype=object),
-        "retrieved_context": np.array(record(1)["retrieved_context"], dtype=object),
-        "expected_facts": np.array(["fact one"], dtype=object),
-        f"{CORRECTNESS}/error_message": float("nan"),
-        "agent/latency_seconds": np.float64(1.5),
-    }
-    metrics = {f"{CORRECTNESS}/rating/percentage": np.float64(0.75),
-               f"{CORRECTNESS}/rated_count": np.int64(4), f"{CORRECTNESS}/error_count": 1.0}
-    page = Page(render(records=[rec], metrics=metrics))
-    assert "75.0% [30.1%, 95.4%] 4 1" in page.text
-    assert "chunk-b" in page.text and "fact one" in page.text and "nan" not in page.text
-    assert "correctness: no" in page.text and "latency seconds: 1.50" in page.text

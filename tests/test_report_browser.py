@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tasks.report import render_report
-from tests.test_report import METRICS, Page, manifest, record
+from tests.test_report import METRICS, Page, inputs, manifest, record
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(
@@ -61,12 +61,12 @@ def report(tmp_path_factory) -> Path:
                response=f"needle-response {EVIL}"),
         record(1, "no"),
         record(2, None, f"timeout {EVIL}"),
-        record(3, **{"response/llm_judged/correctness/rationale": f"needle in rationale {EVIL}"}),
+        record(3, rationale=f"needle in rationale {EVIL}"),
     ]
     path = tmp_path_factory.mktemp("report") / "report.html"
     path.write_text(render_report(
         manifest=manifest(suite=f"suite {EVIL}", offline_notice="Offline judge: no LLM judged."),
-        metrics=METRICS, records=records,
+        metrics=METRICS, inputs=inputs(records),
         rejected=[{"row_index": 4, "request_id": EVIL, "record": {"request": EVIL},
                    "problems": [{"column": "request", "problem": EVIL}]}],
     ), encoding="utf-8")

@@ -16,6 +16,7 @@ from tasks.junit import junit_xml
 from tasks.metric_fields import metric_fields
 from tasks.regression import Context, decide
 from tasks.report import render_report
+from tasks.report_rows import ReportInputs
 from tasks.summary_md import summary_markdown
 from tests.browser import CHROMIUM, Browser
 from tests.test_gates import RATE, RECALL, record, run
@@ -61,7 +62,7 @@ def failed_run():
 
 def test_verdict_and_gate_lines_open_the_report(failed_run):
     m, metrics = failed_run
-    html = render_report(manifest=m, metrics=metrics, records=[], rejected=[])
+    html = render_report(manifest=m, metrics=metrics, inputs=ReportInputs(), rejected=[])
     page = Page(html)
     assert html.index('id="verdict"') < html.index("<h1>")
     (box,) = page.find("div", id="verdict")
@@ -82,7 +83,7 @@ def test_verdict_and_gate_lines_open_the_report(failed_run):
 
 def test_slices_and_deltas_per_tag_are_shown_and_escaped(failed_run):
     m, metrics = failed_run
-    page = Page(render_report(manifest=m, metrics=metrics, records=[], rejected=[]))
+    page = Page(render_report(manifest=m, metrics=metrics, inputs=ReportInputs(), rejected=[]))
     assert page.find("section", id="slices") and page.find("section", id="regression")
     assert EVIL_TAG in page.text  # shown as text ...
     assert len(page.find("script")) == 1 and not page.find("img")  # ... never as markup
@@ -107,7 +108,7 @@ def test_summary_md_and_junit_carry_the_same_lines(failed_run):
 def test_gate_table_fits_a_1920_px_window(failed_run, tmp_path):
     m, metrics = failed_run
     path = tmp_path / "report.html"
-    path.write_text(render_report(manifest=m, metrics=metrics, records=[], rejected=[]),
+    path.write_text(render_report(manifest=m, metrics=metrics, inputs=ReportInputs(), rejected=[]),
                     encoding="utf-8")
     with Browser(1920, 1080) as browser:
         tab = browser.open(path.as_uri(),

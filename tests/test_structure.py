@@ -3,6 +3,9 @@
 import ast
 from pathlib import Path
 
+from judges.pairwise_metrics import pairwise_summary
+from judges.result_names import NOVA_FIELDS, pairwise_metric_fields
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("flows", "tasks", "judges")  # each may import only the layers after it
 
@@ -81,8 +84,69 @@ def _all_imports(path: Path) -> set[str]:
     return names
 
 
-def test_databricks_judge_names_are_written_in_one_module():
-    writers = [name for name, path in _modules().items()
-               if '"{prefix}/rating"' in path.read_text().replace("f\"", "\"")
-               or 'f"{prefix}/rating"' in path.read_text()]
-    assert writers == ["judges.result_names"]
+# Published names are written by judges/result_names.py and read back by tasks/metric_fields.py;
+# every other module works on typed values and asks those two for any name it needs.
+WRITER, READER = "judges.result_names", "tasks.metric_fields"
+DATABRICKS_PARTS = ("/rating", "/rationale", "/error_message", "/precision", "/rated_count",
+                    "/error_count", "/unjudged_chunk_count", "/verdicts", "/average",
+                    "/percentage")
+PAIRWISE_AREA, CALIBRATION_AREA = "pairwise/", "calibration/"
+
+
+class Literals:
+    """A module's strings as code uses them (docstrings left out, since they only explain)."""
+
+    def __init__(self, path: Path):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
+                                    | ast.AsyncFunctionDef)
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        self.template_parts: list[str] = []  # the fixed text of f-strings
+        self.constants: list[str] = []
+        self.keys_written: list[str] = []  # dict display keys and stored subscripts
+        self.names: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):
+                self.template_parts += [v.value for v in node.values
+                                        if isinstance(v, ast.Constant)]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if id(node) not in docstrings:
+                    self.constants.append(node.value)
+            elif isinstance(node, ast.Dict):
+                self.keys_written += [k.value for k in node.keys
+                                      if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            elif (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                  and isinstance(node.slice, ast.Constant)):
+                self.keys_written.append(node.slice.value)
+            elif isinstance(node, ast.Name | ast.alias):
+                self.names.add(node.id if isinstance(node, ast.Name) else node.name)
+
+
+def _modules_where(found) -> list[str]:
+    return sorted(name for name, path in _modules().items() if found(Literals(path)))
+
+
+def test_databricks_names_are_written_in_one_module_and_read_in_one():
+    composers = _modules_where(lambda lit: any(
+        part in text for text in lit.template_parts for part in DATABRICKS_PARTS))
+    assert composers == [WRITER, READER]
+
+
+def test_pairwise_names_are_written_in_one_module():
+    published = set(pairwise_metric_fields(
+        pairwise_summary([])._replace(position_1_rate=None, swap_disabled=False)))
+    assert set(NOVA_FIELDS) <= published  # nova_results.json takes its names from here too
+    writers = _modules_where(lambda lit: published & set(lit.keys_written))
+    assert writers == [WRITER]
+    prefixed = _modules_where(lambda lit: any(
+        text.startswith(PAIRWISE_AREA) or "forward/" in text or "backward/" in text
+        for text in [*lit.constants, *lit.template_parts]))
+    assert prefixed == [WRITER]
+
+
+def test_calibration_names_are_written_in_one_module_and_read_in_one():
+    users = _modules_where(lambda lit: "CALIBRATION_AREA" in lit.names or any(
+        text.startswith(CALIBRATION_AREA) for text in [*lit.constants, *lit.template_parts]))
+    assert users == [WRITER, READER]

@@ -10,10 +10,14 @@ from judges.cache import ReplyCache, cache_key
 from judges.calls import JudgeContext
 from judges.llm import LLMClient, LLMSettings, Usage
 from judges.metrics import MetricsAccumulator
+from judges.pairwise import Pass, reconcile
+from judges.pairwise_judge import Pair, PairResult, forward_only
+from judges.pairwise_models import PairwiseJudgment
 from judges.plan import JudgeSelectionError, plan_judges
-from judges.result_names import judge_fields, row_record
+from judges.result_names import head_to_head_fields, judge_fields, pair_fields, row_record
 from judges.results import JudgeResult, RowResult, Verdict, failed, not_applied
 from judges.rows import Chunk, EvalRow
+from tasks.report_rows import row_failed
 from tests.planted import PlantedJudge
 
 
@@ -70,6 +74,60 @@ def test_aggregates_leave_errors_out_of_the_denominator_and_count_them():
     assert metrics["retrieval/llm_judged/chunk_relevance/precision/average"] == 0.75
     assert metrics["retrieval/llm_judged/chunk_relevance/error_count"] == 1
     assert metrics["retrieval/llm_judged/chunk_relevance/unjudged_chunk_count"] == 2
+    # The same numbers, typed, are what the report reads: no name parsed back.
+    safety_total, chunk_total = accumulator.summary().judges
+    assert (safety_total.spec, safety_total.mean, safety_total.rated, safety_total.errors) == (
+        safety, 0.5, 2, 1)
+    assert (chunk_total.mean, chunk_total.errors, chunk_total.unjudged_chunks) == (0.75, 1, 2)
+
+
+def test_rows_needing_a_look_are_errors_and_noes_not_irrelevant_chunks():
+    safety, chunks = BUILTIN_JUDGES["safety"], BUILTIN_JUDGES["chunk_relevance"]
+    irrelevant = JudgeResult(chunks, chunks=(Verdict("no"), Verdict("no")), precision=0.0)
+    unrated = JudgeResult(chunks, Verdict(error="chunk 2"), chunks=(Verdict("yes"),
+                                                                     Verdict(error="429")))
+    assert not row_failed(_result(_row(), [JudgeResult(safety, Verdict("yes")), irrelevant]))
+    assert row_failed(_result(_row(), [JudgeResult(safety, Verdict("no"))]))
+    assert row_failed(_result(_row(), [failed(safety, "HTTP 500")]))
+    assert row_failed(_result(_row(), [JudgeResult(safety, Verdict("yes")), unrated]))
+    assert not row_failed(_result(_row(), [not_applied(safety)]))
+
+
+def _pair_result(verdict_of_passes: tuple[str | None, str | None], swap=True, preference=None):
+    def one(order, preference):
+        if preference is None:
+            return Pass(order, error=f"{order} timed out")
+        return Pass(order, PairwiseJudgment(
+            criteria=[{"name": "c", "description": "d", "type": "binary", "weight": 1,
+                       "score_1": 1, "score_2": 0}], preference=preference, rationale="r"))
+    forward = one("forward", verdict_of_passes[0])
+    verdict = (reconcile(forward, one("backward", verdict_of_passes[1])) if swap
+               else forward_only(forward))
+    extra = {"human_preference": preference} if preference else {}
+    pair = Pair(row_index=0, pair_id="p0", prompt="q", response_A="a", response_B="b",
+                extra=extra)
+    return PairResult(pair, verdict, swap)
+
+
+def test_a_pair_is_named_in_one_place_with_or_without_the_swap():
+    swapped = pair_fields(_pair_result(("2", "1"), preference="A"))  # both passes prefer B
+    assert (swapped["pairwise/verdict"], swapped["pairwise/backward/preference_ab"]) == ("B", "B")
+    assert swapped["calibration/pairwise/disagrees"] is True
+    assert swapped["pairwise/swap_disabled"] is False and swapped["human_preference"] == "A"
+    forward = pair_fields(_pair_result(("1", None), swap=False))
+    assert not any(key.startswith("pairwise/backward/") for key in forward)
+    assert forward["pairwise/verdict"] == "A" and forward["pairwise/swap_disabled"] is True
+    assert "calibration/pairwise/disagrees" not in forward  # nobody labelled the pair
+    regression = head_to_head_fields(_pair_result((None, "1")))  # one pass failed
+    assert regression["baseline/response"] == "a" and regression["pairwise/single_pass"]
+    assert regression["pairwise/forward/error_message"] == "forward timed out"
+
+
+def test_a_pair_fails_when_the_baseline_wins_or_a_pass_has_no_judgment():
+    assert not _pair_result(("2", "1")).failed  # B wins
+    assert _pair_result(("1", "2")).failed  # A wins
+    assert _pair_result((None, "1")).failed  # B wins on one pass: still worth a look
+    assert not _pair_result(("2", None), swap=False).failed  # no backward pass ran at all
 
 
 def test_names_are_the_databricks_ones_and_round_trip_the_verdict():
