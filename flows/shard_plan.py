@@ -17,7 +17,7 @@ from judges import BUILTIN_JUDGES, DETERMINISTIC_METRICS
 from judges.aspect_critic import make_aspect
 from judges.custom import CustomJudgeDefinition, build_custom_judge
 from judges.plan import JudgePlan, SkippedJudge
-from tasks.shard_inputs import PlanSpec, PlannedJudge
+from tasks.shard_inputs import PlannedJudge, PlanSpec
 
 
 class ShardSetupError(PreflightError):
