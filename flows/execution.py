@@ -15,10 +15,12 @@ from judges.engine import failed_rows
 from judges.llm import LLMSettings, Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan
+from judges.result_codec import generation_fingerprint, judge_fingerprint
 from judges.result_names import row_record
 from judges.rows import EvalRow
+from tasks.chunk_store import ChunkStore
 from tasks.generate import generate_chunk, mark_generation_failed
-from tasks.judge import judge_chunk
+from tasks.judge import ChunkResult, judge_chunk
 from tasks.staging import ResultStaging
 
 TARGET_TASK_RUNS = 200
@@ -26,6 +28,10 @@ TARGET_TASK_RUNS = 200
 MIN_CHUNK_SIZE = 50
 MAX_CHUNKS_IN_FLIGHT = 8
 T = TypeVar("T")
+R = TypeVar("R")
+# Kinds of persisted chunks (tasks/chunk_store.py); each kind's indexes are its own.
+JUDGE_KIND = "judge"
+GENERATE_KIND = "generate"
 
 
 def auto_chunk_size(row_count: int) -> int:
@@ -47,14 +53,15 @@ async def run_chunks(
     items: Sequence[T],
     chunk_size: int,
     in_flight: int,
-    submit: Callable[[int, list[T]], Awaitable[State]],
-    finish: Callable[[int, list[T], State], Awaitable[None]],
+    submit: Callable[[int, list[T]], Awaitable[R]],
+    finish: Callable[[int, list[T], R], Awaitable[None]],
 ) -> None:
     """The one chunk-window executor: every chunk's task, at most `in_flight` at once.
 
     A finished chunk frees its place at once (the window never drains at chunk boundaries),
-    and its final state, completed or failed after its retries, goes to `finish`: the caller
-    decides what a failed chunk's items become, so that none is lost.
+    and its outcome (the task's final state, completed or failed after its retries, or a
+    result the caller had already stored) goes to `finish`: the caller decides what a failed
+    chunk's items become, so that none is lost.
     """
     window = asyncio.Semaphore(in_flight)
 
@@ -76,26 +83,43 @@ async def judge_all(
     staging: ResultStaging,
     accumulator: MetricsAccumulator,
     calibration: CalibrationAccumulator,
+    store: ChunkStore | None = None,
 ) -> Usage:
     """Judge every chunk, staging each chunk's records and tallying them as it completes.
 
     A chunk whose task fails after its retries still yields a result per row, each judge
-    carrying the failure, so that no row is lost.
+    carrying the failure, so that no row is lost. With a `store`, a chunk finished by an
+    earlier attempt of this run (same rows, plan and model) is taken from it without a task
+    run or a model call, and every chunk that completes is saved to it as it finishes.
     """
     usage = Usage()
+    fingerprints: dict[int, str] = {}
 
-    def submit(index: int, chunk: list[EvalRow]) -> Awaitable[State]:
-        return judge_chunk(index, quote(chunk), quote(plan), settings, cache_url,
-                           storage_options, return_state=True)
+    async def submit(index: int, chunk: list[EvalRow]) -> State | ChunkResult:
+        if store is not None:
+            fingerprints[index] = await asyncio.to_thread(judge_fingerprint, chunk, plan,
+                                                          settings)
+            stored = await asyncio.to_thread(store.load, JUDGE_KIND, index,
+                                             fingerprints[index], plan)
+            if stored is not None and len(stored.results) == len(chunk):
+                return stored
+        return await judge_chunk(index, quote(chunk), quote(plan), settings, cache_url,
+                                 storage_options, return_state=True)
 
-    async def finish(index: int, chunk: list[EvalRow], state: State) -> None:
+    async def finish(index: int, chunk: list[EvalRow], outcome: State | ChunkResult) -> None:
         calls: list[dict] = []
-        if state.is_completed():
-            result = await state.aresult()
+        if isinstance(outcome, ChunkResult):  # resumed from the store
+            results, calls = outcome.results, outcome.calls
+            usage.add(outcome.usage)
+        elif outcome.is_completed():
+            result = await outcome.aresult()
             results, calls = result.results, result.calls
             usage.add(result.usage)
+            if store is not None:
+                await asyncio.to_thread(store.save, JUDGE_KIND, index, fingerprints[index],
+                                        result)
         else:
-            results = failed_rows(chunk, plan, state.message or "task failed")
+            results = failed_rows(chunk, plan, outcome.message or "task failed")
         staging.write_chunk(index, [row_record(r) | calibration.row_fields(r) for r in results],
                             calls)
         for row_result in results:
@@ -108,24 +132,39 @@ async def judge_all(
 
 
 async def generate_all(
-    rows: Sequence[EvalRow], settings: LLMSettings, chunk_size: int
+    rows: Sequence[EvalRow], settings: LLMSettings, chunk_size: int,
+    store: ChunkStore | None = None,
 ) -> tuple[list[EvalRow], Usage]:
     """Rows with the candidate's responses, in input order.
 
     A chunk whose task fails after its retries keeps its rows, each marked with the failure
-    as its generation error (so every judge that needed the response counts an error).
+    as its generation error (so every judge that needed the response counts an error). With
+    a `store`, chunks generated by an earlier attempt of this run are reused, and each chunk
+    generated now is saved as it completes.
     """
-    usage, by_chunk = Usage(), {}
+    usage, by_chunk, fingerprints = Usage(), {}, {}
 
-    def submit(index: int, chunk: list[EvalRow]) -> Awaitable[State]:
-        return generate_chunk(quote(chunk), settings, return_state=True)
+    async def submit(index: int, chunk: list[EvalRow]):
+        if store is not None:
+            fingerprints[index] = await asyncio.to_thread(generation_fingerprint, chunk, settings)
+            stored = await asyncio.to_thread(store.load_rows, GENERATE_KIND, index,
+                                             fingerprints[index])
+            if stored is not None and len(stored[0]) == len(chunk):
+                return stored
+        return await generate_chunk(quote(chunk), settings, return_state=True)
 
-    async def finish(index: int, chunk: list[EvalRow], state: State) -> None:
-        if state.is_completed():
-            generated, chunk_usage = await state.aresult()
+    async def finish(index: int, chunk: list[EvalRow], outcome) -> None:
+        if isinstance(outcome, tuple):  # resumed from the store
+            generated, chunk_usage = outcome
             usage.add(chunk_usage)
+        elif outcome.is_completed():
+            generated, chunk_usage = await outcome.aresult()
+            usage.add(chunk_usage)
+            if store is not None:
+                await asyncio.to_thread(store.save_rows, GENERATE_KIND, index,
+                                        fingerprints[index], generated, chunk_usage)
         else:
-            error = f"generation task failed: {state.message or 'task failed'}"
+            error = f"generation task failed: {outcome.message or 'task failed'}"
             generated = [mark_generation_failed(row, error) for row in chunk]
         by_chunk[index] = generated
 

@@ -1,0 +1,172 @@
+"""Finished chunks of a run, kept under the run's folder so that a crashed run resumes.
+
+Layout, on any fsspec URL (local folder or S3): `{run}/.chunks/{kind}/{index:06d}.json`, one
+JSON document per finished chunk: `{"format", "kind", "index", "fingerprint", "result"}`. A
+chunk is reused only when its stored fingerprint equals the one the rerun computes for the
+same chunk (same rows, same judges and prompts, same model and sampling), so a rerun with other
+inputs under the same run id judges again instead of publishing stale verdicts.
+
+The store only saves work: a file that is missing, unreadable, malformed or from another
+plan is a miss (the chunk is judged again), and a failed write is a warning, never a failed
+run. Each file appears whole or not at all (a PUT on object stores; elsewhere a rename), so a
+process killed mid-write leaves no half chunk behind.
+
+After a run publishes its manifest, `clear` deletes the folder: the published files hold
+everything, and a rerun of a published run id costs no call anyway (the reply cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import secrets
+
+import fsspec
+from pydantic import ValidationError
+
+from judges.cache import is_object_store
+from judges.llm import Usage
+from judges.plan import JudgePlan
+from judges.result_codec import (
+    ResultCodecError,
+    decode_row_result,
+    decode_usage,
+    encode_row_result,
+    encode_usage,
+    row_json,
+)
+from judges.rows import EvalRow
+from tasks.judge import ChunkResult
+from tasks.outputs import RunLocation
+
+CHUNKS_FOLDER = ".chunks"
+FORMAT = 1
+logger = logging.getLogger(__name__)
+
+
+class ChunkStore:
+    """Persisted chunk results of one run, by kind ("judge", "generate", "pairs"...) and index.
+
+    Args:
+        url: the folder (any fsspec URL), normally `{run}/.chunks` (see `for_run`).
+        storage_options: fsspec options of that URL (credentials stay in memory, never stored).
+    """
+
+    def __init__(self, url: str, storage_options: dict | None = None):
+        self.url = url
+        self._fs, self._root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        self._root = self._root.rstrip("/")
+        self._needs_dirs = not is_object_store(self._fs)
+
+    @classmethod
+    def for_run(cls, location: RunLocation) -> ChunkStore:
+        """The store of a run: `{output}/{suite}/{run_id}/.chunks`."""
+        return cls(location.url(CHUNKS_FOLDER), location.storage_options)
+
+    def _path(self, kind: str, index: int) -> str:
+        return f"{self._root}/{kind}/{index:06d}.json"
+
+    def read(self, kind: str, index: int, fingerprint: str) -> dict | None:
+        """The stored result document of a chunk with this fingerprint, or None."""
+        path = self._path(kind, index)
+        try:
+            with self._fs.open(path, "r", encoding="utf-8") as handle:
+                document = json.load(handle)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as error:
+            logger.warning("stored chunk %s unreadable, judging it again: %s", path, error)
+            return None
+        if not isinstance(document, dict) or document.get("format") != FORMAT:
+            return None
+        if document.get("fingerprint") != fingerprint or document.get("kind") != kind:
+            return None  # other rows, judges or model under this run id: not this chunk
+        return document.get("result")
+
+    def write(self, kind: str, index: int, fingerprint: str, result: dict) -> None:
+        """Store a finished chunk's result document; a storage error is logged and skipped."""
+        document = {"format": FORMAT, "kind": kind, "index": index, "fingerprint": fingerprint,
+                    "result": result}
+        data = json.dumps(document, ensure_ascii=False, default=str)
+        path = self._path(kind, index)
+        try:
+            self._write_whole(path, data)
+        except OSError as error:
+            logger.warning("could not store finished chunk %s (a rerun judges it again): %s",
+                           path, error)
+
+    def _write_whole(self, path: str, data: str) -> None:
+        if not self._needs_dirs:
+            with self._fs.open(path, "w", encoding="utf-8") as handle:  # one PUT: whole or none
+                handle.write(data)
+            return
+        parent = path.rsplit("/", 1)[0]
+        self._fs.makedirs(parent, exist_ok=True)
+        partial = f"{parent}/.{secrets.token_hex(4)}.partial"
+        try:
+            with self._fs.open(partial, "w", encoding="utf-8") as handle:
+                handle.write(data)
+            self._fs.mv(partial, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                self._fs.rm_file(partial)
+            raise
+
+    def load(self, kind: str, index: int, fingerprint: str, plan: JudgePlan) -> ChunkResult | None:
+        """A judged chunk stored with this fingerprint, its judges resolved through `plan`."""
+        stored = self.read(kind, index, fingerprint)
+        if stored is None:
+            return None
+        try:
+            return ChunkResult(
+                index,
+                [decode_row_result(r, plan) for r in stored["results"]],
+                decode_usage(stored["usage"]),
+                list(stored["calls"]),
+            )
+        except (ResultCodecError, KeyError, TypeError) as error:
+            logger.warning("stored chunk %s/%d does not fit this run, judging it again: %s",
+                           kind, index, error)
+            return None
+
+    def save(self, kind: str, index: int, fingerprint: str, result: ChunkResult) -> None:
+        """Store a judged chunk (see `write`)."""
+        self.write(kind, index, fingerprint, {
+            "results": [encode_row_result(r) for r in result.results],
+            "usage": encode_usage(result.usage),
+            "calls": result.calls,
+        })
+
+    def load_rows(self, kind: str, index: int, fingerprint: str
+                  ) -> tuple[list[EvalRow], Usage] | None:
+        """A stored chunk of rows (say, with generated responses) and its usage, or None."""
+        stored = self.read(kind, index, fingerprint)
+        if stored is None:
+            return None
+        try:
+            return ([EvalRow.model_validate(r) for r in stored["rows"]],
+                    decode_usage(stored["usage"]))
+        except (ResultCodecError, ValidationError, KeyError, TypeError) as error:
+            logger.warning("stored chunk %s/%d does not fit this run, running it again: %s",
+                           kind, index, error)
+            return None
+
+    def save_rows(self, kind: str, index: int, fingerprint: str, rows: list[EvalRow],
+                  usage: Usage) -> None:
+        """Store a chunk of rows and its usage (see `write`)."""
+        self.write(kind, index, fingerprint,
+                   {"rows": [row_json(r) for r in rows], "usage": encode_usage(usage)})
+
+    def clear(self) -> None:
+        """Delete every stored chunk (after the run published); failure is only a warning.
+
+        A writer allowed to put objects but not to delete them leaves the folder behind: it is
+        never listed in the manifest, and a reader of the run never looks into it.
+        """
+        try:
+            self._fs.rm(self._root, recursive=True)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            logger.warning("could not delete the stored chunks at %s: %s", self.url, error)
