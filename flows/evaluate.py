@@ -22,7 +22,7 @@ async def evaluate(params: EvaluateParams) -> dict:
     prepared = prepare(params)
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
     generation_usage = await generate_responses(params, prepared, store)
-    judged = await judge(params, prepared, store)
+    judged = await judge(params, prepared, store, location)
     extra = {"generation_usage": generation_usage.as_dict()} if params.candidate else None
     manifest, urls = publish(params, location, prepared, judged, started_at, extra)
     publish_artifacts(manifest, judged.metrics, urls)

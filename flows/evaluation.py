@@ -19,6 +19,7 @@ from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.params import EvaluateParams
 from flows.preflight import extra_judges, refuse_invalid
 from flows.run_common import cache_url
+from flows.shards import judge_in_shards
 from judges.llm import Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan, plan_judges
@@ -29,6 +30,7 @@ from tasks.generate import GENERATION_ERROR
 from tasks.load import load_dataset, validate_dataset
 from tasks.outputs import RunLocation
 from tasks.publish import publish_run
+from tasks.shard_inputs import remove_shard_inputs
 from tasks.sources import RawTable
 from tasks.staging import ResultStaging
 from tasks.validation import ValidatedSet
@@ -54,6 +56,7 @@ class JudgedRun:
     timings: dict[str, float] = field(default_factory=dict)
     completeness: Completeness = field(default_factory=lambda: Completeness.of([]))
     calibration: dict = field(default_factory=dict)
+    sections: dict = field(default_factory=dict)  # more manifest sections (e.g. `shards`)
 
 
 def rejected_rows(table: RawTable, validated: ValidatedSet) -> list[dict]:
@@ -99,11 +102,14 @@ async def generate_responses(
 
 
 async def judge(
-    params: EvaluateParams, prepared: PreparedSet, store: ChunkStore | None = None
+    params: EvaluateParams, prepared: PreparedSet, store: ChunkStore | None = None,
+    location: RunLocation | None = None,
 ) -> JudgedRun:
     """Plan the judges and run them over every row, staging results as chunks finish.
 
     Chunks judged by an earlier attempt of the run, kept in `store`, are reused as they are.
+    With `params.shards` > 1, child flow runs judge the chunks into the store of the run at
+    `location` (flows/shards.py), and this phase only merges them.
     """
     logger = get_run_logger()
     rows = prepared.rows
@@ -115,12 +121,15 @@ async def judge(
         logger.info("skipped %s: %s", ", ".join(names), reason)
     staging, accumulator = ResultStaging(), MetricsAccumulator(plan)
     calibration = new_accumulator(params, plan)
-    started = time.perf_counter()
+    started, chunk_size = time.perf_counter(), params.chunk_size or auto_chunk_size(len(rows))
+    sharded = None
+    if params.shards > 1:  # the shards judge; this flow run merges what they stored
+        sharded = await judge_in_shards(params, location, rows, plan, chunk_size)
+        store = sharded.merge_view(store or ChunkStore.for_run(location), rows)
     try:
         usage = await judge_all(
-            rows, plan, params.judge.settings(), params.chunk_size or auto_chunk_size(len(rows)),
-            cache_url(params), params.storage_options, staging, accumulator, calibration,
-            store,
+            rows, plan, params.judge.settings(), chunk_size, cache_url(params),
+            params.storage_options, staging, accumulator, calibration, store,
         )
     except BaseException:
         staging.cleanup()
@@ -140,11 +149,14 @@ async def judge(
                                         else "")
     completeness = assess(plan, metrics, accumulator.first_errors, params.max_error_share,
                           judge_model)
+    if sharded is not None:  # a shard that failed for good: its rows are errors, never dropped
+        completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
     for reason in completeness.reasons:
         logger.warning("incomplete: %s", reason)
     return JudgedRun(plan, staging, metrics, usage,
                      {"judge_seconds": time.perf_counter() - started}, completeness,
-                     calibrated.manifest)
+                     calibrated.manifest,
+                     {"shards": sharded.manifest_section()} if sharded is not None else {})
 
 
 def publish(
@@ -170,6 +182,7 @@ def publish(
         status=judged.completeness.status, incomplete_reasons=judged.completeness.reasons,
     )
     manifest.update(extra_sections or {})
+    manifest.update(judged.sections)
     if judged.calibration:
         manifest["calibration"] = judged.calibration
     if params.candidate is not None:
@@ -185,6 +198,8 @@ def publish(
         judged.staging.cleanup()
     # Published, manifest last: what the resumable chunks held is now in the run's files.
     ChunkStore.for_run(location).clear()
+    if params.shards > 1:
+        remove_shard_inputs(location.url(), params.storage_options)
     return manifest, urls
 
 

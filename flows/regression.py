@@ -108,7 +108,7 @@ async def regression(params: RegressionParams) -> dict | State:
     prepared = prepare(params)
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
     generation_usage = await generate_responses(params, prepared, store)
-    judged = await judge(params, prepared, store)
+    judged = await judge(params, prepared, store, location)
     comparison = await compare_with_baseline(params, baseline, prepared, judged)
     verdict = decide_run(params, gates, baseline, judged, comparison)
     section = regression_section(params, gates, baseline, comparison, verdict)

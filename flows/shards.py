@@ -27,9 +27,11 @@ from flows.shard_flow import ShardParams
 from flows.shard_launch import shard_pool, start_shard, wait_for_end
 from flows.shard_limits import limit_name, model_slots
 from flows.shard_plan import ShardRange, check_budget, plan_spec, share, split_shards
+from flows.shard_store import MergeView
 from judges.custom import fields_present, load_custom_judges
 from judges.plan import JudgePlan
 from judges.rows import EvalRow
+from tasks.chunk_store import ChunkStore
 from tasks.outputs import RunLocation
 from tasks.shard_inputs import (
     ShardOutcome,
@@ -108,6 +110,10 @@ class ShardedJudging:
     global_limit: str | None
     slots: int
     seconds: float
+
+    def merge_view(self, store: ChunkStore, rows: Sequence[EvalRow]) -> MergeView:
+        """The run's store as the parent's judge phase must read it (flows/shard_store.py)."""
+        return MergeView(store, rows, self.chunk_size, self.why_missing)
 
     def why_missing(self, chunk: int) -> str:
         """Why no shard finished global chunk `chunk`."""

@@ -27,20 +27,14 @@ import pytest
 from flows.shard_limits import limit_name
 from flows.shard_plan import ShardPlanError, rebuild_plan, share, split_shards
 from judges.plan import plan_judges
+from tests import test_deployments
 from tests.fake_llm import Reply, prompt_text
-from tests.test_deployments import (  # noqa: F401 - fixtures: one server and deploy per module
-    BIN,
-    NAMES,
-    POOL,
-    REPO,
-    Server,
-    _tail,
-    _wait_for,
-    deployed,
-    server,
-)
+from tests.test_deployments import BIN, POOL, REPO, Server, _tail, _wait_for
 
 pytestmark = pytest.mark.shards
+# test_deployments' fixtures, here with a server and a deploy of this module's own.
+server = test_deployments.server
+deployed = test_deployments.deployed
 JUDGEFLOW = BIN / "judgeflow"
 WORKERS = ("shard-worker-1", "shard-worker-2")
 ROWS = 40
@@ -68,16 +62,16 @@ def test_budget_shares_add_up_to_the_run_s_budget():
 
 def test_limit_name_is_the_sanitized_model():
     assert limit_name("openai/gpt-4o-mini") == "judgeflow-model-openai-gpt-4o-mini"
-    assert limit_name("Bedrock/anthropic.claude-3:0") == "judgeflow-model-bedrock-anthropic-claude-3-0"
+    assert (limit_name("Bedrock/anthropic.claude-3:0")
+            == "judgeflow-model-bedrock-anthropic-claude-3-0")
 
 
 def test_a_worker_with_other_prompts_refuses_the_plan():
     from flows.shard_plan import plan_spec
     from judges.rows import EvalRow
 
-    rows = [EvalRow.model_validate({"request_id": "a", "request": [{"role": "user",
-                                                                    "content": "q"}],
-                                    "response": "r"})]
+    rows = [EvalRow(row_index=0, request_id="a", request="q",
+                    messages=[{"role": "user", "content": "q"}], response="r")]
     spec = plan_spec(plan_judges(rows, ["safety"]), [], [], 1, {"request", "response"})
     assert [j.name for j in rebuild_plan(spec).judges] == ["safety"]
     spec.judges[0].prompt_hash = "0" * 16  # the parent ran another prompt than this code has
