@@ -40,6 +40,7 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "overhead": scenarios.fixed_overhead,
         "offline": scenarios.offline_example,
         "help": scenarios.help_command,
+        "sharded": lambda: scenarios.sharded(calls(4000)),
     }
 
 

@@ -140,6 +140,10 @@ def evaluate_command(
         require_shared_server()
     start_prefect_api()  # boots while the set is checked and the stack imported
     checked(preflight_evaluate, params)
+    if shards > 1:  # the deployment, its pool and a worker, before any flow run exists
+        from flows.shard_launch import check_shard_setup
+
+        checked(check_shard_setup, params.shard_deployment)
     from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good
 
     summary = run_flow(evaluate, params)

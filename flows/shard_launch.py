@@ -64,6 +64,11 @@ async def shard_pool(deployment: str) -> str:
     return pool
 
 
+def check_shard_setup(deployment: str) -> None:
+    """`shard_pool` for the command line, before its flow starts (raises ShardSetupError)."""
+    asyncio.run(shard_pool(deployment))
+
+
 async def _wait_for_worker(client, pool: str) -> None:
     wait = float(os.environ.get(WORKER_WAIT_ENV, DEFAULT_WORKER_WAIT_SECONDS))
     deadline = time.monotonic() + wait
