@@ -9,7 +9,9 @@ nothing: the parent merges every shard into the run's one publish.
 
 from __future__ import annotations
 
+import gc
 import os
+import resource
 import socket
 import time
 
@@ -48,10 +50,18 @@ class ShardParams(BaseModel):
     storage_options: StorageOptions = Field(default_factory=dict)
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 @flow(name=SHARD_FLOW_NAME, log_prints=True)
 async def judge_shard(params: ShardParams) -> dict:
     """Judge one shard's chunks into the run's chunk store."""
     started = time.perf_counter()
+    # What the command line does after its imports (flows/cli_common.py): the stack's
+    # millions of long-lived objects leave the collector's passes.
+    gc.freeze()
     options = params.storage_options
     location = RunLocation(params.output, params.suite, params.run_id, options)
     rows = read_rows(shard_url(location.url(), params.shard, "rows.jsonl"), options)
@@ -77,6 +87,7 @@ async def judge_shard(params: ShardParams) -> dict:
         chunks_judged=sorted(store.saved), chunks_reused=sorted(store.reused),
         chunks_unfinished=[i for i in chunks if i not in store.saved | store.reused],
         first_errors=accumulator.first_errors, seconds=round(time.perf_counter() - started, 3),
+        cpu_seconds=round(_cpu_seconds(), 3),
     )
     write_model(shard_url(location.url(), params.shard, "outcome.json"), outcome, options)
     return outcome.model_dump(mode="json")

@@ -96,6 +96,7 @@ class ShardRun:
             "chunks_judged": len(outcome.chunks_judged) if outcome else None,
             "chunks_reused": len(outcome.chunks_reused) if outcome else None,
             "seconds": outcome.seconds if outcome else None,
+            "cpu_seconds": outcome.cpu_seconds if outcome else None,
         }
 
 

@@ -68,6 +68,7 @@ class ShardOutcome(BaseModel):
     chunks_unfinished: list[int] = Field(description="Global indexes whose task failed for good")
     first_errors: dict[str, str] = Field(default_factory=dict)
     seconds: float
+    cpu_seconds: float = Field(description="CPU time of the shard's process, start-up included")
 
 
 def shard_url(run_url: str, shard: int | None = None, name: str = "") -> str:
