@@ -243,7 +243,11 @@ def _flow_run_pid(flow_run_id: str) -> int | None:
 
 
 class ShardKiller(threading.Thread):
-    """Kills the second shard's process once one of its chunks is stored, `times` times."""
+    """Kills the second shard's process once one of its chunks is stored, `times` times.
+
+    The process is found as soon as its flow run is Running, so that the kill follows the
+    stored chunk closely (an API query on a busy machine can take seconds).
+    """
 
     def __init__(self, server: Server, deployed: dict, run_id: str, run_dir: Path, times: int):
         super().__init__(daemon=True)
@@ -251,23 +255,31 @@ class ShardKiller(threading.Thread):
         self.stored = run_dir / ".chunks" / "judge" / "000004.json"  # shard 2's first chunk
         self.times, self.killed, self.stop = times, [], threading.Event()
 
-    def run(self) -> None:
-        while len(self.killed) < self.times and not self.stop.wait(0.2):
-            if not self.stored.exists():
-                continue
-            for found in _shard_runs(self.server, self.deployed, self.run_id):
-                if (found["parameters"]["params"]["shard"] != 1 or found["id"] in self.killed
-                        or found["state"]["type"] != "RUNNING"):
-                    continue
+    def _running_second_shard(self) -> tuple[str, int] | None:
+        for found in _shard_runs(self.server, self.deployed, self.run_id):
+            if (found["parameters"]["params"]["shard"] == 1 and found["id"] not in self.killed
+                    and found["state"]["type"] == "RUNNING"):
                 pid = _flow_run_pid(found["id"])
                 if pid is not None:
-                    os.kill(pid, signal.SIGKILL)
-                    self.killed.append(found["id"])
+                    return found["id"], pid
+        return None
+
+    def run(self) -> None:
+        target = None
+        while len(self.killed) < self.times and not self.stop.wait(0.05):
+            target = target or self._running_second_shard()
+            if target is not None and self.stored.exists():
+                try:
+                    os.kill(target[1], signal.SIGKILL)
+                    self.killed.append(target[0])
+                except ProcessLookupError:  # it ended before it could be killed
+                    pass
+                target = None
 
 
 def _slow_verdict(body: dict) -> Reply:
     reply = _verdict(body)
-    reply.delay_seconds = 0.15
+    reply.delay_seconds = 0.25
     return reply
 
 
