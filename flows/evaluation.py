@@ -54,6 +54,7 @@ class JudgedRun:
     timings: dict[str, float] = field(default_factory=dict)
     completeness: Completeness = field(default_factory=lambda: Completeness.of([]))
     calibration: dict = field(default_factory=dict)
+    store: ChunkStore | None = None  # the finished chunks, cleared once the run is published
 
 
 def rejected_rows(table: RawTable, validated: ValidatedSet) -> list[dict]:
@@ -144,7 +145,7 @@ async def judge(
         logger.warning("incomplete: %s", reason)
     return JudgedRun(plan, staging, metrics, usage,
                      {"judge_seconds": time.perf_counter() - started}, completeness,
-                     calibrated.manifest)
+                     calibrated.manifest, store)
 
 
 def publish(
@@ -183,8 +184,8 @@ def publish(
         )
     finally:
         judged.staging.cleanup()
-    # Published, manifest last: what the resumable chunks held is now in the run's files.
-    ChunkStore.for_run(location).clear()
+    if judged.store is not None:  # published: what the chunks held is in the run's files now
+        judged.store.clear()
     return manifest, urls
 
 

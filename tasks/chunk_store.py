@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 from pydantic import ValidationError
@@ -42,6 +43,7 @@ from tasks.outputs import RunLocation
 
 CHUNKS_FOLDER = ".chunks"
 FORMAT = 1
+DELETES_IN_FLIGHT = 8
 logger = logging.getLogger(__name__)
 
 
@@ -57,7 +59,10 @@ class ChunkStore:
         self.url = url
         self._fs, self._root = fsspec.core.url_to_fs(url, **(storage_options or {}))
         self._root = self._root.rstrip("/")
-        self._needs_dirs = not is_object_store(self._fs)
+        self._object_store = is_object_store(self._fs)
+        # Every file this store read or wrote: what `clear` deletes on an object store.
+        self._touched: set[str] = set()
+        self._readable = True
 
     @classmethod
     def for_run(cls, location: RunLocation) -> ChunkStore:
@@ -70,10 +75,20 @@ class ChunkStore:
     def read(self, kind: str, index: int, fingerprint: str) -> dict | None:
         """The stored result document of a chunk with this fingerprint, or None."""
         path = self._path(kind, index)
+        if not self._readable:
+            return None
         try:
-            with self._fs.open(path, "r", encoding="utf-8") as handle:
-                document = json.load(handle)
+            # One ranged GET: opening the file, or reading it whole, would first ask for its
+            # size, and on S3 a missing key's size lists the prefix (ListBucket, a right a
+            # writer may not have).
+            document = json.loads(self._fs.cat_file(path, start=0))
         except FileNotFoundError:
+            return None
+        except PermissionError as error:
+            # A writer allowed to put objects but not to read them: nothing to resume from.
+            logger.warning("cannot read stored chunks at %s, so none is resumed: %s",
+                           self.url, error)
+            self._readable = False
             return None
         except (OSError, ValueError) as error:
             logger.warning("stored chunk %s unreadable, judging it again: %s", path, error)
@@ -82,6 +97,7 @@ class ChunkStore:
             return None
         if document.get("fingerprint") != fingerprint or document.get("kind") != kind:
             return None  # other rows, judges or model under this run id: not this chunk
+        self._touched.add(path)
         return document.get("result")
 
     def write(self, kind: str, index: int, fingerprint: str, result: dict) -> None:
@@ -92,12 +108,13 @@ class ChunkStore:
         path = self._path(kind, index)
         try:
             self._write_whole(path, data)
+            self._touched.add(path)
         except OSError as error:
             logger.warning("could not store finished chunk %s (a rerun judges it again): %s",
                            path, error)
 
     def _write_whole(self, path: str, data: str) -> None:
-        if not self._needs_dirs:
+        if self._object_store:
             with self._fs.open(path, "w", encoding="utf-8") as handle:  # one PUT: whole or none
                 handle.write(data)
             return
@@ -159,14 +176,23 @@ class ChunkStore:
                    {"rows": [row_json(r) for r in rows], "usage": encode_usage(usage)})
 
     def clear(self) -> None:
-        """Delete every stored chunk (after the run published); failure is only a warning.
+        """Delete the stored chunks once the run has published; a failure is only a warning.
 
-        A writer allowed to put objects but not to delete them leaves the folder behind: it is
-        never listed in the manifest, and a reader of the run never looks into it.
+        A local folder goes whole. On an object store the files this store read or wrote are
+        deleted by name (no listing: a writer needs no bucket-level right).
+        A chunk left behind (a writer without delete rights) is never named in the manifest,
+        and no reader of the run looks into `.chunks`.
         """
         try:
-            self._fs.rm(self._root, recursive=True)
+            if self._object_store:
+                # One DELETE per key, a few at once: a bulk delete would first probe each key
+                # with a listing.
+                with ThreadPoolExecutor(DELETES_IN_FLIGHT) as pool:
+                    list(pool.map(self._fs.rm_file, sorted(self._touched)))
+            else:
+                self._fs.rm(self._root, recursive=True)
         except FileNotFoundError:
             pass
         except OSError as error:
             logger.warning("could not delete the stored chunks at %s: %s", self.url, error)
+        self._touched.clear()

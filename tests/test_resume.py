@@ -26,6 +26,7 @@ from tasks.judge import ChunkResult
 from tasks.load import load_dataset, validate_dataset
 from tests.conftest import FAKE_API_KEY
 from tests.fake_llm import Reply, prompt_text
+from tests.s3_server import s3_fixture, s3_server_fixture  # noqa: F401 - fixtures
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rag_eval.jsonl"
 JUDGEFLOW = str(Path(sys.executable).parent / "judgeflow")
@@ -104,6 +105,27 @@ def test_a_damaged_or_foreign_chunk_file_is_a_miss(tmp_path):
     assert store.load("judge", 0, key, plan) is None
     path.write_text('{"format": 1, "kind": "judge", "fingerprint": "' + key + '", "resu')
     assert store.load("judge", 0, key, plan) is None
+
+
+def test_on_s3_chunks_are_stored_read_and_cleared_without_listing_the_bucket(s3):
+    setup = len(s3.requests())  # the fixture's bucket creation
+    rows = _rows()
+    plan = plan_judges(rows, ["safety"])
+    settings = LLMSettings(model=OFFLINE)
+    key = judge_fingerprint(rows, plan, settings)
+    url = s3.url("evals/suite/run/.chunks")
+    ChunkStore(url, s3.storage_options).save("judge", 0, key, _judged(rows, plan, settings))
+
+    resumed = ChunkStore(url, s3.storage_options)  # a later process, same run
+    assert resumed.load("judge", 0, key, plan) is not None
+    assert resumed.load("judge", 1, key, plan) is None
+    resumed.clear()
+    made = s3.requests()[setup:]
+
+    # A writer with PutObject/GetObject/DeleteObject on its prefix is enough.
+    assert all(r.path.startswith(f"/{s3.name}/evals/") for r in made)
+    assert {r.method for r in made} == {"GET", "PUT", "DELETE"}
+    assert not s3.filesystem().exists(f"{s3.name}/evals/suite/run/.chunks/judge/000000.json")
 
 
 # --- the whole command, killed part-way and run again -------------------------------------
