@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.cli_common import (
+    NoProgress,
     build_params,
     checked,
     console,
@@ -104,6 +105,7 @@ def evaluate_command(
     calibration_floor: Annotated[float | None, typer.Option(
         help="Mark judges whose kappa 95% lower bound is below this as advisory")] = None,
     calibration_seed: Annotated[int, typer.Option(help="Seed of the kappa bootstrap")] = 0,
+    no_progress: NoProgress = False,
 ) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""
     from flows.params import EvaluateParams, JudgeModel
@@ -128,6 +130,6 @@ def evaluate_command(
     checked(preflight_evaluate, params)
     from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good
 
-    summary = run_flow(evaluate, params)
+    summary = run_flow(evaluate, params, progress=not no_progress)
     print_summary(summary)
     finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []))

@@ -18,6 +18,7 @@ from flows.execution import auto_chunk_size, generate_all, judge_all
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.params import EvaluateParams
 from flows.preflight import extra_judges, refuse_invalid
+from flows.progress import PhaseProgress
 from flows.run_common import cache_url
 from judges.llm import Usage
 from judges.metrics import MetricsAccumulator
@@ -91,10 +92,12 @@ async def generate_responses(
     """
     if params.candidate is None:
         return Usage()
+    progress = await PhaseProgress.start("generating", len(prepared.rows))
     rows, usage = await generate_all(
         prepared.rows, params.candidate.settings(),
-        params.chunk_size or auto_chunk_size(len(prepared.rows)), store,
+        params.chunk_size or auto_chunk_size(len(prepared.rows)), store, progress,
     )
+    await progress.finish()
     prepared.rows = rows
     return usage
 
@@ -118,11 +121,13 @@ async def judge(
     calibration = new_accumulator(params, plan)
     started = time.perf_counter()
     try:
+        progress = await PhaseProgress.start("judging", len(rows))
         usage = await judge_all(
             rows, plan, params.judge.settings(), params.chunk_size or auto_chunk_size(len(rows)),
             cache_url(params), params.storage_options, staging, accumulator, calibration,
-            store,
+            store, progress,
         )
+        await progress.finish()
     except BaseException:
         staging.cleanup()
         raise

@@ -153,7 +153,7 @@ def _command(data: Path, out: Path, run_id: str, api_base: str) -> list[str]:
     return [JUDGEFLOW, "evaluate", str(data), "--judge-model", "openai/slow", "--api-base",
             api_base, "--output", str(out), "--suite", "s", "--run-id", run_id,
             "--judges", "safety", "--chunk-size", str(CHUNK_SIZE), "--concurrency", "2",
-            "--no-cache"]
+            "--no-cache", "--no-progress"]
 
 
 def _env() -> dict:
