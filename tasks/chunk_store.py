@@ -28,6 +28,8 @@ from pydantic import ValidationError
 
 from judges.cache import is_object_store
 from judges.llm import Usage
+from judges.pair_codec import decode_pair_verdict, encode_pair_verdict
+from judges.pairwise_judge import PairwiseOptions
 from judges.plan import JudgePlan
 from judges.result_codec import (
     ResultCodecError,
@@ -38,6 +40,7 @@ from judges.result_codec import (
     row_json,
 )
 from judges.rows import EvalRow
+from tasks.compare import PairChunkResult
 from tasks.judge import ChunkResult
 from tasks.outputs import RunLocation
 
@@ -48,7 +51,10 @@ logger = logging.getLogger(__name__)
 
 
 class ChunkStore:
-    """Persisted chunk results of one run, by kind ("judge", "generate", "pairs"...) and index.
+    """Persisted chunk results of one run, by kind ("judge", "generate", "pairs") and index.
+
+    `load`/`save` hold judged rows, `load_rows`/`save_rows` rows (generated responses),
+    `load_pairs`/`save_pairs` judged pairs; `read`/`write` are the JSON layer beneath them.
 
     Args:
         url: the folder (any fsspec URL), normally `{run}/.chunks` (see `for_run`).
@@ -174,6 +180,33 @@ class ChunkStore:
         """Store a chunk of rows and its usage (see `write`)."""
         self.write(kind, index, fingerprint,
                    {"rows": [row_json(r) for r in rows], "usage": encode_usage(usage)})
+
+    def load_pairs(self, kind: str, index: int, fingerprint: str, options: PairwiseOptions
+                   ) -> PairChunkResult | None:
+        """A judged chunk of pairs stored with this fingerprint, reconciled under `options`."""
+        stored = self.read(kind, index, fingerprint)
+        if stored is None:
+            return None
+        try:
+            return PairChunkResult(
+                index, list(stored["records"]),
+                [decode_pair_verdict(v, options) for v in stored["verdicts"]],
+                decode_usage(stored["usage"]), list(stored["calls"]),
+            )
+        except (ResultCodecError, KeyError, TypeError) as error:
+            logger.warning("stored chunk %s/%d does not fit this run, judging it again: %s",
+                           kind, index, error)
+            return None
+
+    def save_pairs(self, kind: str, index: int, fingerprint: str, result: PairChunkResult
+                   ) -> None:
+        """Store a judged chunk of pairs (see `write`)."""
+        self.write(kind, index, fingerprint, {
+            "records": result.records,
+            "verdicts": [encode_pair_verdict(v) for v in result.verdicts],
+            "usage": encode_usage(result.usage),
+            "calls": result.calls,
+        })
 
     def clear(self) -> None:
         """Delete the stored chunks once the run has published; a failure is only a warning.

@@ -13,10 +13,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from flows.compare_phases import judge_all_pairs
 from judges.aspect_critic import make_aspect
 from judges.engine import judge_rows
 from judges.llm import LLMSettings
 from judges.offline import MODEL as OFFLINE
+from judges.pairwise_judge import PairwiseOptions
 from judges.plan import plan_judges
 from judges.result_codec import judge_fingerprint
 from judges.result_names import row_record
@@ -24,9 +26,13 @@ from tasks.chunk_store import ChunkStore
 from tasks.chunk_task import judge_context
 from tasks.judge import ChunkResult
 from tasks.load import load_dataset, validate_dataset
+from tasks.pairs import validate_nova
+from tasks.sources import table_from_rows
+from tasks.staging import ResultStaging
 from tests.conftest import FAKE_API_KEY
 from tests.fake_llm import Reply, prompt_text
 from tests.s3_server import s3_fixture, s3_server_fixture  # noqa: F401 - fixtures
+from tests.test_compare import BiasedJudge, pair
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rag_eval.jsonl"
 JUDGEFLOW = str(Path(sys.executable).parent / "judgeflow")
@@ -216,3 +222,38 @@ def test_a_killed_run_resumes_its_finished_chunks_without_asking_again(fake_llm,
     print(f"calls: uninterrupted {ROW_COUNT}, rerun after the kill {sum(asked_again.values())} "
           f"({len(finished)} of {ROW_COUNT // CHUNK_SIZE} chunks resumed)")
     assert _published(out, "crashed") == _published(out, "whole")
+
+
+# --- compare: chunks of pairs ----------------------------------------------------------------
+
+def _judge_pairs_with(store: ChunkStore, api_base: str, options: PairwiseOptions):
+    rows = [pair(f"p{i}", f"#q={1 + i % 5}", f"#q={5 - i % 5}") for i in range(7)]
+    rows += [pair("flaky", "#q=2 #fail_first", "#q=4"), pair("tied", "#q=2 #tie_first", "#q=4")]
+    pairs = validate_nova(table_from_rows(rows))
+    pairs = pairs.pairs
+    settings = LLMSettings(model="openai/biased-judge", api_base=api_base, max_attempts=1)
+    staging = ResultStaging()
+    try:
+        verdicts, usage = asyncio.run(judge_all_pairs(pairs, options, settings, 3, None, {},
+                                                      staging, store))
+        return verdicts, usage, list(staging.iter_records())
+    finally:
+        staging.cleanup()
+
+
+def test_judged_pairs_resume_with_their_verdicts_reconciled_again(fake_llm, tmp_path):
+    fake_llm.script = BiasedJudge()
+    store = ChunkStore(str(tmp_path / ".chunks"))
+    first = _judge_pairs_with(store, fake_llm.api_base, PairwiseOptions())
+    assert len(fake_llm.requests) == 18
+    assert len(list((tmp_path / ".chunks" / "pairs").iterdir())) == 3
+
+    fake_llm.reset()
+    again = _judge_pairs_with(ChunkStore(str(tmp_path / ".chunks")), fake_llm.api_base,
+                              PairwiseOptions())
+    assert fake_llm.requests == []
+    assert again == first  # verdicts (single-pass flag included), usage and staged records
+
+    stricter = _judge_pairs_with(store, fake_llm.api_base, PairwiseOptions(strict_ties=True))
+    assert len(fake_llm.requests) == 18  # another tie rule is another result: judged again
+    assert [v.verdict for v in stricter[0]] == [v.verdict for v in first[0]][:-1] + ["tie"]
