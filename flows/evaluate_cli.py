@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.cli_common import (
+    NoProgress,
     build_params,
     checked,
     console,
@@ -116,6 +117,7 @@ def evaluate_command(
     shards: Annotated[int, typer.Option(
         help="Judge in N child flow runs of the shard deployment, run by the workers of its "
         "work pool (needs a Prefect server: PREFECT_API_URL)")] = 1,
+    no_progress: NoProgress = False,
 ) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""
     from flows.params import EvaluateParams, JudgeModel
@@ -146,6 +148,6 @@ def evaluate_command(
         checked(check_shard_setup, params.shard_deployment)
     from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good
 
-    summary = run_flow(evaluate, params)
+    summary = run_flow(evaluate, params, progress=not no_progress)
     print_summary(summary)
     finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []))

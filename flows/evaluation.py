@@ -18,6 +18,7 @@ from flows.execution import auto_chunk_size, generate_all, judge_all
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.params import EvaluateParams
 from flows.preflight import extra_judges, refuse_invalid
+from flows.progress import PhaseProgress
 from flows.run_common import cache_url
 from flows.shards import judge_in_shards
 from judges.llm import Usage
@@ -30,7 +31,7 @@ from tasks.generate import GENERATION_ERROR
 from tasks.load import load_dataset, validate_dataset
 from tasks.outputs import RunLocation
 from tasks.publish import publish_run
-from tasks.shard_inputs import remove_shard_inputs
+from tasks.shard_inputs import remove_shard_files
 from tasks.sources import RawTable
 from tasks.staging import ResultStaging
 from tasks.validation import ValidatedSet
@@ -56,6 +57,7 @@ class JudgedRun:
     timings: dict[str, float] = field(default_factory=dict)
     completeness: Completeness = field(default_factory=lambda: Completeness.of([]))
     calibration: dict = field(default_factory=dict)
+    store: ChunkStore | None = None  # the finished chunks, cleared once the run is published
     sections: dict = field(default_factory=dict)  # more manifest sections (e.g. `shards`)
 
 
@@ -93,10 +95,12 @@ async def generate_responses(
     """
     if params.candidate is None:
         return Usage()
+    progress = await PhaseProgress.start("generating", len(prepared.rows))
     rows, usage = await generate_all(
         prepared.rows, params.candidate.settings(),
-        params.chunk_size or auto_chunk_size(len(prepared.rows)), store,
+        params.chunk_size or auto_chunk_size(len(prepared.rows)), store, progress,
     )
+    await progress.finish()
     prepared.rows = rows
     return usage
 
@@ -127,10 +131,12 @@ async def judge(
         sharded = await judge_in_shards(params, location, rows, plan, chunk_size)
         store = sharded.merge_view(store or ChunkStore.for_run(location), rows)
     try:
+        progress = await PhaseProgress.start("judging", len(rows))
         usage = await judge_all(
             rows, plan, params.judge.settings(), chunk_size, cache_url(params),
-            params.storage_options, staging, accumulator, calibration, store,
+            params.storage_options, staging, accumulator, calibration, store, progress,
         )
+        await progress.finish()
     except BaseException:
         staging.cleanup()
         raise
@@ -155,7 +161,7 @@ async def judge(
         logger.warning("incomplete: %s", reason)
     return JudgedRun(plan, staging, metrics, usage,
                      {"judge_seconds": time.perf_counter() - started}, completeness,
-                     calibrated.manifest,
+                     calibrated.manifest, store,
                      {"shards": sharded.manifest_section()} if sharded is not None else {})
 
 
@@ -196,10 +202,10 @@ def publish(
         )
     finally:
         judged.staging.cleanup()
-    # Published, manifest last: what the resumable chunks held is now in the run's files.
-    ChunkStore.for_run(location).clear()
+    if judged.store is not None:  # published: what the chunks held is in the run's files now
+        judged.store.clear()
     if params.shards > 1:
-        remove_shard_inputs(location.url(), params.storage_options)
+        remove_shard_files(location.url(), params.shards, params.storage_options)
     return manifest, urls
 
 

@@ -10,6 +10,7 @@ from typing import TypeVar
 from prefect.client.schemas.objects import State
 from prefect.utilities.annotations import quote
 
+from flows.progress import ChunkTally, PhaseProgress
 from judges.calibration_rows import CalibrationAccumulator
 from judges.engine import failed_rows
 from judges.llm import LLMSettings, Usage
@@ -19,7 +20,7 @@ from judges.result_codec import generation_fingerprint, judge_fingerprint
 from judges.result_names import row_record
 from judges.rows import EvalRow
 from tasks.chunk_store import ChunkStore
-from tasks.generate import generate_chunk, mark_generation_failed
+from tasks.generate import GENERATION_ERROR, generate_chunk, mark_generation_failed
 from tasks.judge import ChunkResult, judge_chunk
 from tasks.staging import ResultStaging
 
@@ -84,6 +85,7 @@ async def judge_all(
     accumulator: MetricsAccumulator,
     calibration: CalibrationAccumulator,
     store: ChunkStore | None = None,
+    progress: PhaseProgress | None = None,
 ) -> Usage:
     """Judge every chunk, staging each chunk's records and tallying them as it completes.
 
@@ -91,6 +93,7 @@ async def judge_all(
     carrying the failure, so that no row is lost. With a `store`, a chunk finished by an
     earlier attempt of this run (same rows, plan and model) is taken from it without a task
     run or a model call, and every chunk that completes is saved to it as it finishes.
+    `progress` hears of every finished chunk.
     """
     usage = Usage()
     fingerprints: dict[int, str] = {}
@@ -108,12 +111,13 @@ async def judge_all(
 
     async def finish(index: int, chunk: list[EvalRow], outcome: State | ChunkResult) -> None:
         calls: list[dict] = []
+        spent = Usage()  # what this attempt of the run spent on the chunk
         if isinstance(outcome, ChunkResult):  # resumed from the store
             results, calls = outcome.results, outcome.calls
             usage.add(outcome.usage)
         elif outcome.is_completed():
             result = await outcome.aresult()
-            results, calls = result.results, result.calls
+            results, calls, spent = result.results, result.calls, result.usage
             usage.add(result.usage)
             if store is not None:
                 await asyncio.to_thread(store.save, JUDGE_KIND, index, fingerprints[index],
@@ -125,6 +129,10 @@ async def judge_all(
         for row_result in results:
             accumulator.add(row_result)
             calibration.add(row_result)
+        if progress is not None:
+            errors = sum(judged.errored for r in results for judged in r.judges)
+            await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
+                                                 errors, isinstance(outcome, ChunkResult)))
 
     in_flight = chunks_in_flight(settings.concurrency, chunk_size)
     await run_chunks(rows, chunk_size, in_flight, submit, finish)
@@ -133,7 +141,7 @@ async def judge_all(
 
 async def generate_all(
     rows: Sequence[EvalRow], settings: LLMSettings, chunk_size: int,
-    store: ChunkStore | None = None,
+    store: ChunkStore | None = None, progress: PhaseProgress | None = None,
 ) -> tuple[list[EvalRow], Usage]:
     """Rows with the candidate's responses, in input order.
 
@@ -154,12 +162,14 @@ async def generate_all(
         return await generate_chunk(quote(chunk), settings, return_state=True)
 
     async def finish(index: int, chunk: list[EvalRow], outcome) -> None:
+        spent = Usage()
         if isinstance(outcome, tuple):  # resumed from the store
             generated, chunk_usage = outcome
             usage.add(chunk_usage)
         elif outcome.is_completed():
             generated, chunk_usage = await outcome.aresult()
             usage.add(chunk_usage)
+            spent = chunk_usage
             if store is not None:
                 await asyncio.to_thread(store.save_rows, GENERATE_KIND, index,
                                         fingerprints[index], generated, chunk_usage)
@@ -167,6 +177,10 @@ async def generate_all(
             error = f"generation task failed: {outcome.message or 'task failed'}"
             generated = [mark_generation_failed(row, error) for row in chunk]
         by_chunk[index] = generated
+        if progress is not None:
+            errors = sum(GENERATION_ERROR in row.extra for row in generated)
+            await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
+                                                 errors, isinstance(outcome, tuple)))
 
     in_flight = chunks_in_flight(settings.concurrency, chunk_size)
     await run_chunks(rows, chunk_size, in_flight, submit, finish)

@@ -84,3 +84,7 @@ class MergeView:
     def save(self, kind: str, index: int, fingerprint: str, result: ChunkResult) -> None:
         """Never reached: every load answers, so the parent runs no chunk task."""
         raise RuntimeError(f"the parent of a sharded run judged chunk {index} itself")
+
+    def clear(self) -> None:
+        """Delete the run's stored chunks once it has published (every one was read here)."""
+        self.store.clear()

@@ -36,7 +36,7 @@ from tasks.outputs import RunLocation
 from tasks.shard_inputs import (
     ShardOutcome,
     read_model,
-    remove_shard_inputs,
+    remove_shard_files,
     shard_url,
     write_model,
     write_rows,
@@ -147,7 +147,8 @@ def write_inputs(params: EvaluateParams, location: RunLocation, rows: Sequence[E
     custom = load_custom_judges(params.custom_judges) if params.custom_judges else []
     spec = plan_spec(plan, custom, params.aspects, params.strictness, fields_present(rows))
     run_url, options = location.url(), params.storage_options
-    remove_shard_inputs(run_url, options)  # no outcome.json of an earlier attempt may remain
+    # No outcome.json of an earlier attempt of this run id may remain.
+    remove_shard_files(run_url, max(params.shards, len(ranges)), options)
     write_model(shard_url(run_url, name="plan.json"), spec, options)
     for shard in ranges:
         write_rows(shard_url(run_url, shard.index, "rows.jsonl"),

@@ -21,12 +21,15 @@ import contextlib
 import json
 import logging
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 from pydantic import ValidationError
 
 from judges.cache import is_object_store
 from judges.llm import Usage
+from judges.pair_codec import decode_pair_verdict, encode_pair_verdict
+from judges.pairwise_judge import PairwiseOptions
 from judges.plan import JudgePlan
 from judges.result_codec import (
     ResultCodecError,
@@ -37,16 +40,21 @@ from judges.result_codec import (
     row_json,
 )
 from judges.rows import EvalRow
+from tasks.compare import PairChunkResult
 from tasks.judge import ChunkResult
 from tasks.outputs import RunLocation
 
 CHUNKS_FOLDER = ".chunks"
 FORMAT = 1
+DELETES_IN_FLIGHT = 8
 logger = logging.getLogger(__name__)
 
 
 class ChunkStore:
-    """Persisted chunk results of one run, by kind ("judge", "generate", "pairs"...) and index.
+    """Persisted chunk results of one run, by kind ("judge", "generate", "pairs") and index.
+
+    `load`/`save` hold judged rows, `load_rows`/`save_rows` rows (generated responses),
+    `load_pairs`/`save_pairs` judged pairs; `read`/`write` are the JSON layer beneath them.
 
     Args:
         url: the folder (any fsspec URL), normally `{run}/.chunks` (see `for_run`).
@@ -57,7 +65,10 @@ class ChunkStore:
         self.url = url
         self._fs, self._root = fsspec.core.url_to_fs(url, **(storage_options or {}))
         self._root = self._root.rstrip("/")
-        self._needs_dirs = not is_object_store(self._fs)
+        self._object_store = is_object_store(self._fs)
+        # Every file this store read or wrote: what `clear` deletes on an object store.
+        self._touched: set[str] = set()
+        self._readable = True
 
     @classmethod
     def for_run(cls, location: RunLocation) -> ChunkStore:
@@ -70,10 +81,20 @@ class ChunkStore:
     def read(self, kind: str, index: int, fingerprint: str) -> dict | None:
         """The stored result document of a chunk with this fingerprint, or None."""
         path = self._path(kind, index)
+        if not self._readable:
+            return None
         try:
-            with self._fs.open(path, "r", encoding="utf-8") as handle:
-                document = json.load(handle)
+            # One ranged GET: opening the file, or reading it whole, would first ask for its
+            # size, and on S3 a missing key's size lists the prefix (ListBucket, a right a
+            # writer may not have).
+            document = json.loads(self._fs.cat_file(path, start=0))
         except FileNotFoundError:
+            return None
+        except PermissionError as error:
+            # A writer allowed to put objects but not to read them: nothing to resume from.
+            logger.warning("cannot read stored chunks at %s, so none is resumed: %s",
+                           self.url, error)
+            self._readable = False
             return None
         except (OSError, ValueError) as error:
             logger.warning("stored chunk %s unreadable, judging it again: %s", path, error)
@@ -82,6 +103,7 @@ class ChunkStore:
             return None
         if document.get("fingerprint") != fingerprint or document.get("kind") != kind:
             return None  # other rows, judges or model under this run id: not this chunk
+        self._touched.add(path)
         return document.get("result")
 
     def write(self, kind: str, index: int, fingerprint: str, result: dict) -> None:
@@ -92,12 +114,13 @@ class ChunkStore:
         path = self._path(kind, index)
         try:
             self._write_whole(path, data)
+            self._touched.add(path)
         except OSError as error:
             logger.warning("could not store finished chunk %s (a rerun judges it again): %s",
                            path, error)
 
     def _write_whole(self, path: str, data: str) -> None:
-        if not self._needs_dirs:
+        if self._object_store:
             with self._fs.open(path, "w", encoding="utf-8") as handle:  # one PUT: whole or none
                 handle.write(data)
             return
@@ -158,15 +181,51 @@ class ChunkStore:
         self.write(kind, index, fingerprint,
                    {"rows": [row_json(r) for r in rows], "usage": encode_usage(usage)})
 
-    def clear(self) -> None:
-        """Delete every stored chunk (after the run published); failure is only a warning.
+    def load_pairs(self, kind: str, index: int, fingerprint: str, options: PairwiseOptions
+                   ) -> PairChunkResult | None:
+        """A judged chunk of pairs stored with this fingerprint, reconciled under `options`."""
+        stored = self.read(kind, index, fingerprint)
+        if stored is None:
+            return None
+        try:
+            return PairChunkResult(
+                index, list(stored["records"]),
+                [decode_pair_verdict(v, options) for v in stored["verdicts"]],
+                decode_usage(stored["usage"]), list(stored["calls"]),
+            )
+        except (ResultCodecError, KeyError, TypeError) as error:
+            logger.warning("stored chunk %s/%d does not fit this run, judging it again: %s",
+                           kind, index, error)
+            return None
 
-        A writer allowed to put objects but not to delete them leaves the folder behind: it is
-        never listed in the manifest, and a reader of the run never looks into it.
+    def save_pairs(self, kind: str, index: int, fingerprint: str, result: PairChunkResult
+                   ) -> None:
+        """Store a judged chunk of pairs (see `write`)."""
+        self.write(kind, index, fingerprint, {
+            "records": result.records,
+            "verdicts": [encode_pair_verdict(v) for v in result.verdicts],
+            "usage": encode_usage(result.usage),
+            "calls": result.calls,
+        })
+
+    def clear(self) -> None:
+        """Delete the stored chunks once the run has published; a failure is only a warning.
+
+        A local folder goes whole. On an object store the files this store read or wrote are
+        deleted by name (no listing: a writer needs no bucket-level right).
+        A chunk left behind (a writer without delete rights) is never named in the manifest,
+        and no reader of the run looks into `.chunks`.
         """
         try:
-            self._fs.rm(self._root, recursive=True)
+            if self._object_store:
+                # One DELETE per key, a few at once: a bulk delete would first probe each key
+                # with a listing.
+                with ThreadPoolExecutor(DELETES_IN_FLIGHT) as pool:
+                    list(pool.map(self._fs.rm_file, sorted(self._touched)))
+            else:
+                self._fs.rm(self._root, recursive=True)
         except FileNotFoundError:
             pass
         except OSError as error:
             logger.warning("could not delete the stored chunks at %s: %s", self.url, error)
+        self._touched.clear()

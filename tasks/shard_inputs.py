@@ -12,6 +12,7 @@ rows: Prefect stores parameters and the UI caps them).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import TypeVar
@@ -19,6 +20,7 @@ from typing import TypeVar
 import fsspec
 from pydantic import BaseModel, ConfigDict, Field
 
+from judges.cache import is_object_store
 from judges.rows import EvalRow
 
 SHARDS_FOLDER = ".shards"
@@ -107,17 +109,27 @@ def read_model(url: str, model: type[M], storage_options: dict) -> M | None:
         return None
 
 
-def remove_shard_inputs(run_url: str, storage_options: dict) -> None:
-    """Delete `{run}/.shards` (once the run has published, its inputs are copies)."""
-    fs, path = fsspec.core.url_to_fs(shard_url(run_url), **storage_options)
-    try:
-        fs.rm(path, recursive=True)
-    except FileNotFoundError:
-        pass
+def remove_shard_files(run_url: str, shards: int, storage_options: dict) -> None:
+    """Delete what `{run}/.shards` holds for up to `shards` shards (its inputs are copies).
+
+    On an object store each file goes by name, as the chunk store does: no listing, so a
+    writer needs no bucket-level right. A failure is left to the caller: nothing is lost.
+    """
+    fs, root = fsspec.core.url_to_fs(shard_url(run_url), **storage_options)
+    if not is_object_store(fs):
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(root, recursive=True)
+        return
+    names = ["plan.json"] + [f"{k}/{name}" for k in range(shards)
+                             for name in ("rows.jsonl", "outcome.json")]
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(f"{root}/{name}")
 
 
 def _write_text(url: str, text: str, storage_options: dict) -> None:
     fs, path = fsspec.core.url_to_fs(url, **storage_options)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)  # a no-op on object stores
+    if not is_object_store(fs):  # object stores have no folders (and making one may list)
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(path, "w", encoding="utf-8") as handle:
         handle.write(text)

@@ -13,10 +13,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from flows.compare_phases import judge_all_pairs
 from judges.aspect_critic import make_aspect
 from judges.engine import judge_rows
 from judges.llm import LLMSettings
 from judges.offline import MODEL as OFFLINE
+from judges.pairwise_judge import PairwiseOptions
 from judges.plan import plan_judges
 from judges.result_codec import judge_fingerprint
 from judges.result_names import row_record
@@ -24,8 +26,13 @@ from tasks.chunk_store import ChunkStore
 from tasks.chunk_task import judge_context
 from tasks.judge import ChunkResult
 from tasks.load import load_dataset, validate_dataset
+from tasks.pairs import validate_nova
+from tasks.sources import table_from_rows
+from tasks.staging import ResultStaging
 from tests.conftest import FAKE_API_KEY
 from tests.fake_llm import Reply, prompt_text
+from tests.s3_server import s3_fixture, s3_server_fixture  # noqa: F401 - fixtures
+from tests.test_compare import BiasedJudge, pair
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rag_eval.jsonl"
 JUDGEFLOW = str(Path(sys.executable).parent / "judgeflow")
@@ -106,6 +113,27 @@ def test_a_damaged_or_foreign_chunk_file_is_a_miss(tmp_path):
     assert store.load("judge", 0, key, plan) is None
 
 
+def test_on_s3_chunks_are_stored_read_and_cleared_without_listing_the_bucket(s3):
+    setup = len(s3.requests())  # the fixture's bucket creation
+    rows = _rows()
+    plan = plan_judges(rows, ["safety"])
+    settings = LLMSettings(model=OFFLINE)
+    key = judge_fingerprint(rows, plan, settings)
+    url = s3.url("evals/suite/run/.chunks")
+    ChunkStore(url, s3.storage_options).save("judge", 0, key, _judged(rows, plan, settings))
+
+    resumed = ChunkStore(url, s3.storage_options)  # a later process, same run
+    assert resumed.load("judge", 0, key, plan) is not None
+    assert resumed.load("judge", 1, key, plan) is None
+    resumed.clear()
+    made = s3.requests()[setup:]
+
+    # A writer with PutObject/GetObject/DeleteObject on its prefix is enough.
+    assert all(r.path.startswith(f"/{s3.name}/evals/") for r in made)
+    assert {r.method for r in made} == {"GET", "PUT", "DELETE"}
+    assert not s3.filesystem().exists(f"{s3.name}/evals/suite/run/.chunks/judge/000000.json")
+
+
 # --- the whole command, killed part-way and run again -------------------------------------
 
 ROW_COUNT, CHUNK_SIZE = 60, 5
@@ -131,7 +159,7 @@ def _command(data: Path, out: Path, run_id: str, api_base: str) -> list[str]:
     return [JUDGEFLOW, "evaluate", str(data), "--judge-model", "openai/slow", "--api-base",
             api_base, "--output", str(out), "--suite", "s", "--run-id", run_id,
             "--judges", "safety", "--chunk-size", str(CHUNK_SIZE), "--concurrency", "2",
-            "--no-cache"]
+            "--no-cache", "--no-progress"]
 
 
 def _env() -> dict:
@@ -194,3 +222,38 @@ def test_a_killed_run_resumes_its_finished_chunks_without_asking_again(fake_llm,
     print(f"calls: uninterrupted {ROW_COUNT}, rerun after the kill {sum(asked_again.values())} "
           f"({len(finished)} of {ROW_COUNT // CHUNK_SIZE} chunks resumed)")
     assert _published(out, "crashed") == _published(out, "whole")
+
+
+# --- compare: chunks of pairs ----------------------------------------------------------------
+
+def _judge_pairs_with(store: ChunkStore, api_base: str, options: PairwiseOptions):
+    rows = [pair(f"p{i}", f"#q={1 + i % 5}", f"#q={5 - i % 5}") for i in range(7)]
+    rows += [pair("flaky", "#q=2 #fail_first", "#q=4"), pair("tied", "#q=2 #tie_first", "#q=4")]
+    pairs = validate_nova(table_from_rows(rows))
+    pairs = pairs.pairs
+    settings = LLMSettings(model="openai/biased-judge", api_base=api_base, max_attempts=1)
+    staging = ResultStaging()
+    try:
+        verdicts, usage = asyncio.run(judge_all_pairs(pairs, options, settings, 3, None, {},
+                                                      staging, store))
+        return verdicts, usage, list(staging.iter_records())
+    finally:
+        staging.cleanup()
+
+
+def test_judged_pairs_resume_with_their_verdicts_reconciled_again(fake_llm, tmp_path):
+    fake_llm.script = BiasedJudge()
+    store = ChunkStore(str(tmp_path / ".chunks"))
+    first = _judge_pairs_with(store, fake_llm.api_base, PairwiseOptions())
+    assert len(fake_llm.requests) == 18
+    assert len(list((tmp_path / ".chunks" / "pairs").iterdir())) == 3
+
+    fake_llm.reset()
+    again = _judge_pairs_with(ChunkStore(str(tmp_path / ".chunks")), fake_llm.api_base,
+                              PairwiseOptions())
+    assert fake_llm.requests == []
+    assert again == first  # verdicts (single-pass flag included), usage and staged records
+
+    stricter = _judge_pairs_with(store, fake_llm.api_base, PairwiseOptions(strict_ties=True))
+    assert len(fake_llm.requests) == 18  # another tie rule is another result: judged again
+    assert [v.verdict for v in stricter[0]] == [v.verdict for v in first[0]][:-1] + ["tie"]
