@@ -42,6 +42,7 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "help": scenarios.help_command,
         "memory": scenarios.memory,
         "memory-loopback": lambda: scenarios.memory("loopback"),
+        "sharded": lambda: scenarios.sharded(calls(4000)),
     }
 
 

@@ -22,6 +22,7 @@ from bench.processes import (
     run_help,
     stack_import_seconds,
 )
+from bench.sharded import measure as sharded_measure
 
 
 class Measure(NamedTuple):
@@ -189,3 +190,17 @@ def memory(judge: str = "offline") -> list[Measure]:
                 ratio=growth / bench_memory.GROWTH_LIMIT_MB, target="< 1",
                 note=f"peak RSS {small.command.peak_rss_mb:.0f} MB at {small.rows} rows"),
     ]
+
+
+def sharded(calls: int, shards: int = 2, latency: float = 0.005,
+            concurrency: int = 64) -> list[Measure]:
+    """`--shards N` on N process workers against one process, on the CPU-bound case."""
+    result = sharded_measure(calls, shards, latency, concurrency)
+    single, split = result["single"], result["sharded"]
+    return [Measure(
+        f"sharded x{shards}, CPU-bound {latency * 1000:.0f} ms c{concurrency}",
+        calls=split["calls"], wall_seconds=split["wall_seconds"], rate=split["rate"],
+        limit=single["rate"], limit_label="one process (req/s)", ratio=result["speedup"],
+        cpu_ms_per_call=None, peak_rss_mb=None, target=">= 1.6",
+        note=f"load average {result['load_average']:.1f} at start",
+    )]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import atexit
 import gc
 import sys
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ EXIT_INVALID = 2  # invalid input or configuration: nothing was judged or publis
 EXIT_INCOMPLETE = 3  # published, but too many judge calls failed to read it as a result
 
 console = Console(stderr=True)
+# The option of every command that runs a flow.
+NoProgress = Annotated[bool, typer.Option(
+    "--no-progress", help="No live progress display (shown only when stderr is a terminal)")]
 # The temporary Prefect API this command started, if any (see start_prefect_api).
 _api = None
 
@@ -142,18 +145,24 @@ def _attach_prefect_api() -> None:
                       soft_wrap=True, style="dim")
 
 
-def run_flow(flow_fn, params) -> dict:
-    """Run a flow to its end and return its summary; config errors exit 2, other failures 1."""
+def run_flow(flow_fn, params, progress: bool = True) -> dict:
+    """Run a flow to its end and return its summary; config errors exit 2, other failures 1.
+
+    With `progress`, a live display on a terminal's stderr (flows/progress.py) shows the run's
+    phases; it is stopped, its last state left on screen, before this returns.
+    """
     import asyncio
 
     from pydantic import ValidationError
 
     from flows.preflight import CONFIG_ERRORS
+    from flows.progress import console_progress
 
     _prepare_models(params)
     _resume_collector()
     _attach_prefect_api()
-    state = asyncio.run(flow_fn(params, return_state=True))
+    with console_progress(progress):
+        state = asyncio.run(flow_fn(params, return_state=True))
     if state.is_completed():  # an incomplete run too: its state is Completed, named Incomplete
         return state.result()
     error = state.result(raise_on_failure=False)

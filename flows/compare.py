@@ -17,6 +17,7 @@ from flows.compare_phases import (
 )
 from flows.run_common import final_state, run_location, run_summary
 from tasks.artifacts import publish_artifacts
+from tasks.chunk_store import ChunkStore
 
 __all__ = ["SWAP_DISABLED_NOTICE", "CompareParams", "compare", "judge_all_pairs"]
 
@@ -28,7 +29,8 @@ async def compare(params: CompareParams) -> dict:
     warn_notices(params)
     location = run_location(params, started_at)
     prepared = prepare_pairs(params)
-    judged = await judge_pairs(params, prepared)
+    store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
+    judged = await judge_pairs(params, prepared, store)
     manifest, urls = publish_pairs(params, location, prepared, judged, started_at)
     publish_artifacts(manifest, judged.metrics, urls)
     get_run_logger().info("report: %s", urls["report.html"])

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.cli_common import (
+    NoProgress,
     build_params,
     checked,
     finish,
@@ -108,6 +109,7 @@ def compare_command(
         "--no-cache", help="Ignore the judge reply cache")] = False,
     storage_option: Annotated[list[str] | None, typer.Option(
         help="fsspec option KEY=VALUE for s3://, e.g. endpoint_url=http://minio:9000")] = None,
+    no_progress: NoProgress = False,
 ) -> None:
     """Judge two systems head to head (both orders of every pair) and publish a report."""
     from flows.compare_params import CompareParams
@@ -127,6 +129,6 @@ def compare_command(
     checked(preflight_compare, params)
     from flows.compare import compare
 
-    summary = run_flow(compare, params)
+    summary = run_flow(compare, params, progress=not no_progress)
     print_compare_summary(summary)
     finish(summary["status"], summary["incomplete_reasons"])

@@ -6,8 +6,8 @@ the `evaluate` flow sequences the phases in flows/evaluation.py.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -19,9 +19,11 @@ from flows.compare_params import CompareParams
 from flows.completeness import Completeness, assess_pairs
 from flows.execution import auto_chunk_size, chunks_in_flight, run_chunks
 from flows.manifest import OFFLINE_NOTICE, build_manifest
+from flows.progress import ChunkTally, PhaseProgress
 from flows.run_common import cache_url
 from judges.calibration_rows import pairwise_calibration, preferences_of
 from judges.llm import LLMSettings, Usage
+from judges.pair_codec import pairs_fingerprint
 from judges.pairwise import PairVerdict, Rubric
 from judges.pairwise_judge import (
     PAIRWISE_JUDGE,
@@ -32,7 +34,8 @@ from judges.pairwise_judge import (
 )
 from judges.plan import JudgePlan
 from judges.result_names import pairwise_metric_fields, row_count_names
-from tasks.compare import compare_chunk, failed_chunk_result
+from tasks.chunk_store import ChunkStore
+from tasks.compare import PairChunkResult, compare_chunk, failed_chunk_result
 from tasks.outputs import RunLocation
 from tasks.pairs import PairSet, load_pairs, load_rubric
 from tasks.publish import publish_run
@@ -40,6 +43,7 @@ from tasks.report_rows import ReportInputs
 from tasks.staging import ResultStaging
 from tasks.validation import InvalidDatasetError
 
+PAIRS_KIND = "pairs"  # persisted chunks of a compare run (tasks/chunk_store.py)
 SWAP_DISABLED_NOTICE = (
     "Position swap disabled: each pair was judged once, with A in position 1. A judge's "
     "position bias goes straight into the verdicts; use this run to diagnose it, not to decide."
@@ -67,6 +71,7 @@ class JudgedPairs:
     completeness: Completeness
     timings: dict[str, float] = field(default_factory=dict)
     report: ReportInputs = field(default_factory=ReportInputs)
+    store: ChunkStore | None = None  # the finished chunks, cleared once the run is published
 
 
 def warn_notices(params: CompareParams) -> None:
@@ -91,15 +96,21 @@ def prepare_pairs(params: CompareParams) -> PreparedPairs:
     return PreparedPairs(pair_set, options, rubric, time.perf_counter() - started)
 
 
-async def judge_pairs(params: CompareParams, prepared: PreparedPairs) -> JudgedPairs:
-    """Judge every pair in both orders, stage the records, aggregate, assess completeness."""
+async def judge_pairs(params: CompareParams, prepared: PreparedPairs,
+                      store: ChunkStore | None = None) -> JudgedPairs:
+    """Judge every pair in both orders, stage the records, aggregate, assess completeness.
+
+    Chunks judged by an earlier attempt of the run, kept in `store`, are reused as they are.
+    """
     pairs, staging = prepared.pair_set.pairs, ResultStaging()
     started = time.perf_counter()
     try:
+        progress = await PhaseProgress.start("judging pairs", len(pairs))
         verdicts, usage = await judge_all_pairs(
             pairs, prepared.options, params.judge.settings(),
             params.chunk_size or auto_chunk_size(len(pairs)), cache_url(params),
-            params.storage_options, staging)
+            params.storage_options, staging, store, progress)
+        await progress.finish()
     except BaseException:
         staging.cleanup()
         raise
@@ -118,7 +129,8 @@ async def judge_pairs(params: CompareParams, prepared: PreparedPairs) -> JudgedP
     completeness = assess_pairs(metrics, example, params.max_error_share)
     timings = {"load_validate_seconds": prepared.load_seconds,
                "judge_seconds": time.perf_counter() - started}
-    return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings, report)
+    return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings, report,
+                       store)
 
 
 def publish_pairs(params: CompareParams, location: RunLocation, prepared: PreparedPairs,
@@ -132,6 +144,8 @@ def publish_pairs(params: CompareParams, location: RunLocation, prepared: Prepar
                            report=judged.report)
     finally:
         judged.staging.cleanup()
+    if judged.store is not None:  # published: what the chunks held is in the run's files now
+        judged.store.clear()
     return manifest, urls
 
 
@@ -143,27 +157,51 @@ async def judge_all_pairs(
     cache_url: str | None,
     storage_options: dict,
     staging: ResultStaging,
+    store: ChunkStore | None = None,
+    progress: PhaseProgress | None = None,
 ) -> tuple[list[PairVerdict], Usage]:
     """Judge every chunk (a few at a time), staging each chunk's records as it completes.
+
+    With a `store`, a chunk judged by an earlier attempt of the run (same pairs, rubric, rules
+    and model) is reused without a task run or a model call, and each chunk judged now is saved
+    as it completes. `progress` hears of every finished chunk.
 
     Returns:
         One verdict per pair in input order, and the calls and tokens spent. A chunk whose
         task fails after its retries yields an error verdict per pair: no pair is lost.
     """
-    usage, by_chunk = Usage(), {}
+    usage, by_chunk, fingerprints = Usage(), {}, {}
 
-    def submit(index: int, chunk: list[Pair]) -> Awaitable[State]:
-        return compare_chunk(index, quote(chunk), options, settings, cache_url, storage_options,
-                             return_state=True)
+    async def submit(index: int, chunk: list[Pair]) -> State | PairChunkResult:
+        if store is not None:
+            fingerprints[index] = await asyncio.to_thread(pairs_fingerprint, chunk, options,
+                                                          settings)
+            stored = await asyncio.to_thread(store.load_pairs, PAIRS_KIND, index,
+                                             fingerprints[index], options)
+            if stored is not None and len(stored.verdicts) == len(chunk):
+                return stored
+        return await compare_chunk(index, quote(chunk), options, settings, cache_url,
+                                   storage_options, return_state=True)
 
-    async def finish(index: int, chunk: list[Pair], state: State) -> None:
-        if state.is_completed():
-            result = await state.aresult()
+    async def finish(index: int, chunk: list[Pair], outcome: State | PairChunkResult) -> None:
+        resumed = isinstance(outcome, PairChunkResult)
+        if resumed:
+            result = outcome
+        elif outcome.is_completed():
+            result = await outcome.aresult()
+            if store is not None:
+                await asyncio.to_thread(store.save_pairs, PAIRS_KIND, index,
+                                        fingerprints[index], result)
         else:
-            result = failed_chunk_result(index, chunk, options, state.message or "task failed")
+            result = failed_chunk_result(index, chunk, options, outcome.message or "task failed")
         usage.add(result.usage)
         staging.write_chunk(index, result.records, result.calls)
         by_chunk[index] = result.verdicts
+        if progress is not None:
+            spent = Usage() if resumed else result.usage
+            errors = sum(v.verdict == "error" for v in result.verdicts)
+            await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
+                                                 errors, resumed))
 
     in_flight = chunks_in_flight(settings.concurrency, chunk_size)
     await run_chunks(pairs, chunk_size, in_flight, submit, finish)

@@ -10,6 +10,7 @@ from flows.evaluation import generate_responses, judge, prepare, publish, warn_i
 from flows.params import EvaluateParams
 from flows.run_common import final_state, run_location, run_summary
 from tasks.artifacts import publish_artifacts
+from tasks.chunk_store import ChunkStore
 
 
 @flow(name="evaluate", log_prints=True)
@@ -19,8 +20,9 @@ async def evaluate(params: EvaluateParams) -> dict:
     warn_if_offline(params)
     location = run_location(params, started_at)
     prepared = prepare(params)
-    generation_usage = await generate_responses(params, prepared)
-    judged = await judge(params, prepared)
+    store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
+    generation_usage = await generate_responses(params, prepared, store)
+    judged = await judge(params, prepared, store, location)
     extra = {"generation_usage": generation_usage.as_dict()} if params.candidate else None
     manifest, urls = publish(params, location, prepared, judged, started_at, extra)
     publish_artifacts(manifest, judged.metrics, urls)

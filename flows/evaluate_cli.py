@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.cli_common import (
+    NoProgress,
     build_params,
     checked,
     console,
@@ -41,6 +42,15 @@ def print_summary(summary: dict) -> None:
         console.print(f"[yellow]{OFFLINE_NOTICE}[/]")
     print(f"report:  {summary['files']['report.html']}")
     print(f"metrics: {summary['files']['metrics.json']}")
+
+
+def require_shared_server() -> None:
+    """Exit 2 unless a Prefect server that workers can poll is configured and answers."""
+    from flows.shard_server import server_problem
+
+    problem = server_problem()
+    if problem:
+        fail(problem)
 
 
 def candidate_params(model: str | None, api_base: str | None, api_key_env: str | None):
@@ -104,6 +114,10 @@ def evaluate_command(
     calibration_floor: Annotated[float | None, typer.Option(
         help="Mark judges whose kappa 95% lower bound is below this as advisory")] = None,
     calibration_seed: Annotated[int, typer.Option(help="Seed of the kappa bootstrap")] = 0,
+    shards: Annotated[int, typer.Option(
+        help="Judge in N child flow runs of the shard deployment, run by the workers of its "
+        "work pool (needs a Prefect server: PREFECT_API_URL)")] = 1,
+    no_progress: NoProgress = False,
 ) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""
     from flows.params import EvaluateParams, JudgeModel
@@ -122,12 +136,18 @@ def evaluate_command(
         use_cache=not no_cache, custom_judges=custom_judges, aspects=aspect or [],
         strictness=strictness, storage_options=parse_storage_options(storage_option),
         labels=labels, calibration=calibration, calibration_floor=calibration_floor,
-        calibration_seed=calibration_seed,
+        calibration_seed=calibration_seed, shards=shards,
     )
+    if shards > 1:
+        require_shared_server()
     start_prefect_api()  # boots while the set is checked and the stack imported
     checked(preflight_evaluate, params)
+    if shards > 1:  # the deployment, its pool and a worker, before any flow run exists
+        from flows.shard_launch import check_shard_setup
+
+        checked(check_shard_setup, params.shard_deployment)
     from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good
 
-    summary = run_flow(evaluate, params)
+    summary = run_flow(evaluate, params, progress=not no_progress)
     print_summary(summary)
     finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []))

@@ -11,15 +11,18 @@ from typing import TypeVar
 from prefect.client.schemas.objects import State
 from prefect.utilities.annotations import quote
 
+from flows.progress import ChunkTally, PhaseProgress
 from judges.calibration_rows import CalibrationAccumulator
 from judges.engine import failed_rows
 from judges.llm import LLMSettings, Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan
+from judges.result_codec import generation_fingerprint, judge_fingerprint
 from judges.result_names import row_record
 from judges.rows import EvalRow
-from tasks.generate import generate_chunk, mark_generation_failed
-from tasks.judge import judge_chunk
+from tasks.chunk_store import ChunkStore
+from tasks.generate import GENERATION_ERROR, generate_chunk, mark_generation_failed
+from tasks.judge import ChunkResult, judge_chunk
 from tasks.report_rows import RowSample
 from tasks.staging import ResultStaging
 
@@ -28,6 +31,10 @@ TARGET_TASK_RUNS = 200
 MIN_CHUNK_SIZE = 50
 MAX_CHUNKS_IN_FLIGHT = 8
 T = TypeVar("T")
+R = TypeVar("R")
+# Kinds of persisted chunks (tasks/chunk_store.py); each kind's indexes are its own.
+JUDGE_KIND = "judge"
+GENERATE_KIND = "generate"
 
 
 def auto_chunk_size(row_count: int) -> int:
@@ -56,14 +63,15 @@ async def run_chunks(
     items: Iterable[T],
     chunk_size: int,
     in_flight: int,
-    submit: Callable[[int, list[T]], Awaitable[State]],
-    finish: Callable[[int, list[T], State], Awaitable[None]],
+    submit: Callable[[int, list[T]], Awaitable[R]],
+    finish: Callable[[int, list[T], R], Awaitable[None]],
 ) -> None:
     """The one chunk-window executor: every chunk's task, at most `in_flight` at once.
 
     A finished chunk frees its place at once (the window never drains at chunk boundaries),
-    and its final state, completed or failed after its retries, goes to `finish`: the caller
-    decides what a failed chunk's items become, so that none is lost.
+    and its outcome (the task's final state, completed or failed after its retries, or a
+    result the caller had already stored) goes to `finish`: the caller decides what a failed
+    chunk's items become, so that none is lost.
 
     `items` is read as places free up, one chunk at a time and off the event loop (reading may
     parse and validate a file): only the chunks in flight are ever held.
@@ -111,7 +119,9 @@ async def judge_all(
     staging: ResultStaging,
     accumulator: MetricsAccumulator,
     calibration: CalibrationAccumulator,
-    report_rows: RowSample,
+    report_rows: RowSample | None = None,
+    store: ChunkStore | None = None,
+    progress: PhaseProgress | None = None,
 ) -> Usage:
     """Judge every chunk, staging each chunk's records and tallying them as it completes.
 
@@ -119,28 +129,51 @@ async def judge_all(
     never reads the staged records back for it.
 
     A chunk whose task fails after its retries still yields a result per row, each judge
-    carrying the failure, so that no row is lost.
+    carrying the failure, so that no row is lost. With a `store`, a chunk finished by an
+    earlier attempt of this run (same rows, plan and model) is taken from it without a task
+    run or a model call, and every chunk that completes is saved to it as it finishes.
+    `progress` hears of every finished chunk.
     """
     usage = Usage()
+    fingerprints: dict[int, str] = {}
 
-    def submit(index: int, chunk: list[EvalRow]) -> Awaitable[State]:
-        return judge_chunk(index, quote(chunk), quote(plan), settings, cache_url,
-                           storage_options, return_state=True)
+    async def submit(index: int, chunk: list[EvalRow]) -> State | ChunkResult:
+        if store is not None:
+            fingerprints[index] = await asyncio.to_thread(judge_fingerprint, chunk, plan,
+                                                          settings)
+            stored = await asyncio.to_thread(store.load, JUDGE_KIND, index,
+                                             fingerprints[index], plan)
+            if stored is not None and len(stored.results) == len(chunk):
+                return stored
+        return await judge_chunk(index, quote(chunk), quote(plan), settings, cache_url,
+                                 storage_options, return_state=True)
 
-    async def finish(index: int, chunk: list[EvalRow], state: State) -> None:
+    async def finish(index: int, chunk: list[EvalRow], outcome: State | ChunkResult) -> None:
         calls: list[dict] = []
-        if state.is_completed():
-            result = await state.aresult()
-            results, calls = result.results, result.calls
+        spent = Usage()  # what this attempt of the run spent on the chunk
+        if isinstance(outcome, ChunkResult):  # resumed from the store
+            results, calls = outcome.results, outcome.calls
+            usage.add(outcome.usage)
+        elif outcome.is_completed():
+            result = await outcome.aresult()
+            results, calls, spent = result.results, result.calls, result.usage
             usage.add(result.usage)
+            if store is not None:
+                await asyncio.to_thread(store.save, JUDGE_KIND, index, fingerprints[index],
+                                        result)
         else:
-            results = failed_rows(chunk, plan, state.message or "task failed")
+            results = failed_rows(chunk, plan, outcome.message or "task failed")
         staging.write_chunk(index, [row_record(r) | calibration.row_fields(r) for r in results],
                             calls)
         for row_result in results:
             accumulator.add(row_result)
             calibration.add(row_result)
-            report_rows.add(row_result, calibration.disagreements(row_result))
+            if report_rows is not None:
+                report_rows.add(row_result, calibration.disagreements(row_result))
+        if progress is not None:
+            errors = sum(judged.errored for r in results for judged in r.judges)
+            await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
+                                                 errors, isinstance(outcome, ChunkResult)))
 
     in_flight = chunks_in_flight(settings.concurrency, chunk_size)
     await run_chunks(rows, chunk_size, in_flight, submit, finish)
@@ -152,25 +185,47 @@ async def generate_all(
     settings: LLMSettings,
     chunk_size: int,
     keep: Callable[[int, list[EvalRow]], None],
+    store: ChunkStore | None = None,
+    progress: PhaseProgress | None = None,
 ) -> Usage:
     """Give each chunk of rows, with the candidate's responses, to `keep` as it finishes.
 
     A chunk whose task fails after its retries keeps its rows, each marked with the failure
-    as its generation error (so every judge that needed the response counts an error).
+    as its generation error (so every judge that needed the response counts an error). With
+    a `store`, chunks generated by an earlier attempt of this run are reused, and each chunk
+    generated now is saved as it completes.
     """
-    usage = Usage()
+    usage, fingerprints = Usage(), {}
 
-    def submit(index: int, chunk: list[EvalRow]) -> Awaitable[State]:
-        return generate_chunk(quote(chunk), settings, return_state=True)
+    async def submit(index: int, chunk: list[EvalRow]):
+        if store is not None:
+            fingerprints[index] = await asyncio.to_thread(generation_fingerprint, chunk, settings)
+            stored = await asyncio.to_thread(store.load_rows, GENERATE_KIND, index,
+                                             fingerprints[index])
+            if stored is not None and len(stored[0]) == len(chunk):
+                return stored
+        return await generate_chunk(quote(chunk), settings, return_state=True)
 
-    async def finish(index: int, chunk: list[EvalRow], state: State) -> None:
-        if state.is_completed():
-            generated, chunk_usage = await state.aresult()
+    async def finish(index: int, chunk: list[EvalRow], outcome) -> None:
+        spent = Usage()
+        if isinstance(outcome, tuple):  # resumed from the store
+            generated, chunk_usage = outcome
             usage.add(chunk_usage)
+        elif outcome.is_completed():
+            generated, chunk_usage = await outcome.aresult()
+            usage.add(chunk_usage)
+            spent = chunk_usage
+            if store is not None:
+                await asyncio.to_thread(store.save_rows, GENERATE_KIND, index,
+                                        fingerprints[index], generated, chunk_usage)
         else:
-            error = f"generation task failed: {state.message or 'task failed'}"
+            error = f"generation task failed: {outcome.message or 'task failed'}"
             generated = [mark_generation_failed(row, error) for row in chunk]
         keep(index, generated)
+        if progress is not None:
+            errors = sum(GENERATION_ERROR in row.extra for row in generated)
+            await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
+                                                 errors, isinstance(outcome, tuple)))
 
     in_flight = chunks_in_flight(settings.concurrency, chunk_size)
     await run_chunks(rows, chunk_size, in_flight, submit, finish)

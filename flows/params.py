@@ -185,6 +185,15 @@ class EvaluateParams(BaseModel):
         "advisory: a regression gate on its metrics is undecidable",
     )
     calibration_seed: int = Field(0, description="Seed of the kappa bootstrap (1000 resamples)")
+    shards: int = Field(
+        1, ge=1, le=256, description="Judge in this many child flow runs of the shard "
+        "deployment, on the workers of its work pool; each gets its share of concurrency, rpm "
+        "and tpm (1: judge in this flow run). Needs a Prefect server and running workers",
+    )
+    shard_deployment: str = Field(
+        "judge-shard/judge-shard", pattern=r"^[^/]+/[^/]+$",
+        description="The shard deployment (flow name/deployment name) that runs the shards",
+    )
     storage_options: StorageOptions = Field(default_factory=dict)
 
     @model_validator(mode="after")

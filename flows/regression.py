@@ -28,6 +28,7 @@ from flows.regression_phases import (
 from flows.run_common import run_location, run_summary
 from tasks.artifacts import publish_artifacts
 from tasks.baseline import find_baseline
+from tasks.chunk_store import ChunkStore
 from tasks.regression import load_gates
 from tasks.verdict_text import gate_line, verdict_message
 
@@ -105,8 +106,9 @@ async def regression(params: RegressionParams) -> dict | State:
     baseline = find_baseline(params.output, params.suite, params.baseline, params.storage_options)
     location = run_location(params, started_at)
     prepared = prepare(params)
-    generation_usage = await generate_responses(params, prepared)
-    judged = await judge(params, prepared)
+    store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
+    generation_usage = await generate_responses(params, prepared, store)
+    judged = await judge(params, prepared, store, location)
     comparison = await compare_with_baseline(params, baseline, prepared, judged)
     verdict = decide_run(params, gates, baseline, judged, comparison)
     section = regression_section(params, gates, baseline, comparison, verdict)

@@ -17,6 +17,7 @@ from flows.cli_common import (
     EXIT_FAILED,
     EXIT_INCOMPLETE,
     EXIT_INVALID,
+    NoProgress,
     fail,
     parse_storage_options,
     split_names,
@@ -77,6 +78,7 @@ def regression_command(
         help="Judges whose kappa 95% lower bound is below this are advisory: gates on them "
         "are undecidable (exit 3)")] = None,
     calibration_seed: Annotated[int, typer.Option(help="Seed of the kappa bootstrap")] = 0,
+    no_progress: NoProgress = False,
 ) -> None:
     """Evaluate a candidate against the suite's baseline and gate it (exit 0/1/2/3)."""
     from pydantic import ValidationError
@@ -109,7 +111,7 @@ def regression_command(
     except PreflightError as error:
         _write_junit(junit, _crash_junit(suite, str(error)))
         fail(str(error))
-    raise typer.Exit(_run(params, junit))
+    raise typer.Exit(_run(params, junit, progress=not no_progress))
 
 
 def _crash_junit(suite: str, message: str) -> str:
@@ -118,16 +120,18 @@ def _crash_junit(suite: str, message: str) -> str:
     return crash_junit_xml(suite, message)
 
 
-def _run(params, junit: str | None) -> int:
+def _run(params, junit: str | None, progress: bool = True) -> int:
     """Run the flow; print the verdict; write the JUnit file; return the exit code."""
     import asyncio
 
+    from flows.progress import console_progress
     from flows.regression import RegressionNotPassed, regression
     from flows.regression_preflight import is_config_error
     from tasks.junit import junit_xml
     from tasks.verdict_text import verdict_message
 
-    state = asyncio.run(regression(params, return_state=True))
+    with console_progress(progress):  # on a terminal only; stopped before the verdict prints
+        state = asyncio.run(regression(params, return_state=True))
     result = state.result(raise_on_failure=False)
     if isinstance(result, RegressionNotPassed):
         result = result.summary

@@ -38,7 +38,8 @@ POOL = "judgeflow-process"
 NAMES = {"evaluate": "evaluate/evaluate",
          "compare": "compare/compare",
          "nightly": "regression/nightly-regression",
-         "post_deploy": "regression/post-deploy-eval"}
+         "post_deploy": "regression/post-deploy-eval",
+         "shard": "judge-shard/judge-shard"}
 
 
 @dataclass
@@ -162,7 +163,7 @@ def _state(server: Server, flow_run_id: str) -> dict:
         return api.get(f"/flow_runs/{flow_run_id}").raise_for_status().json()["state"]
 
 
-def test_deploy_registers_the_four_deployments(deployed):
+def test_deploy_registers_the_five_deployments(deployed):
     for deployment in deployed.values():
         assert deployment["work_pool_name"] == POOL
         assert deployment["enforce_parameter_schema"] is True
@@ -173,6 +174,7 @@ def test_deploy_registers_the_four_deployments(deployed):
     assert deployed["compare"]["entrypoint"] == "flows.compare.compare"
     assert deployed["nightly"]["entrypoint"] == "flows.regression.regression"
     assert deployed["post_deploy"]["entrypoint"] == "flows.regression.regression"
+    assert deployed["shard"]["entrypoint"] == "flows.shard_flow.judge_shard"
 
     # Defaults the UI shows must be valid flow parameters, model validators included.
     evaluate = EvaluateParams.model_validate(deployed["evaluate"]["parameters"]["params"])
@@ -199,7 +201,7 @@ def test_nightly_deployment_has_its_cron_timezone_and_concurrency_limit(deployed
     assert schedule["schedule"]["timezone"] == "Europe/Paris"
     assert nightly["global_concurrency_limit"]["limit"] == 1
     assert nightly["concurrency_options"]["collision_strategy"] == "CANCEL_NEW"
-    for key in ("evaluate", "compare", "post_deploy"):
+    for key in ("evaluate", "compare", "post_deploy", "shard"):
         assert deployed[key]["schedules"] == []
 
 

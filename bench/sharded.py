@@ -1,0 +1,148 @@
+"""The sharded scenario's processes: a Prefect server, the shard deployment, process workers.
+
+`make bench` compares `judgeflow evaluate --shards N` (N child flow runs on N process workers)
+with the single-process rate on the same CPU-bound case. Everything runs on this machine: a
+`prefect server start` on a loopback port with a Prefect home of its own, the judge-shard
+deployment applied from deployments/prefect.yaml, and N `prefect worker start` processes.
+
+    .venv/bin/python -m bench.sharded --calls 4000 --shards 2     # one measurement, printed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.processes import BENCH, PYTHON, ROOT, Loopback, bench_env
+
+BIN = Path(PYTHON).parent
+POOL = "judgeflow-process"
+STARTUP_SECONDS = 180
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _api(url: str, path: str, body: dict | None = None) -> object:
+    request = urllib.request.Request(
+        f"{url}{path}", data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json"}, method="POST" if body is not None else "GET")
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read() or b"null")
+
+
+def _wait(probe, what: str) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            if probe():
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{what} not ready within {STARTUP_SECONDS} s")
+
+
+class PrefectStack:
+    """A Prefect server with the shard deployment and `workers` process workers."""
+
+    def __init__(self, workers: int):
+        self.home = Path(tempfile.mkdtemp(prefix="judgeflow-bench-shards-"))
+        self.url = f"http://127.0.0.1:{_free_port()}/api"
+        self.env = {**bench_env(), "PREFECT_HOME": str(self.home), "PREFECT_API_URL": self.url,
+                    "PREFECT_API_DATABASE_CONNECTION_URL":
+                        f"sqlite+aiosqlite:///{self.home / 'prefect.db'}",
+                    "PREFECT_SERVER_UI_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1"}
+        self.processes: list[subprocess.Popen] = []
+        self.workers = workers
+
+    def _start(self, *args: str, log: str) -> None:
+        with (self.home / log).open("w") as sink:
+            self.processes.append(subprocess.Popen(
+                [str(BIN / "prefect"), *args], cwd=ROOT, env=self.env, stdout=sink,
+                stderr=subprocess.STDOUT))
+
+    def __enter__(self) -> PrefectStack:
+        port = self.url.split(":")[2].split("/")[0]
+        self._start("server", "start", "--host", "127.0.0.1", "--port", port, log="server.log")
+        _wait(lambda: _api(self.url, "/health") is not None, "Prefect server")
+        from prefect.workers.process import ProcessWorker
+
+        _api(self.url, "/work_pools/", {
+            "name": POOL, "type": "process",
+            "base_job_template": ProcessWorker.get_default_base_job_template()})
+        subprocess.run([str(BIN / "prefect"), "--no-prompt", "deploy", "--prefect-file",
+                        "deployments/prefect.yaml", "--name", "judge-shard"],
+                       cwd=ROOT, env=self.env, check=True, capture_output=True)
+        for index in range(self.workers):
+            self._start("worker", "start", "--pool", POOL, "--type", "process", "--name",
+                        f"bench-worker-{index + 1}", "--limit", "1", log=f"worker-{index}.log")
+        online = {"workers": {"status": {"any_": ["ONLINE"]}}}
+        _wait(lambda: len(_api(self.url, f"/work_pools/{POOL}/workers/filter", online))
+              >= self.workers, "process workers")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for process in reversed(self.processes):
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _rows(folder: Path, count: int) -> Path:
+    path = folder / f"rows-{count}.jsonl"
+    path.write_text("".join(json.dumps({
+        "request_id": f"r{i}", "request": f"What is item {i}?",
+        "response": f"Item {i} is a benchmark answer."}) + "\n" for i in range(count)))
+    return path
+
+
+def judged_rate(server: Loopback, env: dict, rows: int, concurrency: int, *extra: str) -> dict:
+    """One `judgeflow evaluate` (one safety call per row): requests/s over the busy window."""
+    server.reset()
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        done = subprocess.run(
+            [PYTHON, str(BENCH / "run_cli.py"), "evaluate", str(_rows(Path(folder), rows)),
+             "--judge-model", "openai/bench", "--api-base", f"{server.url}/v1",
+             "--concurrency", str(concurrency), "--judges", "safety", "--no-cache",
+             "--output", f"{folder}/out", "--suite", "bench", *extra],
+            env={**env, "BENCH_RUSAGE_FILE": f"{folder}/rusage.json"}, cwd=ROOT,
+            capture_output=True, text=True)
+        wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"judgeflow exited {done.returncode}:\n{done.stderr[-3000:]}")
+    stats = server.stats()
+    return {"calls": stats["count"], "busy_seconds": stats["busy_seconds"], "wall_seconds": wall,
+            "rate": stats["count"] / stats["busy_seconds"]}
+
+
+def measure(calls: int, shards: int = 2, latency: float = 0.005, concurrency: int = 64) -> dict:
+    """The single-process rate and the sharded rate on the same loopback server."""
+    load = os.getloadavg()[0]
+    with PrefectStack(shards) as stack, Loopback(latency) as server:
+        single = judged_rate(server, stack.env, calls, concurrency)
+        sharded = judged_rate(server, stack.env, calls, concurrency, "--shards", str(shards))
+    return {"single": single, "sharded": sharded, "speedup": sharded["rate"] / single["rate"],
+            "load_average": load}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=4000)
+    parser.add_argument("--shards", type=int, default=2)
+    args = parser.parse_args()
+    print(json.dumps(measure(args.calls, args.shards), indent=1))

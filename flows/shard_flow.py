@@ -1,0 +1,93 @@
+"""The `judge-shard` flow: one shard of a sharded run, run by a worker of the shard deployment.
+
+It reads its rows and the parent's plan from the run's folder, judges its chunks exactly as a
+single-process run would (the same `judge_all`, chunk tasks, retries, reply cache and
+in-process limits, here at its share of the run's budget), stores each finished chunk in the
+run's chunk store under its global index, and writes what it did (`outcome.json`). It publishes
+nothing: the parent merges every shard into the run's one publish.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import resource
+import socket
+import time
+
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.execution import judge_all
+from flows.params import JudgeModel, SafeName, StorageOptions
+from flows.shard_plan import rebuild_plan
+from flows.shard_store import ShardStoreView
+from judges.calibration_rows import CalibrationAccumulator
+from judges.metrics import MetricsAccumulator
+from tasks.chunk_store import ChunkStore
+from tasks.outputs import RunLocation
+from tasks.shard_inputs import PlanSpec, ShardOutcome, read_model, read_rows, shard_url, write_model
+from tasks.staging import ResultStaging
+
+SHARD_FLOW_NAME = "judge-shard"
+
+
+class ShardParams(BaseModel):
+    """One shard of a run: where its inputs are, which chunks, and its share of the budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output: str = Field(description="The run's output root (path or s3://...)")
+    suite: SafeName = Field(description="The run's suite")
+    run_id: SafeName = Field(description="The run's id: inputs under {output}/{suite}/{run_id}")
+    shard: int = Field(ge=0, description="This shard's index (0-based)")
+    shards: int = Field(ge=1, description="How many shards the run has")
+    first_chunk: int = Field(ge=0, description="Global index of this shard's first chunk")
+    chunk_size: int = Field(ge=1, description="Rows per chunk (the run's)")
+    judge: JudgeModel = Field(description="The judge model, at this shard's share of the budget")
+    cache: str | None = Field(None, description="Judge reply cache URL (None: no cache)")
+    storage_options: StorageOptions = Field(default_factory=dict)
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@flow(name=SHARD_FLOW_NAME, log_prints=True)
+async def judge_shard(params: ShardParams) -> dict:
+    """Judge one shard's chunks into the run's chunk store."""
+    started = time.perf_counter()
+    # What the command line does after its imports (flows/cli_common.py): the stack's
+    # millions of long-lived objects leave the collector's passes.
+    gc.freeze()
+    options = params.storage_options
+    location = RunLocation(params.output, params.suite, params.run_id, options)
+    rows = read_rows(shard_url(location.url(), params.shard, "rows.jsonl"), options)
+    spec = read_model(shard_url(location.url(), name="plan.json"), PlanSpec, options)
+    if spec is None:
+        raise FileNotFoundError(f"no plan.json under {shard_url(location.url())}")
+    plan = rebuild_plan(spec)
+    store = ShardStoreView(ChunkStore.for_run(location), params.first_chunk)
+    get_run_logger().info("shard %d of %d: %d rows from chunk %d, concurrency %d",
+                          params.shard + 1, params.shards, len(rows), params.first_chunk,
+                          params.judge.concurrency)
+    staging, accumulator = ResultStaging(), MetricsAccumulator(plan)
+    try:  # staged records are dropped: the parent builds the run's records from the store
+        await judge_all(rows, plan, params.judge.settings(), params.chunk_size, params.cache,
+                        options, staging, accumulator, CalibrationAccumulator(plan), store=store)
+    finally:
+        staging.cleanup()
+    chunks = range(params.first_chunk,
+                   params.first_chunk + -(-len(rows) // params.chunk_size))
+    outcome = ShardOutcome(
+        shard=params.shard, flow_run_id=flow_run.get_id(),
+        worker=os.environ.get("PREFECT__WORKER_NAME"), host=socket.gethostname(),
+        chunks_judged=sorted(store.saved), chunks_reused=sorted(store.reused),
+        chunks_unfinished=[i for i in chunks if i not in store.saved | store.reused],
+        first_errors=accumulator.first_errors, seconds=round(time.perf_counter() - started, 3),
+        cpu_seconds=round(_cpu_seconds(), 3),
+    )
+    write_model(shard_url(location.url(), params.shard, "outcome.json"), outcome, options)
+    return outcome.model_dump(mode="json")

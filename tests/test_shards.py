@@ -1,0 +1,338 @@
+"""`judgeflow evaluate --shards N` on a real Prefect server with two process workers.
+
+The server and the deployments come from tests/test_deployments.py's fixtures (a `prefect
+server start` on a loopback port with its own PREFECT_HOME, then `prefect deploy --all`); this
+module starts two `prefect worker start --pool judgeflow-process` workers of its own, each
+running one flow run at a time, so that two shards land on two workers. The judge is the
+loopback fake, which counts what it receives: calls made twice or not at all show there.
+
+Slow (a server, a deploy, two workers and several command runs: about two minutes on two busy
+cores). Select them with `-m shards`; leave them out with `-m "not shards"`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flows.shard_limits import limit_name
+from flows.shard_plan import ShardPlanError, rebuild_plan, share, split_shards
+from judges.plan import plan_judges
+from tests import test_deployments
+from tests.fake_llm import Reply, prompt_text
+from tests.test_deployments import BIN, POOL, REPO, Server, _tail, _wait_for
+
+pytestmark = pytest.mark.shards
+# test_deployments' fixtures, here with a server and a deploy of this module's own.
+server = test_deployments.server
+deployed = test_deployments.deployed
+JUDGEFLOW = BIN / "judgeflow"
+WORKERS = ("shard-worker-1", "shard-worker-2")
+ROWS = 40
+CHUNK_SIZE = 5  # 8 chunks: 4 per shard
+
+
+# ---- the cut and the budget (no server) -------------------------------------------------------
+
+def test_shards_cover_every_chunk_once_in_order():
+    for rows, size, shards in [(40, 5, 2), (41, 5, 3), (7, 5, 4), (1000, 50, 7), (3, 10, 2)]:
+        ranges = split_shards(rows, size, shards)
+        chunks = [c for r in ranges for c in range(r.first_chunk, r.first_chunk + r.chunk_count)]
+        assert chunks == list(range(-(-rows // size)))
+        assert sum(r.row_count for r in ranges) == rows
+        assert all(r.first_row == r.first_chunk * size for r in ranges)
+        assert len(ranges) == min(shards, -(-rows // size))  # no empty shard
+
+
+def test_budget_shares_add_up_to_the_run_s_budget():
+    for total, shards in [(64, 2), (7, 3), (600, 7), (3, 3)]:
+        parts = [share(total, shards, k) for k in range(shards)]
+        assert sum(parts) == total and max(parts) - min(parts) <= 1
+    assert share(None, 4, 0) is None
+
+
+def test_limit_name_is_the_sanitized_model():
+    assert limit_name("openai/gpt-4o-mini") == "judgeflow-model-openai-gpt-4o-mini"
+    assert (limit_name("Bedrock/anthropic.claude-3:0")
+            == "judgeflow-model-bedrock-anthropic-claude-3-0")
+
+
+def test_a_worker_with_other_prompts_refuses_the_plan():
+    from flows.shard_plan import plan_spec
+    from judges.rows import EvalRow
+
+    rows = [EvalRow(row_index=0, request_id="a", request="q",
+                    messages=[{"role": "user", "content": "q"}], response="r")]
+    spec = plan_spec(plan_judges(rows, ["safety"]), [], [], 1, {"request", "response"})
+    assert [j.name for j in rebuild_plan(spec).judges] == ["safety"]
+    spec.judges[0].prompt_hash = "0" * 16  # the parent ran another prompt than this code has
+    with pytest.raises(ShardPlanError, match="same judgeflow version"):
+        rebuild_plan(spec)
+
+
+# ---- on a Prefect server with workers ----------------------------------------------------------
+
+def _rows_file(folder: Path) -> Path:
+    path = folder / "set.jsonl"
+    lines = []
+    for i in range(ROWS):
+        lines.append(json.dumps({
+            "request_id": f"r{i:03d}", "request": f"What is item {i}?",
+            "response": f"Item {i} is number {i}.", "expected_response": f"number {i}",
+            "retrieved_context": [{"doc_uri": f"d{i}", "content": f"Item {i} is {i}."},
+                                  {"doc_uri": f"e{i}", "content": f"Unrelated {i}."}],
+        }))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _verdict(body: dict) -> Reply:
+    """A verdict that depends on the prompt only, so that two runs agree call by call."""
+    digest = int(hashlib.sha256(prompt_text(body).encode()).hexdigest(), 16)
+    rating = "no" if digest % 3 == 0 else "yes"
+    return Reply(content=json.dumps({"rationale": f"because {digest % 97}", "rating": rating}))
+
+
+def _evaluate(server: Server, data: Path, out: Path, run_id: str, api_base: str, *extra: str,
+              env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [str(JUDGEFLOW), "evaluate", str(data), "--judge-model", "openai/shard-judge",
+               "--api-base", api_base, "--output", str(out), "--suite", "s", "--run-id", run_id,
+               "--chunk-size", str(CHUNK_SIZE), "--no-cache", *extra]
+    return subprocess.run(command, cwd=REPO, env=env or server.env, text=True,
+                          capture_output=True, timeout=300)
+
+
+def _published(out: Path, run_id: str) -> tuple[list[dict], dict, dict]:
+    run_dir = out / "s" / run_id
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    return (records, json.loads((run_dir / "metrics.json").read_text()),
+            json.loads((run_dir / "manifest.json").read_text()))
+
+
+def _shard_runs(server: Server, deployed: dict, run_id: str) -> list[dict]:
+    body = {"deployments": {"id": {"any_": [deployed["shard"]["id"]]}}}
+    with server.client() as api:
+        found = api.post("/flow_runs/filter", json=body).raise_for_status().json()
+    return [run for run in found if run["parameters"]["params"]["run_id"] == run_id]
+
+
+def test_without_a_server_the_command_says_what_to_start(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / "home")
+    done = subprocess.run(
+        [str(JUDGEFLOW), "evaluate", str(REPO / "examples" / "rag_eval.jsonl"), "--judge-model",
+         "judgeflow/offline", "--output", str(tmp_path / "out"), "--shards", "2"],
+        cwd=REPO, env=env, text=True, capture_output=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "none is configured" in done.stderr and "prefect server start" in done.stderr
+    assert "prefect worker start --pool judgeflow-process" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_a_worker_the_command_names_the_pool(server, deployed, fake_llm, tmp_path):
+    # Runs before the module's workers start (pytest keeps the file's order).
+    env = {**server.env, "JUDGEFLOW_SHARD_WORKER_WAIT_SECONDS": "2"}
+    done = _evaluate(server, _rows_file(tmp_path), tmp_path / "out", "no-worker",
+                     fake_llm.api_base, "--shards", "2", env=env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "no worker is polling work pool 'judgeflow-process'" in done.stderr
+    assert "prefect worker start --pool judgeflow-process" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert fake_llm.requests == [] and _shard_runs(server, deployed, "no-worker") == []
+    assert not (tmp_path / "out" / "s" / "no-worker" / "manifest.json").exists()
+
+
+@pytest.fixture(scope="module")
+def workers(server, deployed) -> Iterator[tuple[str, ...]]:
+    """Two process workers on the pool, one flow run at a time each."""
+    processes = []
+    for name in WORKERS:
+        log = (server.home / f"{name}.log").open("w")
+        processes.append(subprocess.Popen(
+            [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process",
+             "--name", name, "--limit", "1"],
+            cwd=REPO, env=server.env, stdout=log, stderr=subprocess.STDOUT))
+
+    def online() -> bool:
+        with server.client() as api:
+            found = api.post(f"/work_pools/{POOL}/workers/filter",
+                             json={"workers": {"status": {"any_": ["ONLINE"]}}})
+        return {w["name"] for w in found.raise_for_status().json()} >= set(WORKERS)
+
+    try:
+        _wait_for(online, 120, f"two online workers\n{_tail(server.home / 'shard-worker-1.log')}")
+        yield WORKERS
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _worker_logs(server: Server) -> str:
+    return "\n".join(_tail(server.home / f"{name}.log", 4000) for name in WORKERS)
+
+
+def test_a_sharded_run_equals_a_single_process_run(server, deployed, workers, fake_llm,
+                                                   tmp_path):
+    data = _rows_file(tmp_path)
+    fake_llm.reset(_verdict)
+    single = _evaluate(server, data, tmp_path / "single", "one", fake_llm.api_base)
+    assert single.returncode == 0, single.stderr[-3000:]
+    single_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+
+    fake_llm.reset()
+    sharded = _evaluate(server, data, tmp_path / "sharded", "two", fake_llm.api_base,
+                        "--shards", "2")
+    assert sharded.returncode == 0, sharded.stderr[-3000:] + _worker_logs(server)
+    # Every judge call exactly once: the same calls as the single-process run, none twice.
+    sharded_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    assert sharded_calls == single_calls and set(sharded_calls.values()) == {1}
+
+    records, metrics, manifest = _published(tmp_path / "single", "one")
+    sharded_records, sharded_metrics, sharded_manifest = _published(tmp_path / "sharded", "two")
+    assert [r["request_id"] for r in sharded_records] == [f"r{i:03d}" for i in range(ROWS)]
+    assert sharded_records == records
+    assert sharded_metrics == metrics
+    assert sharded_manifest["status"] == "complete"
+    assert sharded_manifest["dataset"] == {**manifest["dataset"], "source": str(data)}
+
+    shards = sharded_manifest["shards"]
+    assert shards["count"] == 2 and shards["work_pool"] == POOL
+    assert shards["global_concurrency_limit"] == "judgeflow-model-openai-shard-judge"
+    assert [s["chunks"] for s in shards["runs"]] == [[0, 4], [4, 8]]
+    assert {s["worker"] for s in shards["runs"]} == set(WORKERS)  # one shard on each worker
+    children = {run["id"]: run for run in _shard_runs(server, deployed, "two")}
+    for entry in shards["runs"]:
+        assert entry["state"] == "COMPLETED" and entry["chunks_judged"] == 4
+        assert children[entry["flow_run_id"]]["state"]["type"] == "COMPLETED"
+        assert children[entry["flow_run_id"]]["parameters"]["params"]["judge"]["concurrency"] == 4
+    # The limit was created at the run's concurrency, and every slot was given back.
+    with server.client() as api:
+        limit = api.get("/v2/concurrency_limits/judgeflow-model-openai-shard-judge")
+    assert limit.raise_for_status().json()["limit"] == 8
+    assert limit.json()["active_slots"] == 0
+    assert not (tmp_path / "sharded" / "s" / "two" / ".shards").exists()
+
+
+def _flow_run_pid(flow_run_id: str) -> int | None:
+    """The process a worker started for this flow run (Prefect puts its id in the env)."""
+    wanted = f"PREFECT__FLOW_RUN_ID={flow_run_id}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+class ShardKiller(threading.Thread):
+    """Kills the second shard's process once one of its chunks is stored, `times` times.
+
+    The process is found as soon as its flow run is Running, so that the kill follows the
+    stored chunk closely (an API query on a busy machine can take seconds).
+    """
+
+    def __init__(self, server: Server, deployed: dict, run_id: str, run_dir: Path, times: int):
+        super().__init__(daemon=True)
+        self.server, self.deployed, self.run_id = server, deployed, run_id
+        self.stored = run_dir / ".chunks" / "judge" / "000004.json"  # shard 2's first chunk
+        self.times, self.killed, self.stop = times, [], threading.Event()
+
+    def _running_second_shard(self) -> tuple[str, int] | None:
+        for found in _shard_runs(self.server, self.deployed, self.run_id):
+            if (found["parameters"]["params"]["shard"] == 1 and found["id"] not in self.killed
+                    and found["state"]["type"] == "RUNNING"):
+                pid = _flow_run_pid(found["id"])
+                if pid is not None:
+                    return found["id"], pid
+        return None
+
+    def run(self) -> None:
+        target = None
+        while len(self.killed) < self.times and not self.stop.wait(0.05):
+            target = target or self._running_second_shard()
+            if target is not None and self.stored.exists():
+                try:
+                    os.kill(target[1], signal.SIGKILL)
+                    self.killed.append(target[0])
+                except ProcessLookupError:  # it ended before it could be killed
+                    pass
+                target = None
+
+
+def _slow_verdict(body: dict) -> Reply:
+    reply = _verdict(body)
+    reply.delay_seconds = 0.25
+    return reply
+
+
+def _run_with_killer(server, deployed, fake_llm, tmp_path, run_id: str, times: int):
+    data = _rows_file(tmp_path)
+    fake_llm.reset(_slow_verdict)
+    killer = ShardKiller(server, deployed, run_id, tmp_path / "out" / "s" / run_id, times)
+    killer.start()
+    try:
+        done = _evaluate(server, data, tmp_path / "out", run_id, fake_llm.api_base,
+                         "--shards", "2", "--judges", "safety", "--concurrency", "2")
+    finally:
+        killer.stop.set()
+        killer.join()
+    return done, killer
+
+
+def test_a_shard_killed_mid_way_is_run_again_and_the_run_completes(server, deployed, workers,
+                                                                   fake_llm, tmp_path):
+    done, killer = _run_with_killer(server, deployed, fake_llm, tmp_path, "killed-once", 1)
+    assert len(killer.killed) == 1
+    assert done.returncode == 0, done.stderr[-3000:] + _worker_logs(server)
+    records, metrics, manifest = _published(tmp_path / "out", "killed-once")
+    assert [r["request_id"] for r in records] == [f"r{i:03d}" for i in range(ROWS)]
+    assert metrics["response/llm_judged/safety/error_count"] == 0
+    assert metrics["response/llm_judged/safety/rated_count"] == ROWS
+    second = manifest["shards"]["runs"][1]
+    assert [a["state"] for a in second["attempts"]] == ["CRASHED", "COMPLETED"]
+    assert second["attempts"][0]["flow_run_id"] == killer.killed[0]
+    assert second["chunks_reused"] >= 1  # what the killed attempt finished was kept
+    # The chunk stored before the kill was not judged again.
+    asked = Counter(prompt_text(body) for body in fake_llm.requests)
+    for i in range(20, 25):
+        assert sum(n for text, n in asked.items() if f"What is item {i}?" in text) == 1
+
+
+def test_a_shard_that_fails_for_good_leaves_its_rows_as_errors(server, deployed, workers,
+                                                               fake_llm, tmp_path):
+    done, killer = _run_with_killer(server, deployed, fake_llm, tmp_path, "killed-twice", 2)
+    assert len(killer.killed) == 2
+    assert done.returncode == 3, done.stderr[-3000:] + _worker_logs(server)
+    assert "shard 2 of 2" in done.stderr and "CRASHED" in done.stderr
+    records, metrics, manifest = _published(tmp_path / "out", "killed-twice")
+    # Every row is there, in order: none silently dropped.
+    assert [r["request_id"] for r in records] == [f"r{i:03d}" for i in range(ROWS)]
+    assert manifest["status"] == "incomplete"
+    assert any("shard 2 of 2" in reason for reason in manifest["incomplete_reasons"])
+    errors = [r.get("response/llm_judged/safety/error_message") for r in records]
+    # Shard 1 and the chunks shard 2 stored before it was killed are judged; the rest of
+    # shard 2's rows are errors that say which shard, which flow run and how it ended.
+    first_error = next(i for i, error in enumerate(errors) if error is not None)
+    assert first_error >= 25 and first_error % CHUNK_SIZE == 0
+    for error in errors[first_error:]:
+        assert "shard 2 of 2" in error and killer.killed[-1] in error and "CRASHED" in error
+    assert metrics["response/llm_judged/safety/error_count"] == ROWS - first_error
+    assert manifest["shards"]["runs"][1]["state"] == "CRASHED"
