@@ -25,10 +25,10 @@ from judges.result_names import row_record
 from tasks.chunk_store import ChunkStore
 from tasks.chunk_task import judge_context
 from tasks.judge import ChunkResult
-from tasks.load import load_dataset, validate_dataset
 from tasks.pairs import validate_nova
-from tasks.sources import table_from_rows
+from tasks.sources import read_table, table_from_rows
 from tasks.staging import ResultStaging
+from tasks.validation import validate_table
 from tests.conftest import FAKE_API_KEY
 from tests.fake_llm import Reply, prompt_text
 from tests.s3_server import s3_fixture, s3_server_fixture  # noqa: F401 - fixtures
@@ -40,7 +40,7 @@ _QUESTION = re.compile(r"question-(\d{3})")
 
 
 def _rows():
-    return validate_dataset(load_dataset(str(EXAMPLE), None, {}), False, False, ()).rows
+    return validate_table(read_table(str(EXAMPLE))).rows
 
 
 def _judged(rows, plan, settings) -> ChunkResult:
