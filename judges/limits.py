@@ -93,6 +93,7 @@ class ProcessLimits:
             await self.pacer.wait_turn(self.congestion.share)
             yield self.congestion.epoch
         finally:
+            self.congestion.open()  # before the release, which hands out the opened window
             self.gate.release()
 
 

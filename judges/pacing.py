@@ -4,6 +4,9 @@
   little back (AIMD, as TCP does), so a run slows down under rate limiting and then recovers
   instead of retrying every call at the old pace.
 - A Retry-After pauses the whole model: every call to it waits, not only the one that was told.
+- The first call to a model goes alone. It pays the one-time costs of reaching it (litellm's
+  and the SDK's set-up, the first connection) and learns whether it answers at all, so the
+  window opens on a warm path and an RPM pace starts from a request that was really sent.
 
 State is process-wide (a threading lock, futures woken on their own loop), so chunks running
 on different event loops share one window.
@@ -36,12 +39,19 @@ class Congestion:
         self.share = 1.0
         self.epoch = 0
         self.decreases = 0
+        self.opened = False
         self._pause_until = 0.0
         self._lock = threading.Lock()
 
     def window(self) -> int:
-        """Calls that may be in flight now: at least one."""
+        """Calls that may be in flight now: at least one, and only one until `open()`."""
+        if not self.opened:
+            return 1
         return max(1, int(self.concurrency * self.share))
+
+    def open(self) -> None:
+        """The model's first call is over (answered or not): the whole window may be used."""
+        self.opened = True
 
     def on_success(self) -> None:
         """Additive increase: at most one more call in flight per window of successes."""

@@ -112,3 +112,13 @@ def test_the_window_is_shared_by_every_event_loop_of_the_process(fake_llm):
         thread.join()
     assert len(recorder.arrivals) == 36
     assert max(recorder.in_flight_at_arrival) == 3
+
+
+def test_the_first_call_to_a_model_goes_alone_then_the_window_opens(fake_llm):
+    recorder = Recorder(lambda index: Reply(VERDICT), seconds=0.2)
+    fake_llm.script = recorder
+    _run(_client(fake_llm, concurrency=4), 9)
+    # The second request reaches the server only once the first has its reply...
+    assert recorder.arrivals[1] - recorder.arrivals[0] >= 0.2, recorder.arrivals
+    # ...and then the whole window is used.
+    assert max(recorder.in_flight_at_arrival) == 4, recorder.in_flight_at_arrival
