@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel
 
 import judges.litellm_door as door
+from judges.in_flight import SentCall, send
 from judges.limits import estimate_tokens, limits_for
 from judges.llm_request import request_for
 from judges.llm_settings import API_KEY_ENV_PATTERN, LLMSettings
@@ -137,18 +138,16 @@ class LLMClient:
         self, messages: list[dict], response_format: type[BaseModel] | None
     ) -> Completion:
         limits = self._limits
-        estimate = estimate_tokens(messages, self.settings.max_tokens)
         request = request_for(self.settings, messages, self._schema(response_format))
-        async with limits.slot() as epoch:
-            reserved = await limits.tokens.reserve(estimate)
-            try:
-                completion = await door.send(request)
-            except BaseException as error:
-                limits.tokens.settle(reserved, 0)  # a failed call spent (almost) nothing
-                self._observe_failure(error, epoch)
-                raise
-            limits.congestion.on_success()
-        limits.tokens.settle(reserved, completion.input_tokens + completion.output_tokens)
+        call = SentCall(limits, estimate_tokens(messages, self.settings.max_tokens))
+        try:
+            completion = await send(call, request)
+        except BaseException as error:
+            limits.tokens.settle(call.reserved, 0)  # a failed call spent (almost) nothing
+            self._observe_failure(error, call.epoch)
+            raise
+        limits.congestion.on_success()
+        limits.tokens.settle(call.reserved, completion.input_tokens + completion.output_tokens)
         return completion
 
     def _observe_failure(self, error: BaseException, epoch: int) -> None:

@@ -18,6 +18,7 @@ import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 # The share never falls below this: even a heavily limited model keeps one call in flight.
 MIN_SHARE = 1 / 64
@@ -82,10 +83,10 @@ class Congestion:
 
 
 class AdaptiveGate:
-    """At most `congestion.window()` calls in flight, first come first served."""
+    """At most `window()` holders at once, first come first served; the window may move."""
 
-    def __init__(self, congestion: Congestion):
-        self._congestion = congestion
+    def __init__(self, window: Callable[[], int]):
+        self._window = window
         self._lock = threading.Lock()
         self._in_flight = 0
         self._waiters: deque[asyncio.Future] = deque()
@@ -98,7 +99,7 @@ class AdaptiveGate:
     async def acquire(self) -> None:
         """Wait for a slot (in arrival order); a cancelled waiter gives its slot back."""
         with self._lock:
-            if not self._waiters and self._in_flight < self._congestion.window():
+            if not self._waiters and self._in_flight < self._window():
                 self._in_flight += 1
                 return
             waiter = asyncio.get_running_loop().create_future()
@@ -122,7 +123,7 @@ class AdaptiveGate:
 
     def _wake(self) -> None:
         """Grant free slots to waiters (the lock is held)."""
-        while self._waiters and self._in_flight < self._congestion.window():
+        while self._waiters and self._in_flight < self._window():
             waiter = self._waiters.popleft()
             if waiter.done():
                 continue  # cancelled while queued

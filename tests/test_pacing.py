@@ -122,3 +122,15 @@ def test_the_first_call_to_a_model_goes_alone_then_the_window_opens(fake_llm):
     assert recorder.arrivals[1] - recorder.arrivals[0] >= 0.2, recorder.arrivals
     # ...and then the whole window is used.
     assert max(recorder.in_flight_at_arrival) == 4, recorder.in_flight_at_arrival
+
+
+def test_calls_overlap_but_requests_at_the_provider_never_exceed_the_window(fake_llm):
+    recorder = Recorder(lambda index: Reply(VERDICT), seconds=0.05)
+    fake_llm.script = recorder
+    # A timeout of its own, so that litellm builds a fresh SDK client on judgeflow's connection
+    # pool, whose hooks hold a call's slot only while its request is at the server.
+    client = _client(fake_llm, concurrency=3, timeout_seconds=9.75)
+    usage = _run(client, 40)
+    assert usage.calls == 40 and len(recorder.arrivals) == 40
+    assert max(recorder.in_flight_at_arrival) == 3, recorder.in_flight_at_arrival
+    assert client._limits.hooked and not client._limits.hookless
