@@ -94,7 +94,10 @@ async def send(call: SentCall, request: dict) -> Completion:
 
 
 def _sends_through_hooks(limits: Any) -> bool:
-    limits.loops.add(asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    if limits.last_loop is not loop:  # (a WeakSet.add per call shows in a profile)
+        limits.loops.add(loop)
+        limits.last_loop = loop
     return limits.hooked and not limits.hookless and len(limits.loops) == 1
 
 

@@ -87,6 +87,7 @@ class ProcessLimits:
     hooked: bool = False
     hookless: bool = False
     loops: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    last_loop: object = None
 
     async def enter(self) -> int:
         """Take a slot at the provider; returns the congestion epoch it was admitted in.
