@@ -47,7 +47,9 @@ class Window:
         busy = None
         if self.first_received is not None and self.last_replied is not None:
             busy = self.last_replied - self.first_received
-        return {"count": self.count, "busy_seconds": busy}
+        # Monotonic clock readings (system-wide on Linux), to place the window in a command's run.
+        return {"count": self.count, "busy_seconds": busy, "first_received": self.first_received,
+                "last_replied": self.last_replied}
 
 
 def _completion(model: str) -> bytes:

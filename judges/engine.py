@@ -137,7 +137,10 @@ async def judge_with(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> JudgeR
 
 async def judge_row(ctx: JudgeContext, plan: JudgePlan, row: EvalRow) -> RowResult:
     """Every planned judge's and metric's result on one row."""
-    results = await asyncio.gather(*(judge_with(ctx, spec, row) for spec in plan.judges))
+    if len(plan.judges) == 1:  # no task of its own for a lone judge (a per-call cost)
+        results = (await judge_with(ctx, plan.judges[0], row),)
+    else:
+        results = await asyncio.gather(*(judge_with(ctx, spec, row) for spec in plan.judges))
     metrics = tuple((metric, metric.compute(row)) for metric in plan.metrics)
     return RowResult(row, tuple(results), metrics)
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 from judges.pacing import AdaptiveGate, Congestion, RatePacer
 
@@ -72,17 +71,26 @@ class ProcessLimits:
     """Concurrency, RPM and TPM bounds shared by every chunk running in this process.
 
     Concurrency and RPM adapt to the provider (judges/pacing.py): a 429 lowers them, successes
-    restore them, and a Retry-After pauses every call to the model.
+    restore them, and a Retry-After pauses every call to the model. `gate` holds the requests
+    at the provider; `admission` the calls inside litellm, which may be preparing a request or
+    reading a reply while others are in flight (judges/in_flight.py).
     """
 
     congestion: Congestion
     gate: AdaptiveGate
+    admission: AdaptiveGate
     pacer: RatePacer
     tokens: TokenBudget
+    # How requests to this endpoint leave (judges/in_flight.py): through judgeflow's own
+    # connection pool and its hooks (`hooked`), or a call was seen to bypass them (`hookless`),
+    # and on which event loops.
+    hooked: bool = False
+    hookless: bool = False
+    loops: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    last_loop: object = None
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[int]:
-        """A call's turn to be sent; yields the congestion epoch it was admitted in.
+    async def enter(self) -> int:
+        """Take a slot at the provider; returns the congestion epoch it was admitted in.
 
         Waits out any pause before and after queueing for the window, then for the RPM pace.
         """
@@ -91,9 +99,15 @@ class ProcessLimits:
         try:
             await self.congestion.wait_pause()
             await self.pacer.wait_turn(self.congestion.share)
-            yield self.congestion.epoch
-        finally:
-            self.gate.release()
+        except BaseException:
+            self.leave()
+            raise
+        return self.congestion.epoch
+
+    def leave(self) -> None:
+        """Give the slot back."""
+        self.congestion.open()  # before the release, which hands out the opened window
+        self.gate.release()
 
 
 _limits_lock = threading.Lock()
@@ -108,7 +122,9 @@ def limits_for(
     with _limits_lock:
         if key not in _process_limits:
             congestion = Congestion(concurrency)
+            # As many calls preparing a request or reading a reply as there are in flight.
             _process_limits[key] = ProcessLimits(
-                congestion, AdaptiveGate(congestion), RatePacer(rpm), TokenBudget(tpm)
+                congestion, AdaptiveGate(congestion.window),
+                AdaptiveGate(lambda: 2 * congestion.window()), RatePacer(rpm), TokenBudget(tpm)
             )
         return _process_limits[key]

@@ -4,6 +4,9 @@
   little back (AIMD, as TCP does), so a run slows down under rate limiting and then recovers
   instead of retrying every call at the old pace.
 - A Retry-After pauses the whole model: every call to it waits, not only the one that was told.
+- The first call to a model goes alone. It pays the one-time costs of reaching it (litellm's
+  and the SDK's set-up, the first connection) and learns whether it answers at all, so the
+  window opens on a warm path and an RPM pace starts from a request that was really sent.
 
 State is process-wide (a threading lock, futures woken on their own loop), so chunks running
 on different event loops share one window.
@@ -15,6 +18,7 @@ import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 # The share never falls below this: even a heavily limited model keeps one call in flight.
 MIN_SHARE = 1 / 64
@@ -36,12 +40,19 @@ class Congestion:
         self.share = 1.0
         self.epoch = 0
         self.decreases = 0
+        self.opened = False
         self._pause_until = 0.0
         self._lock = threading.Lock()
 
     def window(self) -> int:
-        """Calls that may be in flight now: at least one."""
+        """Calls that may be in flight now: at least one, and only one until `open()`."""
+        if not self.opened:
+            return 1
         return max(1, int(self.concurrency * self.share))
+
+    def open(self) -> None:
+        """The model's first call is over (answered or not): the whole window may be used."""
+        self.opened = True
 
     def on_success(self) -> None:
         """Additive increase: at most one more call in flight per window of successes."""
@@ -72,10 +83,10 @@ class Congestion:
 
 
 class AdaptiveGate:
-    """At most `congestion.window()` calls in flight, first come first served."""
+    """At most `window()` holders at once, first come first served; the window may move."""
 
-    def __init__(self, congestion: Congestion):
-        self._congestion = congestion
+    def __init__(self, window: Callable[[], int]):
+        self._window = window
         self._lock = threading.Lock()
         self._in_flight = 0
         self._waiters: deque[asyncio.Future] = deque()
@@ -88,7 +99,7 @@ class AdaptiveGate:
     async def acquire(self) -> None:
         """Wait for a slot (in arrival order); a cancelled waiter gives its slot back."""
         with self._lock:
-            if not self._waiters and self._in_flight < self._congestion.window():
+            if not self._waiters and self._in_flight < self._window():
                 self._in_flight += 1
                 return
             waiter = asyncio.get_running_loop().create_future()
@@ -112,7 +123,7 @@ class AdaptiveGate:
 
     def _wake(self) -> None:
         """Grant free slots to waiters (the lock is held)."""
-        while self._waiters and self._in_flight < self._congestion.window():
+        while self._waiters and self._in_flight < self._window():
             waiter = self._waiters.popleft()
             if waiter.done():
                 continue  # cancelled while queued

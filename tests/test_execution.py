@@ -12,7 +12,7 @@ def test_split_keeps_every_item_in_order():
 
 
 def test_chunk_sizing_gives_tens_to_hundreds_of_tasks():
-    assert auto_chunk_size(10) == 50  # never tiny chunks: Prefect's per-task cost
+    assert auto_chunk_size(10) == 200  # never tiny chunks: Prefect's per-task cost
     assert 150 <= 100_000 / auto_chunk_size(100_000) <= 200
     assert chunks_in_flight(concurrency=64, chunk_size=50) == 3
 

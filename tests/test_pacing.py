@@ -83,7 +83,7 @@ def test_a_burst_of_429s_lowers_the_window_and_it_recovers(fake_llm):
     usage = _run(client, 200)
     assert usage.calls == 200 and usage.failures == 0
     seen = recorder.in_flight_at_arrival
-    assert max(seen[16:40]) == 8, seen[16:40]  # the full window before the burst
+    assert max(seen[:40]) == 8, seen[:40]  # the full window before the burst
     assert max(seen[52:68]) <= 5, seen[52:68]  # slowed down after it
     assert max(seen[-40:]) == 8, seen[-40:]  # and recovered by the end
     assert client._limits.congestion.decreases >= 1
@@ -112,3 +112,25 @@ def test_the_window_is_shared_by_every_event_loop_of_the_process(fake_llm):
         thread.join()
     assert len(recorder.arrivals) == 36
     assert max(recorder.in_flight_at_arrival) == 3
+
+
+def test_the_first_call_to_a_model_goes_alone_then_the_window_opens(fake_llm):
+    recorder = Recorder(lambda index: Reply(VERDICT), seconds=0.2)
+    fake_llm.script = recorder
+    _run(_client(fake_llm, concurrency=4), 9)
+    # The second request reaches the server only once the first has its reply...
+    assert recorder.arrivals[1] - recorder.arrivals[0] >= 0.2, recorder.arrivals
+    # ...and then the whole window is used.
+    assert max(recorder.in_flight_at_arrival) == 4, recorder.in_flight_at_arrival
+
+
+def test_calls_overlap_but_requests_at_the_provider_never_exceed_the_window(fake_llm):
+    recorder = Recorder(lambda index: Reply(VERDICT), seconds=0.05)
+    fake_llm.script = recorder
+    # A timeout of its own, so that litellm builds a fresh SDK client on judgeflow's connection
+    # pool, whose hooks hold a call's slot only while its request is at the server.
+    client = _client(fake_llm, concurrency=3, timeout_seconds=9.75)
+    usage = _run(client, 40)
+    assert usage.calls == 40 and len(recorder.arrivals) == 40
+    assert max(recorder.in_flight_at_arrival) == 3, recorder.in_flight_at_arrival
+    assert client._limits.hooked and not client._limits.hookless

@@ -71,7 +71,9 @@ def test_the_model_door_is_the_only_litellm_import():
     importers = [name for name, path in _modules().items()
                  if any(n == "litellm" or n.startswith("litellm.")
                         for n in _all_imports(path))]
-    assert importers == ["judges.llm"]
+    # judges.llm is the model layer's door; judges.litellm_door is the one module behind it
+    # that touches litellm.
+    assert importers == ["judges.litellm_door"]
 
 
 def _all_imports(path: Path) -> set[str]:
