@@ -6,7 +6,6 @@ the `evaluate` flow sequences the phases in flows/evaluation.py.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +20,7 @@ from flows.execution import auto_chunk_size, chunks_in_flight, run_chunks
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.progress import ChunkTally, PhaseProgress
 from flows.run_common import cache_url
+from flows.stored_chunks import Persistence, Resumed, StoredChunks
 from judges.calibration_rows import pairwise_calibration, preferences_of
 from judges.llm import LLMSettings, Usage
 from judges.pair_codec import pairs_fingerprint
@@ -35,7 +35,7 @@ from judges.pairwise_judge import (
 from judges.plan import JudgePlan
 from judges.result_names import pairwise_metric_fields, row_count_names
 from tasks.chunk_store import ChunkStore
-from tasks.compare import PairChunkResult, compare_chunk, failed_chunk_result
+from tasks.compare import compare_chunk, failed_chunk_result
 from tasks.outputs import RunLocation
 from tasks.pairs import PairSet, load_pairs, load_rubric
 from tasks.publish import publish_run
@@ -170,41 +170,37 @@ async def judge_all_pairs(
         One verdict per pair in input order, and the calls and tokens spent. A chunk whose
         task fails after its retries yields an error verdict per pair: no pair is lost.
     """
-    usage, by_chunk, fingerprints = Usage(), {}, {}
+    usage, by_chunk = Usage(), {}
+    persistence = None if store is None else Persistence(
+        fingerprint=lambda chunk: pairs_fingerprint(chunk, options, settings),
+        load=lambda index, fingerprint: store.load_pairs(PAIRS_KIND, index, fingerprint,
+                                                         options),
+        save=lambda index, fingerprint, result: store.save_pairs(PAIRS_KIND, index,
+                                                                 fingerprint, result),
+        size=lambda result: len(result.verdicts),
+    )
+    chunks = StoredChunks(
+        lambda index, chunk: compare_chunk(index, quote(chunk), options, settings, cache_url,
+                                           storage_options, return_state=True),
+        persistence,
+    )
 
-    async def submit(index: int, chunk: list[Pair]) -> State | PairChunkResult:
-        if store is not None:
-            fingerprints[index] = await asyncio.to_thread(pairs_fingerprint, chunk, options,
-                                                          settings)
-            stored = await asyncio.to_thread(store.load_pairs, PAIRS_KIND, index,
-                                             fingerprints[index], options)
-            if stored is not None and len(stored.verdicts) == len(chunk):
-                return stored
-        return await compare_chunk(index, quote(chunk), options, settings, cache_url,
-                                   storage_options, return_state=True)
-
-    async def finish(index: int, chunk: list[Pair], outcome: State | PairChunkResult) -> None:
-        resumed = isinstance(outcome, PairChunkResult)
-        if resumed:
-            result = outcome
-        elif outcome.is_completed():
-            result = await outcome.aresult()
-            if store is not None:
-                await asyncio.to_thread(store.save_pairs, PAIRS_KIND, index,
-                                        fingerprints[index], result)
-        else:
-            result = failed_chunk_result(index, chunk, options, outcome.message or "task failed")
+    async def finish(index: int, chunk: list[Pair], state: State | Resumed) -> None:
+        outcome = await chunks.settle(index, state)
+        result = outcome.result
+        if result is None:
+            result = failed_chunk_result(index, chunk, options, outcome.failure)
         usage.add(result.usage)
         staging.write_chunk(index, result.records, result.calls)
         by_chunk[index] = result.verdicts
         if progress is not None:
-            spent = Usage() if resumed else result.usage
+            spent = Usage() if outcome.resumed else result.usage
             errors = sum(v.verdict == "error" for v in result.verdicts)
             await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
-                                                 errors, resumed))
+                                                 errors, outcome.resumed))
 
     in_flight = chunks_in_flight(settings.concurrency, chunk_size)
-    await run_chunks(pairs, chunk_size, in_flight, submit, finish)
+    await run_chunks(pairs, chunk_size, in_flight, chunks.submit, finish)
     return [v for index in sorted(by_chunk) for v in by_chunk[index]], usage
 
 
