@@ -60,8 +60,9 @@ def prepare(model: str) -> None:
     Everything here would otherwise happen inside the first calls, on the event loop and
     inside their concurrency slots: a second or more during which the run judges nothing.
     """
-    supports_schema(model)
-    is_priced(model)
+    supports_schema(model)  # asked before any entry of ours can shadow litellm's answer
+    if not is_priced(model):
+        _register_zero_price(model)
     try:
         # The OpenAI SDK, behind litellm's OpenAI-compatible providers (OpenAI, Azure, vLLM,
         # most gateways), imports its resource modules on its first request.
@@ -87,6 +88,30 @@ def is_priced(model: str) -> bool:
     except Exception:  # noqa: BLE001 - unknown to the map
         return False
     return bool(info.get("input_cost_per_token") or info.get("output_cost_per_token"))
+
+
+# The price fields of an entry for a model the map does not know: zero, so that litellm has
+# nothing to warn about (it warns when the cache-token prices of a new entry are missing).
+_ZERO_PRICE = dict.fromkeys((
+    "input_cost_per_token", "output_cost_per_token",
+    "cache_creation_input_token_cost", "cache_read_input_token_cost",
+), 0.0)
+
+
+def _register_zero_price(model: str) -> None:
+    """Give a model unknown to litellm's price map an entry of its own, priced at zero.
+
+    litellm prices every response. For a model it does not know, that pricing walks its whole
+    ladder of name lookups and fallbacks, and fails, on every call: about a sixth of its CPU
+    per call. With an entry the first lookup finds it. The cost reported does not change: it
+    was zero, and a reply naming a model the map does price is still priced by that name.
+    """
+    llm = litellm()
+    try:
+        provider = llm.get_llm_provider(model=model)[1]
+    except Exception:  # noqa: BLE001 - litellm cannot route it either: the call will say why
+        return
+    llm.register_model({model: {**_ZERO_PRICE, "litellm_provider": provider, "mode": "chat"}})
 
 
 async def send(request: dict) -> Completion:
