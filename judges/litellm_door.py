@@ -61,7 +61,7 @@ def prepare(model: str) -> None:
     inside their concurrency slots: a second or more during which the run judges nothing.
     """
     supports_schema(model)  # asked before any entry of ours can shadow litellm's answer
-    if not is_priced(model):
+    if _model_info(model) is None:
         _register_zero_price(model)
     try:
         # The OpenAI SDK, behind litellm's OpenAI-compatible providers (OpenAI, Azure, vLLM,
@@ -81,12 +81,17 @@ def supports_schema(model: str) -> bool:
 
 
 @functools.cache
-def is_priced(model: str) -> bool:
-    """Whether litellm's price map knows the model (asked once; unknown ones cost nothing)."""
+def _model_info(model: str) -> dict | None:
+    """The model's entry in litellm's map, as it was before judgeflow added any; None if none."""
     try:
-        info = litellm().get_model_info(model=model)
+        return dict(litellm().get_model_info(model=model))
     except Exception:  # noqa: BLE001 - unknown to the map
-        return False
+        return None
+
+
+def is_priced(model: str) -> bool:
+    """Whether litellm's price map knows the model's token prices (unknown ones cost nothing)."""
+    info = _model_info(model) or {}
     return bool(info.get("input_cost_per_token") or info.get("output_cost_per_token"))
 
 
@@ -99,7 +104,7 @@ _ZERO_PRICE = dict.fromkeys((
 
 
 def _register_zero_price(model: str) -> None:
-    """Give a model unknown to litellm's price map an entry of its own, priced at zero.
+    """Give a model litellm has no entry for an entry of its own, priced at zero.
 
     litellm prices every response. For a model it does not know, that pricing walks its whole
     ladder of name lookups and fallbacks, and fails, on every call: about a sixth of its CPU
