@@ -7,6 +7,11 @@ folder; the whole command's peak RSS is read from outside (bench/run_cli.py), as
 other scenario.
 
     .venv/bin/python -m bench.memory --rows 5000 40000 --judge offline
+    .venv/bin/python -m bench.memory --rows 5000 40000 --scenario regression
+
+The regression scenario publishes an evaluate run of the same rows as the baseline (offline
+judge), then measures `judgeflow regression` against it: deltas and the head-to-head over
+every row (a response changed per row, so every pair is judged).
 """
 
 from __future__ import annotations
@@ -69,6 +74,44 @@ def evaluate(data: Path, output: str, judge_args: list[str]) -> CommandRun:
     return command
 
 
+REGRESSION_GATES = ("gates:\n  - metric: response/llm_judged/correctness/rating/percentage\n"
+                    "    max_drop: 0.02\n")
+
+
+def regression(data: Path, output: str, folder: Path) -> CommandRun:
+    """An evaluate run of `data` as the baseline, then `judgeflow regression` of a changed set.
+
+    The regression's exit code may be 0 or 1 (gates passed or failed); 2 and 3 are errors.
+    """
+    suite = f"regression-{data.stem}"
+    baseline = run_command(["evaluate", str(data), "--judge-model", "judgeflow/offline",
+                            "--no-cache", "--output", output, "--suite", suite])
+    if baseline.returncode != 0:
+        raise RuntimeError(f"baseline exited {baseline.returncode}:\n{baseline.output[-3000:]}")
+    changed = folder / f"changed-{data.name}"
+    with data.open(encoding="utf-8") as source, changed.open("w", encoding="utf-8") as out:
+        for line in source:
+            row = json.loads(line)
+            row["response"] += " Reads go to the nearest healthy replica."
+            out.write(json.dumps(row) + "\n")
+    gates = folder / "gates.yaml"
+    gates.write_text(REGRESSION_GATES)
+    command = run_command(["regression", str(changed), "--suite", suite, "--gates", str(gates),
+                           "--judge-model", "judgeflow/offline", "--no-cache",
+                           "--output", output])
+    if command.returncode not in (0, 1):
+        raise RuntimeError(f"regression exited {command.returncode}:\n{command.output[-3000:]}")
+    return command
+
+
+def measure_regression(sizes: tuple[int, ...]) -> list[MemoryRun]:
+    """The regression command once per size, each against its own baseline."""
+    with tempfile.TemporaryDirectory(prefix="judgeflow-memory-") as scratch:
+        folder = Path(scratch)
+        return [MemoryRun(rows, regression(write_rows(folder, rows), str(folder / "out"), folder))
+                for rows in sizes]
+
+
 def measure(sizes: tuple[int, ...], judge: str) -> list[MemoryRun]:
     """Run the command once per size, with the offline judge or a fast loopback model."""
     with tempfile.TemporaryDirectory(prefix="judgeflow-memory-") as scratch:
@@ -89,9 +132,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[SMALL_ROWS, LARGE_ROWS])
     parser.add_argument("--judge", choices=("offline", "loopback"), default="offline")
+    parser.add_argument("--scenario", choices=("evaluate", "regression"), default="evaluate")
     args = parser.parse_args()
-    for run in measure(tuple(args.rows), args.judge):
-        print(json.dumps({"rows": run.rows, "judge": args.judge,
+    sizes = tuple(args.rows)
+    runs = (measure_regression(sizes) if args.scenario == "regression"
+            else measure(sizes, args.judge))
+    for run in runs:
+        print(json.dumps({"rows": run.rows, "scenario": args.scenario, "judge": args.judge,
                           "peak_rss_mb": round(run.command.peak_rss_mb, 1),
                           "wall_seconds": round(run.command.wall_seconds, 1),
                           "cpu_seconds": round(run.command.cpu_seconds, 1)}), flush=True)

@@ -14,6 +14,7 @@ from typing import Any
 from flows.calibration import check_calibration_source, label_judges
 from flows.output_check import OutputLocationError, check_output
 from flows.params import EvaluateParams
+from flows.reach import UnreachableModel, check_reachable
 from judges.aspect_critic import AspectError, make_aspect
 from judges.base import JudgeSpec
 from judges.custom import CustomJudgeError, build_custom_judge, fields_present, load_custom_judges
@@ -39,6 +40,7 @@ CONFIG_ERRORS: tuple[type[Exception], ...] = (
     CustomJudgeError,
     AspectError,
     CalibrationSourceError,
+    UnreachableModel,
 )
 
 
@@ -114,6 +116,13 @@ def check_model(model: str, option: str) -> None:
         )
 
 
+def check_models_reachable(params) -> None:
+    """Each model with its own endpoint (--api-base) must accept a connection (flows/reach.py)."""
+    check_reachable(params.judge.model, params.judge.api_base, "--api-base")
+    if params.candidate is not None:
+        check_reachable(params.candidate.model, params.candidate.api_base, "--candidate-api-base")
+
+
 def check_something_to_judge(plan: JudgePlan) -> None:
     """Raise PreflightError, naming why each judge was skipped, when the plan judges nothing."""
     if plan.judges or plan.metrics:
@@ -157,6 +166,7 @@ def preflight_evaluate(params: EvaluateParams) -> SetCheck:
     check_model(params.judge.model, "--judge-model")
     if params.candidate is not None:
         check_model(params.candidate.model, "--candidate-model")
+    check_models_reachable(params)
     source = row_source(params)
     check = scan_source(source, check_options(params))
     refuse_invalid(check, params.on_invalid, source.name)

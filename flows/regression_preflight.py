@@ -12,6 +12,8 @@ from pydantic import ValidationError
 
 from flows.calibration import check_calibration_source, label_judges
 from flows.evaluation import extra_judges
+from flows.preflight import check_models_reachable
+from flows.reach import UnreachableModel
 from judges.aspect_critic import AspectError
 from judges.custom import CustomJudgeError
 from judges.plan import JudgeSelectionError, plan_judges
@@ -25,7 +27,7 @@ from tasks.validation import InvalidDatasetError, validate_table
 CONFIG_ERRORS = (
     InvalidDatasetError, DatasetReadError, JudgeSelectionError, ValidationError,
     CustomJudgeError, AspectError, GateConfigError, BaselineNotFound, RubricError,
-    CalibrationSourceError,
+    CalibrationSourceError, UnreachableModel,
 )
 
 
@@ -46,6 +48,7 @@ def preflight(params) -> None:
     """
     options = params.storage_options
     try:
+        check_models_reachable(params)
         load_gates(params.gates, options)
         if params.rubric:
             read_rubric(params.rubric, options)
