@@ -21,6 +21,7 @@ from flows.cli_common import (
     fail,
     parse_storage_options,
     split_names,
+    start_prefect_api,
 )
 
 EXIT_PASSED = 0
@@ -78,6 +79,9 @@ def regression_command(
         help="Judges whose kappa 95% lower bound is below this are advisory: gates on them "
         "are undecidable (exit 3)")] = None,
     calibration_seed: Annotated[int, typer.Option(help="Seed of the kappa bootstrap")] = 0,
+    shards: Annotated[int, typer.Option(
+        help="Judge in this many child flow runs of the shard deployment, run by Prefect "
+        "workers (needs a Prefect server; see README, Scaling out with shards)")] = 1,
     no_progress: NoProgress = False,
 ) -> None:
     """Evaluate a candidate against the suite's baseline and gate it (exit 0/1/2/3)."""
@@ -100,18 +104,33 @@ def regression_command(
             chunk_size=chunk_size, on_invalid=on_invalid, use_cache=not no_cache,
             storage_options=parse_storage_options(storage_option), labels=labels,
             calibration=calibration, calibration_floor=calibration_floor,
-            calibration_seed=calibration_seed)
+            calibration_seed=calibration_seed, shards=shards)
     except ValidationError as error:
         fail("invalid options: " + "; ".join(
             f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
+    _preflight(params, junit)
+    raise typer.Exit(_run(params, junit, progress=not no_progress))
+
+
+def _preflight(params, junit: str | None) -> None:
+    """Every check before a flow run exists; a failure exits 2 (and writes the JUnit file)."""
+    from flows.evaluate_cli import require_shared_server
+
+    if params.shards > 1:  # shards are picked up by workers of a server, never a temporary API
+        require_shared_server()
+    start_prefect_api()  # boots while the set is checked and the stack imported
     from flows.regression_preflight import PreflightError, preflight
+    from flows.shard_plan import ShardSetupError
 
     try:
         preflight(params)
-    except PreflightError as error:
-        _write_junit(junit, _crash_junit(suite, str(error)))
+        if params.shards > 1:  # the deployment, its pool and a worker
+            from flows.shard_launch import check_shard_setup
+
+            check_shard_setup(params.shard_deployment)
+    except (PreflightError, ShardSetupError) as error:
+        _write_junit(junit, _crash_junit(params.suite, str(error)))
         fail(str(error))
-    raise typer.Exit(_run(params, junit, progress=not no_progress))
 
 
 def _crash_junit(suite: str, message: str) -> str:
@@ -124,12 +143,14 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     """Run the flow; print the verdict; write the JUnit file; return the exit code."""
     import asyncio
 
+    from flows.cli_common import _attach_prefect_api
     from flows.progress import console_progress
     from flows.regression import RegressionNotPassed, regression
     from flows.regression_preflight import is_config_error
     from tasks.junit import junit_xml
     from tasks.verdict_text import verdict_message
 
+    _attach_prefect_api()  # the temporary API started before the checks, when no server is set
     with console_progress(progress):  # on a terminal only; stopped before the verdict prints
         state = asyncio.run(regression(params, return_state=True))
     result = state.result(raise_on_failure=False)
