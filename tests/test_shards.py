@@ -341,3 +341,47 @@ def test_a_shard_that_fails_for_good_leaves_its_rows_as_errors(server, deployed,
         assert "shard 2 of 2" in error and killer.killed[-1] in error and "CRASHED" in error
     assert metrics["response/llm_judged/safety/error_count"] == ROWS - first_error
     assert manifest["shards"]["runs"][1]["state"] == "CRASHED"
+
+
+def _regression(server: Server, data: Path, out: Path, run_id: str, api_base: str, gates: Path,
+                *extra: str) -> subprocess.CompletedProcess:
+    command = [str(JUDGEFLOW), "regression", str(data), "--suite", "s", "--gates", str(gates),
+               "--baseline", "seed", "--judge-model", "openai/shard-judge", "--api-base",
+               api_base, "--output", str(out), "--run-id", run_id, "--judges", "correctness",
+               "--no-pairwise", "--chunk-size", str(CHUNK_SIZE), "--no-cache", "--min-paired",
+               "10", *extra]
+    return subprocess.run(command, cwd=REPO, env=server.env, text=True, capture_output=True,
+                          timeout=300)
+
+
+def test_a_sharded_regression_equals_a_single_process_one(server, deployed, workers, fake_llm,
+                                                           tmp_path):
+    data, out = _rows_file(tmp_path), tmp_path / "out"
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("gates:\n  - metric: response/llm_judged/correctness/rating/percentage\n"
+                     "    max_drop: 0.02\n")
+    fake_llm.reset(_verdict)
+    seeded = _evaluate(server, data, out, "seed", fake_llm.api_base, "--judges", "correctness")
+    assert seeded.returncode == 0, seeded.stderr[-3000:]
+
+    fake_llm.reset()
+    single = _regression(server, data, out, "one", fake_llm.api_base, gates)
+    assert single.returncode == 0, single.stderr[-3000:]
+    single_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    fake_llm.reset()
+    sharded = _regression(server, data, out, "two", fake_llm.api_base, gates, "--shards", "2")
+    assert sharded.returncode == 0, sharded.stderr[-3000:] + _worker_logs(server)
+    assert "PASSED: all 1 gate(s) held in suite 's' against baseline run 'seed'" in (
+        sharded.stdout)
+    sharded_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    assert sharded_calls == single_calls and set(sharded_calls.values()) == {1}
+
+    records, metrics, manifest = _published(out, "one")
+    sharded_records, sharded_metrics, sharded_manifest = _published(out, "two")
+    assert sharded_records == records and sharded_metrics == metrics
+    assert sharded_manifest["regression"]["outcome"] == manifest["regression"]["outcome"]
+    assert sharded_manifest["regression"]["deltas"] == manifest["regression"]["deltas"]
+    shards = sharded_manifest["shards"]
+    assert shards["count"] == 2 and {s["worker"] for s in shards["runs"]} == set(WORKERS)
+    assert "shards" not in manifest
+    assert not (out / "s" / "two" / ".shards").exists()
