@@ -385,3 +385,49 @@ def test_a_sharded_regression_equals_a_single_process_one(server, deployed, work
     assert shards["count"] == 2 and {s["worker"] for s in shards["runs"]} == set(WORKERS)
     assert "shards" not in manifest
     assert not (out / "s" / "two" / ".shards").exists()
+
+
+def _compare(server: Server, data: Path, out: Path, run_id: str, api_base: str, *extra: str
+             ) -> subprocess.CompletedProcess:
+    command = [str(JUDGEFLOW), "compare", str(data), "--judge-model", "openai/shard-judge",
+               "--api-base", api_base, "--output", str(out), "--suite", "s", "--run-id", run_id,
+               "--chunk-size", str(CHUNK_SIZE), "--no-cache", *extra]
+    return subprocess.run(command, cwd=REPO, env=server.env, text=True, capture_output=True,
+                          timeout=300)
+
+
+def test_a_sharded_compare_equals_a_single_process_one(server, deployed, workers, fake_llm,
+                                                       tmp_path):
+    from tests.test_compare import BiasedJudge
+
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({
+        "id": f"p{i:03d}", "prompt": f"Which plan fits team {i}?" + (" #bias" if i % 7 == 0
+                                                                      else ""),
+        "response_A": f"#q={1 + i % 5}", "response_B": f"#q={1 + (i * 3) % 5}"}) + "\n"
+        for i in range(ROWS)))
+    fake_llm.reset(BiasedJudge())
+    single = _compare(server, data, tmp_path / "out", "one", fake_llm.api_base)
+    assert single.returncode == 0, single.stderr[-3000:]
+    single_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    assert sum(single_calls.values()) == 2 * ROWS  # both orders of every pair
+
+    fake_llm.reset()
+    sharded = _compare(server, data, tmp_path / "out", "two", fake_llm.api_base, "--shards", "2")
+    assert sharded.returncode == 0, sharded.stderr[-3000:] + _worker_logs(server)
+    sharded_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    assert sharded_calls == single_calls and set(sharded_calls.values()) == {1}
+
+    records, metrics, manifest = _published(tmp_path / "out", "one")
+    sharded_records, sharded_metrics, sharded_manifest = _published(tmp_path / "out", "two")
+    assert [r["request_id"] for r in sharded_records] == [f"p{i:03d}" for i in range(ROWS)]
+    assert sharded_records == records and sharded_metrics == metrics
+    assert sharded_manifest["status"] == "complete"
+    shards = sharded_manifest["shards"]
+    assert shards["count"] == 2 and [s["chunks"] for s in shards["runs"]] == [[0, 4], [4, 8]]
+    assert {s["worker"] for s in shards["runs"]} == set(WORKERS)  # one shard on each worker
+    children = {run["id"]: run for run in _shard_runs(server, deployed, "two")}
+    for entry in shards["runs"]:
+        assert entry["state"] == "COMPLETED" and entry["chunks_judged"] == 4
+        assert children[entry["flow_run_id"]]["parameters"]["params"]["kind"] == "pairs"
+    assert not (tmp_path / "out" / "s" / "two" / ".shards").exists()
