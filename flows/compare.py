@@ -30,7 +30,7 @@ async def compare(params: CompareParams) -> dict:
     location = run_location(params, started_at)
     prepared = prepare_pairs(params)
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
-    judged = await judge_pairs(params, prepared, store)
+    judged = await judge_pairs(params, prepared, store, location)
     manifest, urls = publish_pairs(params, location, prepared, judged, started_at)
     publish_artifacts(manifest, judged.metrics, urls)
     get_run_logger().info("report: %s", urls["report.html"])

@@ -109,6 +109,9 @@ def compare_command(
         "--no-cache", help="Ignore the judge reply cache")] = False,
     storage_option: Annotated[list[str] | None, typer.Option(
         help="fsspec option KEY=VALUE for s3://, e.g. endpoint_url=http://minio:9000")] = None,
+    shards: Annotated[int, typer.Option(
+        help="Judge the pairs in this many child flow runs of the shard deployment, run by "
+        "Prefect workers (needs a Prefect server; see README, Scaling out with shards)")] = 1,
     no_progress: NoProgress = False,
 ) -> None:
     """Judge two systems head to head (both orders of every pair) and publish a report."""
@@ -123,10 +126,18 @@ def compare_command(
         rubric=rubric, output=output, suite=suite, run_id=run_id, chunk_size=chunk_size,
         strict_ties=strict_ties, swap=not no_swap, bootstrap_seed=seed, on_invalid=on_invalid,
         use_cache=not no_cache, max_error_share=max_error_share,
-        storage_options=parse_storage_options(storage_option),
+        storage_options=parse_storage_options(storage_option), shards=shards,
     )
+    if shards > 1:
+        from flows.evaluate_cli import require_shared_server
+
+        require_shared_server()
     start_prefect_api()  # boots while the set is checked and the stack imported
     checked(preflight_compare, params)
+    if shards > 1:  # the deployment, its pool and a worker, before any flow run exists
+        from flows.shard_launch import check_shard_setup
+
+        checked(check_shard_setup, params.shard_deployment)
     from flows.compare import compare
 
     summary = run_flow(compare, params, progress=not no_progress)

@@ -11,23 +11,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from prefect import get_run_logger
-from prefect.client.schemas.objects import State
-from prefect.utilities.annotations import quote
 
 from flows.compare_params import CompareParams
 from flows.completeness import Completeness, assess_pairs
-from flows.execution import auto_chunk_size, chunks_in_flight, run_chunks
+from flows.execution import auto_chunk_size
 from flows.manifest import OFFLINE_NOTICE, build_manifest
-from flows.progress import ChunkTally, PhaseProgress
+from flows.pair_judging import PAIRS_KIND, judge_all_pairs  # noqa: F401 - flows.compare
+from flows.progress import PhaseProgress
 from flows.run_common import cache_url
-from flows.stored_chunks import Persistence, Resumed, StoredChunks
+from flows.shards import pairs_in_shards
 from judges.calibration_rows import pairwise_calibration, preferences_of
-from judges.llm import LLMSettings, Usage
-from judges.pair_codec import pairs_fingerprint
+from judges.llm import Usage
 from judges.pairwise import PairVerdict, Rubric
 from judges.pairwise_judge import (
     PAIRWISE_JUDGE,
-    Pair,
     PairResult,
     PairwiseOptions,
     compare_summary,
@@ -35,15 +32,14 @@ from judges.pairwise_judge import (
 from judges.plan import JudgePlan
 from judges.result_names import pairwise_metric_fields, row_count_names
 from tasks.chunk_store import ChunkStore
-from tasks.compare import compare_chunk, failed_chunk_result
 from tasks.outputs import RunLocation
 from tasks.pairs import PairSet, load_pairs, load_rubric
 from tasks.publish import publish_run
 from tasks.report_rows import ReportInputs
+from tasks.shard_inputs import remove_shard_files
 from tasks.staging import ResultStaging
 from tasks.validation import InvalidDatasetError
 
-PAIRS_KIND = "pairs"  # persisted chunks of a compare run (tasks/chunk_store.py)
 SWAP_DISABLED_NOTICE = (
     "Position swap disabled: each pair was judged once, with A in position 1. A judge's "
     "position bias goes straight into the verdicts; use this run to diagnose it, not to decide."
@@ -72,6 +68,7 @@ class JudgedPairs:
     timings: dict[str, float] = field(default_factory=dict)
     report: ReportInputs = field(default_factory=ReportInputs)
     store: ChunkStore | None = None  # the finished chunks, cleared once the run is published
+    sections: dict = field(default_factory=dict)  # more manifest sections (e.g. `shards`)
 
 
 def warn_notices(params: CompareParams) -> None:
@@ -97,18 +94,24 @@ def prepare_pairs(params: CompareParams) -> PreparedPairs:
 
 
 async def judge_pairs(params: CompareParams, prepared: PreparedPairs,
-                      store: ChunkStore | None = None) -> JudgedPairs:
+                      store: ChunkStore | None = None, location: RunLocation | None = None
+                      ) -> JudgedPairs:
     """Judge every pair in both orders, stage the records, aggregate, assess completeness.
 
     Chunks judged by an earlier attempt of the run, kept in `store`, are reused as they are.
+    With `params.shards` > 1, child flow runs judge the chunks into the store of the run at
+    `location` (flows/shards.py), and this phase only merges them.
     """
     pairs, staging = prepared.pair_set.pairs, ResultStaging()
-    started = time.perf_counter()
+    started, sharded = time.perf_counter(), None
+    chunk_size = params.chunk_size or auto_chunk_size(len(pairs))
+    if params.shards > 1:  # the shards judge; this flow run merges what they stored
+        sharded = await pairs_in_shards(params, location, pairs, prepared.options, chunk_size)
+        store = sharded.pair_merge_view(store or ChunkStore.for_run(location), pairs)
     try:
         progress = await PhaseProgress.start("judging pairs", len(pairs))
         verdicts, usage = await judge_all_pairs(
-            pairs, prepared.options, params.judge.settings(),
-            params.chunk_size or auto_chunk_size(len(pairs)), cache_url(params),
+            pairs, prepared.options, params.judge.settings(), chunk_size, cache_url(params),
             params.storage_options, staging, store, progress)
         await progress.finish()
     except BaseException:
@@ -127,10 +130,13 @@ async def judge_pairs(params: CompareParams, prepared: PreparedPairs,
         report.rows.add_pair(PairResult(pair, verdict, prepared.options.swap))
     example = next((v.error_message for v in verdicts if v.error_message), None)
     completeness = assess_pairs(metrics, example, params.max_error_share)
+    if sharded is not None:  # a shard that failed for good: its pairs are errors, never dropped
+        completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
     timings = {"load_validate_seconds": prepared.load_seconds,
                "judge_seconds": time.perf_counter() - started}
     return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings, report,
-                       store)
+                       store,
+                       {"shards": sharded.manifest_section()} if sharded is not None else {})
 
 
 def publish_pairs(params: CompareParams, location: RunLocation, prepared: PreparedPairs,
@@ -138,6 +144,7 @@ def publish_pairs(params: CompareParams, location: RunLocation, prepared: Prepar
     """Write the run's files (manifest last); returns the manifest and the file URLs."""
     manifest = compare_manifest(params, location, prepared.pair_set, prepared.rubric,
                                 judged.usage, started_at, judged.timings, judged.completeness)
+    manifest.update(judged.sections)
     try:
         urls = publish_run(location, judged.staging, judged.metrics, manifest,
                            prepared.pair_set.rejected, pairwise=judged.metrics,
@@ -146,62 +153,9 @@ def publish_pairs(params: CompareParams, location: RunLocation, prepared: Prepar
         judged.staging.cleanup()
     if judged.store is not None:  # published: what the chunks held is in the run's files now
         judged.store.clear()
+    if params.shards > 1:
+        remove_shard_files(location.url(), params.shards, params.storage_options)
     return manifest, urls
-
-
-async def judge_all_pairs(
-    pairs: list[Pair],
-    options: PairwiseOptions,
-    settings: LLMSettings,
-    chunk_size: int,
-    cache_url: str | None,
-    storage_options: dict,
-    staging: ResultStaging,
-    store: ChunkStore | None = None,
-    progress: PhaseProgress | None = None,
-) -> tuple[list[PairVerdict], Usage]:
-    """Judge every chunk (a few at a time), staging each chunk's records as it completes.
-
-    With a `store`, a chunk judged by an earlier attempt of the run (same pairs, rubric, rules
-    and model) is reused without a task run or a model call, and each chunk judged now is saved
-    as it completes. `progress` hears of every finished chunk.
-
-    Returns:
-        One verdict per pair in input order, and the calls and tokens spent. A chunk whose
-        task fails after its retries yields an error verdict per pair: no pair is lost.
-    """
-    usage, by_chunk = Usage(), {}
-    persistence = None if store is None else Persistence(
-        fingerprint=lambda chunk: pairs_fingerprint(chunk, options, settings),
-        load=lambda index, fingerprint: store.load_pairs(PAIRS_KIND, index, fingerprint,
-                                                         options),
-        save=lambda index, fingerprint, result: store.save_pairs(PAIRS_KIND, index,
-                                                                 fingerprint, result),
-        size=lambda result: len(result.verdicts),
-    )
-    chunks = StoredChunks(
-        lambda index, chunk: compare_chunk(index, quote(chunk), options, settings, cache_url,
-                                           storage_options, return_state=True),
-        persistence,
-    )
-
-    async def finish(index: int, chunk: list[Pair], state: State | Resumed) -> None:
-        outcome = await chunks.settle(index, state)
-        result = outcome.result
-        if result is None:
-            result = failed_chunk_result(index, chunk, options, outcome.failure)
-        usage.add(result.usage)
-        staging.write_chunk(index, result.records, result.calls)
-        by_chunk[index] = result.verdicts
-        if progress is not None:
-            spent = Usage() if outcome.resumed else result.usage
-            errors = sum(v.verdict == "error" for v in result.verdicts)
-            await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
-                                                 errors, outcome.resumed))
-
-    in_flight = chunks_in_flight(settings.concurrency, chunk_size)
-    await run_chunks(pairs, chunk_size, in_flight, chunks.submit, finish)
-    return [v for index in sorted(by_chunk) for v in by_chunk[index]], usage
 
 
 def pairwise_section(params: CompareParams, rubric: Rubric | None) -> dict:

@@ -15,9 +15,12 @@ from collections.abc import Callable, Sequence
 
 from judges.engine import failed_rows
 from judges.llm import Usage
+from judges.pairwise_judge import Pair, PairResult, PairwiseOptions, failed_verdict
 from judges.plan import JudgePlan
+from judges.result_names import pair_fields
 from judges.rows import EvalRow
 from tasks.chunk_store import ChunkStore
+from tasks.compare import PairChunkResult
 from tasks.judge import ChunkResult
 
 
@@ -48,6 +51,20 @@ class ShardStoreView:
     def save(self, kind: str, index: int, fingerprint: str, result: ChunkResult) -> None:
         """Store a chunk this shard judged under the run's index."""
         self.store.save(kind, self.first_chunk + index, fingerprint, result)
+        self.saved.add(self.first_chunk + index)
+
+    def load_pairs(self, kind: str, index: int, fingerprint: str, options: PairwiseOptions
+                   ) -> PairChunkResult | None:
+        """The finished chunk of pairs at the run's index for this local one, if stored."""
+        found = self.store.load_pairs(kind, self.first_chunk + index, fingerprint, options)
+        if found is not None:
+            self.reused.add(self.first_chunk + index)
+        return found
+
+    def save_pairs(self, kind: str, index: int, fingerprint: str, result: PairChunkResult
+                   ) -> None:
+        """Store a chunk of pairs this shard judged under the run's index."""
+        self.store.save_pairs(kind, self.first_chunk + index, fingerprint, result)
         self.saved.add(self.first_chunk + index)
 
 
@@ -84,6 +101,43 @@ class MergeView:
     def save(self, kind: str, index: int, fingerprint: str, result: ChunkResult) -> None:
         """Never reached: every load answers, so the parent runs no chunk task."""
         raise RuntimeError(f"the parent of a sharded run judged chunk {index} itself")
+
+    def clear(self) -> None:
+        """Delete the run's stored chunks once it has published (every one was read here)."""
+        self.store.clear()
+
+
+class PairMergeView:
+    """`MergeView` for a compare run: a stored chunk of pairs, or its pairs as shard errors."""
+
+    def __init__(self, store: ChunkStore, pairs: Sequence[Pair], chunk_size: int,
+                 why_missing: Callable[[int], str]):
+        self.store, self.pairs, self.chunk_size = store, pairs, chunk_size
+        self.why_missing = why_missing
+        self.missing: list[int] = []
+
+    @property
+    def url(self) -> str:
+        """Where the run's chunks are (the store's URL)."""
+        return self.store.url
+
+    def load_pairs(self, kind: str, index: int, fingerprint: str, options: PairwiseOptions
+                   ) -> PairChunkResult:
+        """The chunk a shard finished, or an error verdict per pair saying why it is missing."""
+        chunk = list(self.pairs[index * self.chunk_size:(index + 1) * self.chunk_size])
+        found = self.store.load_pairs(kind, index, fingerprint, options)
+        if found is not None and len(found.verdicts) == len(chunk):
+            return found
+        self.missing.append(index)
+        verdicts = [failed_verdict(self.why_missing(index), options.swap) for _ in chunk]
+        records = [pair_fields(PairResult(p, v, options.swap))
+                   for p, v in zip(chunk, verdicts, strict=True)]
+        return PairChunkResult(index, records, verdicts, Usage(), [])
+
+    def save_pairs(self, kind: str, index: int, fingerprint: str, result: PairChunkResult
+                   ) -> None:
+        """Never reached: every load answers, so the parent runs no chunk task."""
+        raise RuntimeError(f"the parent of a sharded compare run judged chunk {index} itself")
 
     def clear(self) -> None:
         """Delete the run's stored chunks once it has published (every one was read here)."""

@@ -8,32 +8,40 @@ started once more (finished chunks are kept, so the new attempt does only the re
 parent's ordinary judge phase reads every chunk from the run's chunk store through a
 `MergeView` (flows/shard_store.py) and publishes once; what no shard finished is reported as
 errors of the shard that owned it, and makes the run incomplete.
+
+A compare run shards the same way (`pairs_in_shards`): its pairs instead of rows, how pairs
+are judged (`PairSpec`) instead of the judge plan, and shard flow runs of kind "pairs" on the
+same deployment; its judge phase merges through a `PairMergeView`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import fsspec
 from prefect import get_run_logger
 
+from flows.compare_params import CompareParams
 from flows.params import EvaluateParams
 from flows.run_common import cache_url
 from flows.shard_flow import ShardParams
 from flows.shard_launch import shard_pool, start_shard, wait_for_end
 from flows.shard_limits import limit_name, model_slots
 from flows.shard_plan import ShardRange, check_budget, plan_spec, share, split_shards
-from flows.shard_store import MergeView
+from flows.shard_store import MergeView, PairMergeView
 from judges.custom import fields_present, load_custom_judges
+from judges.pairwise_judge import Pair, PairwiseOptions
 from judges.plan import JudgePlan
 from judges.rows import EvalRow
 from tasks.chunk_store import ChunkStore
 from tasks.outputs import RunLocation
 from tasks.shard_inputs import (
+    PairSpec,
+    PlanSpec,
     ShardOutcome,
     read_model,
     remove_shard_files,
@@ -42,6 +50,7 @@ from tasks.shard_inputs import (
     write_rows,
 )
 
+ShardedParams = EvaluateParams | CompareParams
 # Attempts per shard: one more after a crash or a failure (e.g. a worker's process killed).
 SHARD_ATTEMPTS = 2
 
@@ -116,6 +125,10 @@ class ShardedJudging:
         """The run's store as the parent's judge phase must read it (flows/shard_store.py)."""
         return MergeView(store, rows, self.chunk_size, self.why_missing)
 
+    def pair_merge_view(self, store: ChunkStore, pairs: Sequence[Pair]) -> PairMergeView:
+        """The run's store as a sharded compare run's pair phase must read it."""
+        return PairMergeView(store, pairs, self.chunk_size, self.why_missing)
+
     def why_missing(self, chunk: int) -> str:
         """Why no shard finished global chunk `chunk`."""
         owner = next(run for run in self.runs if run.owns(chunk))
@@ -141,11 +154,10 @@ def absolute_url(url: str, storage_options: dict) -> str:
     return fs.unstrip_protocol(path)
 
 
-def write_inputs(params: EvaluateParams, location: RunLocation, rows: Sequence[EvalRow],
-                 plan: JudgePlan, ranges: list[ShardRange]) -> None:
+def write_inputs(params: ShardedParams, location: RunLocation,
+                 rows: Sequence[EvalRow] | Sequence[Pair], spec: PlanSpec | PairSpec,
+                 ranges: list[ShardRange]) -> None:
     """The plan and each shard's rows under `{run}/.shards/` (anything older removed)."""
-    custom = load_custom_judges(params.custom_judges) if params.custom_judges else []
-    spec = plan_spec(plan, custom, params.aspects, params.strictness, fields_present(rows))
     run_url, options = location.url(), params.storage_options
     # No outcome.json of an earlier attempt of this run id may remain.
     remove_shard_files(run_url, max(params.shards, len(ranges)), options)
@@ -156,7 +168,7 @@ def write_inputs(params: EvaluateParams, location: RunLocation, rows: Sequence[E
 
 
 @asynccontextmanager
-async def _run_slots(params: EvaluateParams):
+async def _run_slots(params: ShardedParams):
     settings = params.judge.settings()
     if settings.is_offline:  # answered in process: no provider to protect
         yield None, settings.concurrency
@@ -165,8 +177,8 @@ async def _run_slots(params: EvaluateParams):
         yield limit_name(settings.model), taken
 
 
-def shard_params(params: EvaluateParams, location: RunLocation, shard: ShardRange, shards: int,
-                 chunk_size: int, concurrency: int) -> ShardParams:
+def shard_params(params: ShardedParams, location: RunLocation, shard: ShardRange, shards: int,
+                 chunk_size: int, concurrency: int, kind: str = "judge") -> ShardParams:
     """One shard's flow parameters: URLs, its chunk range and its share of the budget."""
     judge = params.judge.model_copy(update={
         "concurrency": max(1, share(concurrency, shards, shard.index)),
@@ -179,7 +191,7 @@ def shard_params(params: EvaluateParams, location: RunLocation, shard: ShardRang
         run_id=location.run_id, shard=shard.index, shards=shards,
         first_chunk=shard.first_chunk, chunk_size=chunk_size, judge=judge,
         cache=absolute_url(cache, params.storage_options) if cache else None,
-        storage_options=params.storage_options,
+        storage_options=params.storage_options, kind=kind,
     )
 
 
@@ -204,18 +216,43 @@ async def judge_in_shards(params: EvaluateParams, location: RunLocation,
     Raises:
         ShardSetupError: the shards cannot run (budget too small, no deployment, no worker).
     """
+    custom = load_custom_judges(params.custom_judges) if params.custom_judges else []
+    spec = plan_spec(plan, custom, params.aspects, params.strictness, fields_present(rows))
+    return await _in_shards(params, location, chunk_size, "judge",
+                            lambda ranges: write_inputs(params, location, rows, spec, ranges),
+                            len(rows))
+
+
+async def pairs_in_shards(params: CompareParams, location: RunLocation, pairs: Sequence[Pair],
+                          options: PairwiseOptions, chunk_size: int) -> ShardedJudging:
+    """`judge_in_shards` for a compare run: the shards judge its pairs into the run's store.
+
+    Raises:
+        ShardSetupError: the shards cannot run (budget too small, no deployment, no worker).
+    """
+    spec = PairSpec(rubric=options.rubric.model_dump() if options.rubric else None,
+                    swap=options.swap, strict_ties=options.strict_ties)
+    return await _in_shards(params, location, chunk_size, "pairs",
+                            lambda ranges: write_inputs(params, location, pairs, spec, ranges),
+                            len(pairs))
+
+
+async def _in_shards(params: ShardedParams, location: RunLocation, chunk_size: int, kind: str,
+                     write: Callable[[list[ShardRange]], None], row_count: int
+                     ) -> ShardedJudging:
     started = time.perf_counter()
     judge = params.judge
-    ranges = split_shards(len(rows), chunk_size, params.shards)
+    ranges = split_shards(row_count, chunk_size, params.shards)
     check_budget(len(ranges), judge.concurrency, judge.rpm, judge.tpm)
     pool = await shard_pool(params.shard_deployment)
-    write_inputs(params, location, rows, plan, ranges)
+    write(ranges)
     runs = [ShardRun(shard, len(ranges)) for shard in ranges]
     async with _run_slots(params) as (limit, slots):
         get_run_logger().info("judging in %d shards on work pool %r", len(ranges), pool)
         await asyncio.gather(*(
             _run_shard(params.shard_deployment,
-                       shard_params(params, location, run.range, len(ranges), chunk_size, slots),
+                       shard_params(params, location, run.range, len(ranges), chunk_size, slots,
+                                    kind),
                        run)
             for run in runs))
     for run in (run for run in runs if run.completed):

@@ -5,8 +5,10 @@ All of it lives under the run's folder, on any fsspec URL, so that a worker on a
 it from disk; the children's flow parameters then stay small (URLs and a chunk range, never
 rows: Prefect stores parameters and the UI caps them).
 
-    {run}/.shards/plan.json        the judges the parent planned (tasks/shard_inputs.PlanSpec)
-    {run}/.shards/{k}/rows.jsonl   shard k's rows, validated (and generated) by the parent
+    {run}/.shards/plan.json        the judges the parent planned (tasks/shard_inputs.PlanSpec),
+                                   or for a compare run how pairs are judged (PairSpec)
+    {run}/.shards/{k}/rows.jsonl   shard k's rows (or pairs), validated (and generated) by the
+                                   parent
     {run}/.shards/{k}/outcome.json what shard k did (ShardOutcome), written at its end
 """
 
@@ -21,6 +23,7 @@ import fsspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from judges.cache import is_object_store
+from judges.pairwise_judge import Pair
 from judges.rows import EvalRow
 
 SHARDS_FOLDER = ".shards"
@@ -56,6 +59,16 @@ class PlanSpec(BaseModel):
     fields: list[str] = Field(default_factory=list, description="Fields some row of the set has")
 
 
+class PairSpec(BaseModel):
+    """How the parent of a sharded compare run judges every pair: its children judge so too."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rubric: dict | None = Field(None, description="The fixed rubric, as loaded by the parent")
+    swap: bool = True
+    strict_ties: bool = False
+
+
 class ShardOutcome(BaseModel):
     """What one shard did, written by the child at its end and read by the parent."""
 
@@ -83,16 +96,17 @@ def shard_url(run_url: str, shard: int | None = None, name: str = "") -> str:
     return "/".join(parts)
 
 
-def write_rows(url: str, rows: Sequence[EvalRow], storage_options: dict) -> None:
-    """Rows as JSONL, exactly as a child reads them back (`read_rows`)."""
+def write_rows(url: str, rows: Sequence[EvalRow] | Sequence[Pair], storage_options: dict
+               ) -> None:
+    """Rows (or pairs) as JSONL, exactly as a child reads them back (`read_rows`)."""
     text = "".join(row.model_dump_json(fallback=str) + "\n" for row in rows)
     _write_text(url, text, storage_options)
 
 
-def read_rows(url: str, storage_options: dict) -> list[EvalRow]:
-    """The rows `write_rows` wrote, in order."""
+def read_rows(url: str, storage_options: dict, kind: type[M] = EvalRow) -> list[M]:
+    """The rows (`kind`: EvalRow or Pair) `write_rows` wrote, in order."""
     with fsspec.open(url, "r", encoding="utf-8", **storage_options) as handle:
-        return [EvalRow.model_validate_json(line) for line in handle if line.strip()]
+        return [kind.model_validate_json(line) for line in handle if line.strip()]
 
 
 def write_model(url: str, value: BaseModel, storage_options: dict) -> None:

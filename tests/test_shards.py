@@ -341,3 +341,93 @@ def test_a_shard_that_fails_for_good_leaves_its_rows_as_errors(server, deployed,
         assert "shard 2 of 2" in error and killer.killed[-1] in error and "CRASHED" in error
     assert metrics["response/llm_judged/safety/error_count"] == ROWS - first_error
     assert manifest["shards"]["runs"][1]["state"] == "CRASHED"
+
+
+def _regression(server: Server, data: Path, out: Path, run_id: str, api_base: str, gates: Path,
+                *extra: str) -> subprocess.CompletedProcess:
+    command = [str(JUDGEFLOW), "regression", str(data), "--suite", "s", "--gates", str(gates),
+               "--baseline", "seed", "--judge-model", "openai/shard-judge", "--api-base",
+               api_base, "--output", str(out), "--run-id", run_id, "--judges", "correctness",
+               "--no-pairwise", "--chunk-size", str(CHUNK_SIZE), "--no-cache", "--min-paired",
+               "10", *extra]
+    return subprocess.run(command, cwd=REPO, env=server.env, text=True, capture_output=True,
+                          timeout=300)
+
+
+def test_a_sharded_regression_equals_a_single_process_one(server, deployed, workers, fake_llm,
+                                                           tmp_path):
+    data, out = _rows_file(tmp_path), tmp_path / "out"
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("gates:\n  - metric: response/llm_judged/correctness/rating/percentage\n"
+                     "    max_drop: 0.02\n")
+    fake_llm.reset(_verdict)
+    seeded = _evaluate(server, data, out, "seed", fake_llm.api_base, "--judges", "correctness")
+    assert seeded.returncode == 0, seeded.stderr[-3000:]
+
+    fake_llm.reset()
+    single = _regression(server, data, out, "one", fake_llm.api_base, gates)
+    assert single.returncode == 0, single.stderr[-3000:]
+    single_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    fake_llm.reset()
+    sharded = _regression(server, data, out, "two", fake_llm.api_base, gates, "--shards", "2")
+    assert sharded.returncode == 0, sharded.stderr[-3000:] + _worker_logs(server)
+    assert "PASSED: all 1 gate(s) held in suite 's' against baseline run 'seed'" in (
+        sharded.stdout)
+    sharded_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    assert sharded_calls == single_calls and set(sharded_calls.values()) == {1}
+
+    records, metrics, manifest = _published(out, "one")
+    sharded_records, sharded_metrics, sharded_manifest = _published(out, "two")
+    assert sharded_records == records and sharded_metrics == metrics
+    assert sharded_manifest["regression"]["outcome"] == manifest["regression"]["outcome"]
+    assert sharded_manifest["regression"]["deltas"] == manifest["regression"]["deltas"]
+    shards = sharded_manifest["shards"]
+    assert shards["count"] == 2 and {s["worker"] for s in shards["runs"]} == set(WORKERS)
+    assert "shards" not in manifest
+    assert not (out / "s" / "two" / ".shards").exists()
+
+
+def _compare(server: Server, data: Path, out: Path, run_id: str, api_base: str, *extra: str
+             ) -> subprocess.CompletedProcess:
+    command = [str(JUDGEFLOW), "compare", str(data), "--judge-model", "openai/shard-judge",
+               "--api-base", api_base, "--output", str(out), "--suite", "s", "--run-id", run_id,
+               "--chunk-size", str(CHUNK_SIZE), "--no-cache", *extra]
+    return subprocess.run(command, cwd=REPO, env=server.env, text=True, capture_output=True,
+                          timeout=300)
+
+
+def test_a_sharded_compare_equals_a_single_process_one(server, deployed, workers, fake_llm,
+                                                       tmp_path):
+    from tests.test_compare import BiasedJudge
+
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({
+        "id": f"p{i:03d}", "prompt": f"Which plan fits team {i}?" + (" #bias" if i % 7 == 0
+                                                                      else ""),
+        "response_A": f"#q={1 + i % 5}", "response_B": f"#q={1 + (i * 3) % 5}"}) + "\n"
+        for i in range(ROWS)))
+    fake_llm.reset(BiasedJudge())
+    single = _compare(server, data, tmp_path / "out", "one", fake_llm.api_base)
+    assert single.returncode == 0, single.stderr[-3000:]
+    single_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    assert sum(single_calls.values()) == 2 * ROWS  # both orders of every pair
+
+    fake_llm.reset()
+    sharded = _compare(server, data, tmp_path / "out", "two", fake_llm.api_base, "--shards", "2")
+    assert sharded.returncode == 0, sharded.stderr[-3000:] + _worker_logs(server)
+    sharded_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    assert sharded_calls == single_calls and set(sharded_calls.values()) == {1}
+
+    records, metrics, manifest = _published(tmp_path / "out", "one")
+    sharded_records, sharded_metrics, sharded_manifest = _published(tmp_path / "out", "two")
+    assert [r["request_id"] for r in sharded_records] == [f"p{i:03d}" for i in range(ROWS)]
+    assert sharded_records == records and sharded_metrics == metrics
+    assert sharded_manifest["status"] == "complete"
+    shards = sharded_manifest["shards"]
+    assert shards["count"] == 2 and [s["chunks"] for s in shards["runs"]] == [[0, 4], [4, 8]]
+    assert {s["worker"] for s in shards["runs"]} == set(WORKERS)  # one shard on each worker
+    children = {run["id"]: run for run in _shard_runs(server, deployed, "two")}
+    for entry in shards["runs"]:
+        assert entry["state"] == "COMPLETED" and entry["chunks_judged"] == 4
+        assert children[entry["flow_run_id"]]["parameters"]["params"]["kind"] == "pairs"
+    assert not (tmp_path / "out" / "s" / "two" / ".shards").exists()
