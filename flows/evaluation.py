@@ -73,11 +73,6 @@ class PreparedSet:
         """A row of every shape to judge: generated responses, token counts and timings count."""
         return self.generated_shapes.rows() if self.generated else self.check.sample
 
-    @property
-    def rows(self) -> list[EvalRow]:
-        """Every row at once: only for the regression's head-to-head, which pairs them."""
-        return list(self.row_stream())
-
     def cleanup(self) -> None:
         """Delete the spooled rows, if any."""
         if self.generated is not None:

@@ -10,7 +10,7 @@ the candidate's own result records (one record per row, published once).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -41,9 +41,13 @@ class HeadToHead(NamedTuple):
     not_compared: int  # paired rows without a response on one side
 
 
-def build_pairs(rows: list[EvalRow], baseline: Mapping[str, RowData],
+def build_pairs(rows: Iterable[EvalRow], baseline: Mapping[str, RowData],
                 paired: set[str]) -> tuple[list[Pair], int]:
-    """One pair per row both runs answered; the count of paired rows lacking a response."""
+    """One pair per row both runs answered; the count of paired rows lacking a response.
+
+    The rows are read as a stream: a pair keeps only the prompt and the two responses, not
+    the row's context, expected facts or trace.
+    """
     pairs, missing = [], 0
     for row in rows:
         if row.request_id not in paired:
@@ -57,13 +61,14 @@ def build_pairs(rows: list[EvalRow], baseline: Mapping[str, RowData],
     return pairs, missing
 
 
-async def head_to_head(params: Any, rows: list[EvalRow], baseline: Mapping[str, RowData],
+async def head_to_head(params: Any, rows: Iterable[EvalRow], baseline: Mapping[str, RowData],
                        paired: set[str]) -> HeadToHead:
     """Judge every paired row's two responses head to head, in both orders.
 
     Args:
         params: the regression parameters (judge, rubric, strict_ties, cache, chunk size).
-        rows: the candidate's rows, responses generated if a candidate model answered.
+        rows: the candidate's rows in input order (read once), responses generated if a
+            candidate model answered.
         baseline: the baseline's rows by request_id.
         paired: request_ids paired between the runs (same request in both).
     """

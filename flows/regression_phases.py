@@ -59,7 +59,7 @@ async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
                     baseline: dict[str, RowData], paired: set[str],
                     comparison: Comparison) -> None:
     try:
-        result = await head_to_head(params, prepared.rows, baseline, paired)
+        result = await head_to_head(params, prepared.row_stream(), baseline, paired)
     except Exception as error:  # noqa: BLE001 - the evaluation is still worth publishing
         comparison.pairwise_error = f"{type(error).__name__}: {error}"
         comparison.pairwise_unavailable = f"the head-to-head failed: {comparison.pairwise_error}"
