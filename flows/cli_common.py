@@ -16,6 +16,8 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
+from flows.timeline import mark
+
 EXIT_FAILED = 1  # the run itself failed (e.g. publishing)
 EXIT_INVALID = 2  # invalid input or configuration: nothing was judged or published
 EXIT_INCOMPLETE = 3  # published, but too many judge calls failed to read it as a result
@@ -37,6 +39,7 @@ def start_prefect_api() -> None:
     from flows import prefect_api
 
     _api = prefect_api.start()
+    mark("api spawned")
     if "prefect" not in sys.modules:
         _pause_collector()
 
@@ -67,6 +70,7 @@ def _freeze_heap() -> None:
 
 
 _paused: list[bool] = []
+atexit.register(mark, "exit hooks done")  # registered first: runs last
 
 
 def _stop_prefect_api() -> None:
@@ -159,10 +163,13 @@ def run_flow(flow_fn, params, progress: bool = True) -> dict:
     from flows.progress import console_progress
 
     _prepare_models(params)
+    mark("models prepared")
     _resume_collector()
     _attach_prefect_api()
+    mark("api attached")
     with console_progress(progress):
         state = asyncio.run(flow_fn(params, return_state=True))
+    mark("flow run finished")
     if state.is_completed():  # an incomplete run too: its state is Completed, named Incomplete
         return state.result()
     error = state.result(raise_on_failure=False)

@@ -24,6 +24,7 @@ from flows.cli_common import (
     split_names,
     start_prefect_api,
 )
+from flows.timeline import mark
 
 
 def print_summary(summary: dict) -> None:
@@ -120,6 +121,7 @@ def evaluate_command(
     no_progress: NoProgress = False,
 ) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""
+    mark("command parsed")
     from flows.params import EvaluateParams, JudgeModel
     from flows.preflight import preflight_evaluate
 
@@ -142,12 +144,16 @@ def evaluate_command(
         require_shared_server()
     start_prefect_api()  # boots while the set is checked and the stack imported
     checked(preflight_evaluate, params)
+    mark("set checked")
     if shards > 1:  # the deployment, its pool and a worker, before any flow run exists
         from flows.shard_launch import check_shard_setup
 
         checked(check_shard_setup, params.shard_deployment)
     from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good
 
+    mark("flow imported")
+
     summary = run_flow(evaluate, params, progress=not no_progress)
     print_summary(summary)
+    mark("summary printed")
     finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []))

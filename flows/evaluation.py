@@ -29,6 +29,7 @@ from flows.preflight import (
 from flows.progress import PhaseProgress
 from flows.run_common import cache_url
 from flows.shards import judge_in_shards
+from flows.timeline import mark
 from judges.llm import Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan
@@ -161,6 +162,7 @@ async def judge(
     row_count = prepared.check.valid_count
     started, chunk_size = time.perf_counter(), params.chunk_size or auto_chunk_size(row_count)
     rows, sharded = prepared.row_stream(), None
+    mark("judging planned")
     if params.shards > 1:  # the shards judge; this flow run merges what they stored
         rows = list(rows)  # sharding cuts the set into ranges: it holds every row
         sharded = await judge_in_shards(params, location, rows, plan, chunk_size)

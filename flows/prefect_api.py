@@ -23,6 +23,8 @@ import tempfile
 import time
 import urllib.request
 
+from flows.timeline import mark
+
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 # What Prefect's ephemeral mode sets for its server (prefect/server/api/server.py).
 SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
@@ -74,6 +76,7 @@ class TemporaryAPI:
         spawns = 1
         while time.monotonic() < deadline:
             if self._healthy():
+                mark("api ready")
                 return
             if self.process.poll() is not None:
                 if spawns == PORT_ATTEMPTS:
@@ -101,12 +104,14 @@ class TemporaryAPI:
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
+        mark("api stopping")
         process.terminate()
         try:
             process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        mark("api stopped")
 
 
 def _configured_elsewhere() -> bool:
