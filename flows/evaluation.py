@@ -101,10 +101,29 @@ class JudgedRun:
     sections: dict = field(default_factory=dict)  # more manifest sections (e.g. `shards`)
 
 
+# Checks of a set this process already made (the command line's preflight), with what was
+# checked: a flow run given the same source and options uses one instead of reading the whole
+# set again before its first model call. Each is taken once.
+_checked_sets: list[tuple[RowSource, CheckOptions, SetCheck]] = []
+
+
+def reuse_check(params: EvaluateParams, check: SetCheck) -> None:
+    """Let the next flow run of `params` in this process start from `check` (made just now)."""
+    _checked_sets.append((row_source(params), check_options(params), check))
+
+
+def _checked_before(source: RowSource, options: CheckOptions) -> SetCheck | None:
+    for index, (checked_source, checked_options, check) in enumerate(_checked_sets):
+        if checked_source == source and checked_options == options:
+            del _checked_sets[index]
+            return check
+    return None
+
+
 def prepare(params: EvaluateParams) -> PreparedSet:
     """Read and check the set once; raise on invalid rows unless they may be skipped."""
     source, options = row_source(params), check_options(params)
-    check = check_dataset(quote(source), options)
+    check = _checked_before(source, options) or check_dataset(quote(source), options)
     refuse_invalid(check, params.on_invalid, source.name)
     return PreparedSet(source, options, check)
 

@@ -50,7 +50,8 @@ class TemporaryAPI:
         self.process: subprocess.Popen | None = None
         self.port = 0
         self._spawn()
-        atexit.register(self.stop)  # before Prefect's exit hooks, so it stops after them
+        # Registered before Prefect's exit hooks, so it stops after them.
+        atexit.register(self.stop, wait=False)
 
     @property
     def url(self) -> str:
@@ -99,19 +100,25 @@ class TemporaryAPI:
         text = self._log.read().decode(errors="replace").strip()
         return text[-2000:] or "(no output)"
 
-    def stop(self) -> None:
-        """Stop the server (idempotent)."""
+    def stop(self, wait: bool = True) -> None:
+        """Stop the server (idempotent).
+
+        Args:
+            wait: wait for it to exit (5 s at most, then kill it). The command's exit does
+                not: the server has every event and log by then (Prefect flushed them), and
+                its graceful shutdown (0.2-0.3 s) goes on without a user waiting for it.
+        """
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
-        mark("api stopping")
         process.terminate()
+        if not wait:
+            return
         try:
             process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        mark("api stopped")
 
 
 def _configured_elsewhere() -> bool:
