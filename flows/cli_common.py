@@ -40,7 +40,8 @@ def start_prefect_api() -> None:
     from flows import prefect_api
 
     _api = prefect_api.start()
-    mark("api spawned")
+    if _api is not None:
+        mark(f"api spawned (pid {_api.process.pid})")
     if "prefect" not in sys.modules:
         _pause_collector()
 
