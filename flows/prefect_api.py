@@ -153,12 +153,24 @@ def attach(api: TemporaryAPI | None) -> str | None:
     if PREFECT_API_URL.value():
         api.stop()
         return None
-    api.wait_ready()
-    os.environ["PREFECT_API_URL"] = api.url
-    # Its UI is off and it ends with the command: no "View at" links to it.
-    os.environ.setdefault("PREFECT_UI_URL", "")
+    # Prefect read its settings at import: point them at the API now, while it may still be
+    # booting (reading them again costs 0.1-0.2 s of CPU), and again only if it moved ports.
+    _point_prefect_at(api.url)
+    try:
+        api.wait_ready()
+    except PrefectAPIError:
+        del os.environ["PREFECT_API_URL"]
+        raise
+    if os.environ["PREFECT_API_URL"] != api.url:
+        _point_prefect_at(api.url)
+    return api.url
+
+
+def _point_prefect_at(url: str) -> None:
     from prefect.context import refresh_global_settings_context
 
-    refresh_global_settings_context()  # Prefect read its settings at import: read them again
-    return api.url
+    os.environ["PREFECT_API_URL"] = url
+    # Its UI is off and it ends with the command: no "View at" links to it.
+    os.environ.setdefault("PREFECT_UI_URL", "")
+    refresh_global_settings_context()
 
