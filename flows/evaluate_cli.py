@@ -1,7 +1,8 @@
 """`judgeflow evaluate`: judge an evaluation set from the command line.
 
-The set is read and validated, the judges and the output location checked, all before any
-Prefect API starts (flows/preflight.py); only then is the flow imported and run.
+The set is read and validated, the judges and the output location checked (flows/preflight.py)
+before any flow run exists, while the temporary Prefect API boots in a child process
+(flows/prefect_api.py); only then is the flow imported and run.
 """
 
 from __future__ import annotations
