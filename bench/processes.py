@@ -12,6 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
+from flows.timeline import read as read_timeline
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 PYTHON = sys.executable
@@ -57,6 +59,8 @@ class CommandRun(NamedTuple):
     api_cpu_seconds: float  # the temporary Prefect API's (and any other child's) CPU
     returncode: int
     output: str
+    marks: list[tuple[float, str]] = []  # (CLOCK_MONOTONIC s, phase): flows/timeline.py's
+    log: Path | None = None  # the command's log under $BENCH_LOG_DIR, if kept
 
 
 def bench_env() -> dict[str, str]:
@@ -76,19 +80,46 @@ def bench_env() -> dict[str, str]:
 def run_command(args: list[str]) -> CommandRun:
     """Run `judgeflow ARGS` (through bench/run_cli.py) and measure it from outside."""
     with tempfile.TemporaryDirectory() as scratch:
-        usage_file = Path(scratch) / "rusage.json"
-        env = {**bench_env(), "BENCH_RUSAGE_FILE": str(usage_file)}
-        started = time.perf_counter()
+        usage_file, timeline = Path(scratch) / "rusage.json", Path(scratch) / "timeline"
+        env = {**bench_env(), "BENCH_RUSAGE_FILE": str(usage_file),
+               "JUDGEFLOW_TIMELINE": str(timeline)}
+        spawned = time.monotonic()
         done = subprocess.run([PYTHON, str(BENCH / "run_cli.py"), *args], env=env,
                               capture_output=True, text=True, cwd=ROOT)
-        wall = time.perf_counter() - started
+        exited = time.monotonic()
         usage = json.loads(usage_file.read_text()) if usage_file.exists() else {}
+        marks = [(spawned, "process spawned"),
+                 *(read_timeline(str(timeline)) if timeline.exists() else []),
+                 (exited, "process exited")]
+    wall, log = exited - spawned, None
     if os.environ.get("BENCH_LOG_DIR"):  # every command's output, to look into an odd number
         log = Path(os.environ["BENCH_LOG_DIR"]) / f"{time.strftime('%H%M%S')}-{args[0]}.log"
         log.write_text(f"{' '.join(args)}\nwall {wall:.1f} s\n{done.stdout}{done.stderr}")
     return CommandRun(wall, usage.get("cpu_seconds", 0.0), usage.get("peak_rss_mb", 0.0),
                       usage.get("children_cpu_seconds", 0.0), done.returncode,
-                      done.stdout + done.stderr)
+                      done.stdout + done.stderr, marks, log)
+
+
+def timeline_text(command: CommandRun, server: dict | None = None) -> str:
+    """The command's phases in time order, in seconds since it was spawned, with the
+    loopback server's first request received and last reply sent when `server` is given."""
+    marks = list(command.marks)
+    if server and server.get("first_received") is not None:
+        marks += [(server["first_received"], "SERVER first request received"),
+                  (server["last_replied"], "SERVER last reply sent")]
+    marks.sort()
+    start, lines, previous = marks[0][0], [], marks[0][0]
+    for stamp, name in marks:
+        lines.append(f"{stamp - start:8.3f} s  (+{stamp - previous:6.3f})  {name}")
+        previous = stamp
+    return "\n".join(lines)
+
+
+def log_timeline(command: CommandRun, server: dict | None = None) -> None:
+    """Append the command's timeline to its log, when $BENCH_LOG_DIR keeps one."""
+    if command.log is not None:
+        with command.log.open("a") as out:
+            out.write(f"\ntimeline:\n{timeline_text(command, server)}\n")
 
 
 def run_help() -> float:

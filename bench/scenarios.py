@@ -17,6 +17,7 @@ from bench.processes import (
     CommandRun,
     Loopback,
     bare_litellm,
+    log_timeline,
     offline_calls,
     run_command,
     run_help,
@@ -78,6 +79,7 @@ def judge_rows(server: Loopback, rows: int, concurrency: int, *extra: str) -> Ju
     if command.returncode != 0:
         raise RuntimeError(f"judgeflow exited {command.returncode}:\n{command.output[-3000:]}")
     stats = server.stats()
+    log_timeline(command, stats)
     return JudgedRun(command, stats["count"], stats["busy_seconds"])
 
 
@@ -168,6 +170,7 @@ def offline_example() -> list[Measure]:
             "evaluate", str(ROOT / "examples" / "rag_eval.jsonl"), "--judge-model",
             "judgeflow/offline", "--output", folder, "--suite", "demo", "--run-id", "bench"])
         manifest = json.loads((Path(folder) / "demo" / "bench" / "manifest.json").read_text())
+    log_timeline(command)
     calls = manifest["usage"]["calls"]
     timed = offline_calls(calls)
     per_call = timed["seconds_per_call"]

@@ -11,10 +11,13 @@ from __future__ import annotations
 import atexit
 import gc
 import sys
+import threading
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+
+from flows.timeline import mark
 
 EXIT_FAILED = 1  # the run itself failed (e.g. publishing)
 EXIT_INVALID = 2  # invalid input or configuration: nothing was judged or published
@@ -37,6 +40,8 @@ def start_prefect_api() -> None:
     from flows import prefect_api
 
     _api = prefect_api.start()
+    if _api is not None:
+        mark(f"api spawned (pid {_api.process.pid})")
     if "prefect" not in sys.modules:
         _pause_collector()
 
@@ -67,6 +72,7 @@ def _freeze_heap() -> None:
 
 
 _paused: list[bool] = []
+atexit.register(mark, "exit hooks done")  # registered first: runs last
 
 
 def _stop_prefect_api() -> None:
@@ -111,24 +117,62 @@ def build_params(factory, **fields):
         fail(f"invalid options: {messages}")
 
 
-def checked(check, *args) -> None:
-    """Run a preflight check; a configuration error exits 2 with its message."""
+def checked(check, *args):
+    """Run a preflight check and return what it returns; a configuration error exits 2."""
     from flows.preflight import CONFIG_ERRORS
 
     try:
-        check(*args)
+        return check(*args)
     except CONFIG_ERRORS as error:
         fail(str(error))
 
 
 def _prepare_models(params) -> None:
-    """Import litellm and look the run's models up now, while the Prefect API boots."""
+    """Import litellm and look the run's models up (judges/llm.py `prepare`)."""
     from judges.llm import prepare
 
     for name in ("judge", "candidate"):
         model = getattr(params, name, None)
         if model is not None and hasattr(model, "settings"):
             prepare(model.settings())
+
+
+def _prepare_models_meanwhile(params) -> None:
+    """Prepare the run's models in a thread, while this one waits for the Prefect API.
+
+    Importing litellm costs 2-3 s of CPU; creating the flow run is mostly waiting for the
+    API's answers (its first requests are slow), and the API may still be booting: the import
+    fills those waits. A judge call that comes sooner waits on the import lock of litellm's
+    modules (Python's own), so it never sees them half-imported. The collector, paused for the
+    imports, is resumed once they are done.
+    """
+
+    def prepare() -> None:
+        try:
+            _prepare_models(params)
+        except Exception:  # noqa: BLE001, S110 - the first judge call meets it again and reports it
+            pass
+        finally:
+            _resume_collector()
+            mark("models prepared")
+
+    threading.Thread(target=prepare, name="judgeflow-prepare-models", daemon=True).start()
+
+
+def _warm_up() -> None:
+    """Do now, while the temporary API may still be booting, work the run needs later anyway.
+
+    A flow run's first call imports Prefect's flow and task engines and FastAPI's encoders
+    (about 0.5 s), and the report's template is compiled when the run publishes, after its
+    last model reply. All of it is CPU, which waiting for the API does not use.
+    """
+    import fastapi.encoders  # noqa: F401 - imported for Prefect's serialize_parameters
+    import prefect.flow_engine  # noqa: F401
+    import prefect.task_engine  # noqa: F401
+
+    from tasks.report import load_template
+
+    load_template()
 
 
 def _attach_prefect_api() -> None:
@@ -158,11 +202,14 @@ def run_flow(flow_fn, params, progress: bool = True) -> dict:
     from flows.preflight import CONFIG_ERRORS
     from flows.progress import console_progress
 
-    _prepare_models(params)
-    _resume_collector()
+    _warm_up()
+    mark("warmed up")
+    _prepare_models_meanwhile(params)
     _attach_prefect_api()
+    mark("api attached")
     with console_progress(progress):
         state = asyncio.run(flow_fn(params, return_state=True))
+    mark("flow run finished")
     if state.is_completed():  # an incomplete run too: its state is Completed, named Incomplete
         return state.result()
     error = state.result(raise_on_failure=False)

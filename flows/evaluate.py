@@ -9,6 +9,7 @@ from prefect import flow, get_run_logger
 from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.params import EvaluateParams
 from flows.run_common import final_state, run_location, run_summary
+from flows.timeline import mark
 from tasks.artifacts import publish_artifacts
 from tasks.chunk_store import ChunkStore
 
@@ -16,15 +17,20 @@ from tasks.chunk_store import ChunkStore
 @flow(name="evaluate", log_prints=True)
 async def evaluate(params: EvaluateParams) -> dict:
     """Run every applicable judge over an evaluation set and publish the results."""
+    mark("flow started")
     started_at = datetime.now(UTC)
     warn_if_offline(params)
     location = run_location(params, started_at)
     prepared = prepare(params)
+    mark("flow prepared")
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
     generation_usage = await generate_responses(params, prepared, store)
     judged = await judge(params, prepared, store, location)
     extra = {"generation_usage": generation_usage.as_dict()} if params.candidate else None
+    mark("judged")
     manifest, urls = publish(params, location, prepared, judged, started_at, extra)
+    mark("published")
     publish_artifacts(manifest, judged.metrics, urls)
+    mark("artifacts created")
     get_run_logger().info("report: %s", urls["report.html"])
     return final_state(run_summary(location, manifest, judged.metrics, urls))

@@ -1,7 +1,8 @@
 """`judgeflow evaluate`: judge an evaluation set from the command line.
 
-The set is read and validated, the judges and the output location checked, all before any
-Prefect API starts (flows/preflight.py); only then is the flow imported and run.
+The set is read and validated, the judges and the output location checked (flows/preflight.py)
+before any flow run exists, while the temporary Prefect API boots in a child process
+(flows/prefect_api.py); only then is the flow imported and run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from flows.cli_common import (
     split_names,
     start_prefect_api,
 )
+from flows.timeline import mark
 
 
 def print_summary(summary: dict) -> None:
@@ -120,6 +122,12 @@ def evaluate_command(
     no_progress: NoProgress = False,
 ) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""
+    mark("command parsed")
+    if shards > 1:
+        require_shared_server()
+    # First: the API boots (4-5 s on two cores) while the options are parsed (pydantic), the
+    # set checked (pandas, pandera) and the stack imported.
+    start_prefect_api()
     from flows.params import EvaluateParams, JudgeModel
     from flows.preflight import preflight_evaluate
 
@@ -138,16 +146,19 @@ def evaluate_command(
         labels=labels, calibration=calibration, calibration_floor=calibration_floor,
         calibration_seed=calibration_seed, shards=shards,
     )
-    if shards > 1:
-        require_shared_server()
-    start_prefect_api()  # boots while the set is checked and the stack imported
-    checked(preflight_evaluate, params)
+    check = checked(preflight_evaluate, params)
+    mark("set checked")
     if shards > 1:  # the deployment, its pool and a worker, before any flow run exists
         from flows.shard_launch import check_shard_setup
 
         checked(check_shard_setup, params.shard_deployment)
     from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good
+    from flows.evaluation import reuse_check
+
+    mark("flow imported")
+    reuse_check(params, check)  # the flow run judges at once, without reading the set twice
 
     summary = run_flow(evaluate, params, progress=not no_progress)
     print_summary(summary)
+    mark("summary printed")
     finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []))

@@ -29,6 +29,7 @@ from flows.preflight import (
 from flows.progress import PhaseProgress
 from flows.run_common import cache_url
 from flows.shards import judge_in_shards
+from flows.timeline import mark
 from judges.llm import Usage
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan
@@ -95,10 +96,29 @@ class JudgedRun:
     sections: dict = field(default_factory=dict)  # more manifest sections (e.g. `shards`)
 
 
+# Checks of a set this process already made (the command line's preflight), with what was
+# checked: a flow run given the same source and options uses one instead of reading the whole
+# set again before its first model call. Each is taken once.
+_checked_sets: list[tuple[RowSource, CheckOptions, SetCheck]] = []
+
+
+def reuse_check(params: EvaluateParams, check: SetCheck) -> None:
+    """Let the next flow run of `params` in this process start from `check` (made just now)."""
+    _checked_sets.append((row_source(params), check_options(params), check))
+
+
+def _checked_before(source: RowSource, options: CheckOptions) -> SetCheck | None:
+    for index, (checked_source, checked_options, check) in enumerate(_checked_sets):
+        if checked_source == source and checked_options == options:
+            del _checked_sets[index]
+            return check
+    return None
+
+
 def prepare(params: EvaluateParams) -> PreparedSet:
     """Read and check the set once; raise on invalid rows unless they may be skipped."""
     source, options = row_source(params), check_options(params)
-    check = check_dataset(quote(source), options)
+    check = _checked_before(source, options) or check_dataset(quote(source), options)
     refuse_invalid(check, params.on_invalid, source.name)
     return PreparedSet(source, options, check)
 
@@ -156,6 +176,7 @@ async def judge(
     row_count = prepared.check.valid_count
     started, chunk_size = time.perf_counter(), params.chunk_size or auto_chunk_size(row_count)
     rows, sharded = prepared.row_stream(), None
+    mark("judging planned")
     if params.shards > 1:  # the shards judge; this flow run merges what they stored
         rows = list(rows)  # sharding cuts the set into ranges: it holds every row
         sharded = await judge_in_shards(params, location, rows, plan, chunk_size)

@@ -13,6 +13,7 @@ from prefect.utilities.annotations import quote
 
 from flows.progress import ChunkTally, PhaseProgress
 from flows.stored_chunks import Persistence, Resumed, StoredChunks
+from flows.timeline import mark
 from judges.calibration_rows import CalibrationAccumulator
 from judges.engine import failed_rows
 from judges.llm import LLMSettings, Usage
@@ -102,10 +103,13 @@ async def run_chunks(
             if chunk is None:
                 window.release()
                 break
+            if index == 0:
+                mark("first chunk read")
             task = asyncio.create_task(one(index, chunk))
             running.add(task)
             task.add_done_callback(running.discard)
         await asyncio.gather(*running)
+        mark("chunks finished")
     finally:
         for task in running:  # the run is being cancelled or the set failed to read
             task.cancel()

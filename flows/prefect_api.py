@@ -23,6 +23,8 @@ import tempfile
 import time
 import urllib.request
 
+from flows.timeline import mark
+
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 # What Prefect's ephemeral mode sets for its server (prefect/server/api/server.py).
 SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
@@ -48,7 +50,8 @@ class TemporaryAPI:
         self.process: subprocess.Popen | None = None
         self.port = 0
         self._spawn()
-        atexit.register(self.stop)  # before Prefect's exit hooks, so it stops after them
+        # Registered before Prefect's exit hooks, so it stops after them.
+        atexit.register(self.stop, wait=False)
 
     @property
     def url(self) -> str:
@@ -74,6 +77,7 @@ class TemporaryAPI:
         spawns = 1
         while time.monotonic() < deadline:
             if self._healthy():
+                mark("api ready")
                 return
             if self.process.poll() is not None:
                 if spawns == PORT_ATTEMPTS:
@@ -96,12 +100,20 @@ class TemporaryAPI:
         text = self._log.read().decode(errors="replace").strip()
         return text[-2000:] or "(no output)"
 
-    def stop(self) -> None:
-        """Stop the server (idempotent)."""
+    def stop(self, wait: bool = True) -> None:
+        """Stop the server (idempotent).
+
+        Args:
+            wait: wait for it to exit (5 s at most, then kill it). The command's exit does
+                not: the server has every event and log by then (Prefect flushed them), and
+                its graceful shutdown (0.2-0.3 s) goes on without a user waiting for it.
+        """
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
         process.terminate()
+        if not wait:
+            return
         try:
             process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -141,12 +153,24 @@ def attach(api: TemporaryAPI | None) -> str | None:
     if PREFECT_API_URL.value():
         api.stop()
         return None
-    api.wait_ready()
-    os.environ["PREFECT_API_URL"] = api.url
-    # Its UI is off and it ends with the command: no "View at" links to it.
-    os.environ.setdefault("PREFECT_UI_URL", "")
+    # Prefect read its settings at import: point them at the API now, while it may still be
+    # booting (reading them again costs 0.1-0.2 s of CPU), and again only if it moved ports.
+    _point_prefect_at(api.url)
+    try:
+        api.wait_ready()
+    except PrefectAPIError:
+        del os.environ["PREFECT_API_URL"]
+        raise
+    if os.environ["PREFECT_API_URL"] != api.url:
+        _point_prefect_at(api.url)
+    return api.url
+
+
+def _point_prefect_at(url: str) -> None:
     from prefect.context import refresh_global_settings_context
 
-    refresh_global_settings_context()  # Prefect read its settings at import: read them again
-    return api.url
+    os.environ["PREFECT_API_URL"] = url
+    # Its UI is off and it ends with the command: no "View at" links to it.
+    os.environ.setdefault("PREFECT_UI_URL", "")
+    refresh_global_settings_context()
 

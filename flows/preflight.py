@@ -158,7 +158,8 @@ def preflight_evaluate(params: EvaluateParams) -> SetCheck:
     kept, so a set of any size is checked in bounded memory.
 
     Returns:
-        The set's check (for the caller's information; the flow reads and checks again).
+        The set's check (the command line hands it to the flow run: flows/evaluation.py's
+        `reuse_check`).
 
     Raises:
         One of CONFIG_ERRORS, with a message that names the problem and its fix.
