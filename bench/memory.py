@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -104,12 +105,16 @@ def regression(data: Path, output: str, folder: Path) -> CommandRun:
     return command
 
 
-def measure_regression(sizes: tuple[int, ...]) -> list[MemoryRun]:
-    """The regression command once per size, each against its own baseline."""
+def measure_regression(sizes: tuple[int, ...]) -> Iterator[MemoryRun]:
+    """The regression command once per size, each against its own baseline, as each ends.
+
+    Yielded one by one so that a long 40,000-row run does not hide the 5,000-row result.
+    """
     with tempfile.TemporaryDirectory(prefix="judgeflow-memory-") as scratch:
         folder = Path(scratch)
-        return [MemoryRun(rows, regression(write_rows(folder, rows), str(folder / "out"), folder))
-                for rows in sizes]
+        for rows in sizes:
+            yield MemoryRun(rows, regression(write_rows(folder, rows), str(folder / "out"),
+                                             folder))
 
 
 def measure(sizes: tuple[int, ...], judge: str) -> list[MemoryRun]:
