@@ -408,7 +408,9 @@ def test_a_sharded_compare_equals_a_single_process_one(server, deployed, workers
     data.write_text("".join(json.dumps({
         "id": f"p{i:03d}", "prompt": f"Which plan fits team {i}?" + (" #bias" if i % 7 == 0
                                                                       else ""),
-        "response_A": f"#q={1 + i % 5}", "response_B": f"#q={1 + (i * 3) % 5}"}) + "\n"
+        # The sides always differ: equal ones would make both orders one identical prompt.
+        "response_A": f"#q={1 + i % 5} (A)", "response_B": f"#q={1 + (i * 3) % 5} (B)"})
+        + "\n"
         for i in range(ROWS)))
     fake_llm.reset(BiasedJudge())
     single = _compare(server, data, tmp_path / "out", "one", fake_llm.api_base)
