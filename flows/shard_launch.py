@@ -11,15 +11,22 @@ import asyncio
 import contextlib
 import os
 import time
+from datetime import UTC, datetime
 from uuid import UUID
 
-from prefect import get_client
-from prefect.client.schemas.filters import WorkerFilter, WorkerFilterStatus
+from prefect import get_client, get_run_logger
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterId,
+    WorkerFilter,
+    WorkerFilterStatus,
+)
 from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.sorting import TaskRunSort
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL
-from prefect.states import Cancelling
+from prefect.states import Cancelling, Crashed
 
 from flows.shard_flow import ShardParams
 from flows.shard_plan import ShardSetupError
@@ -28,6 +35,12 @@ from flows.shard_plan import ShardSetupError
 WORKER_WAIT_ENV = "JUDGEFLOW_SHARD_WORKER_WAIT_SECONDS"
 DEFAULT_WORKER_WAIT_SECONDS = 20.0
 POLL_SECONDS = 1.0
+# How long a Running shard may start no new chunk task before it is presumed dead (its worker
+# or machine gone, so nobody will ever report its end): it is then marked Crashed, and retried.
+LIVENESS_ENV = "JUDGEFLOW_SHARD_LIVENESS_SECONDS"
+DEFAULT_LIVENESS_SECONDS = 900.0
+# How often that is looked at: task runs reach the server as events, up to a minute late.
+LIVENESS_POLL_SECONDS = 15.0
 
 
 def _deploy_hint(deployment: str) -> str:
@@ -95,17 +108,49 @@ async def start_shard(deployment: str, params: ShardParams, attempt: int) -> Flo
 async def wait_for_end(flow_run_id: UUID) -> FlowRun:
     """The flow run once it is in a final state (completed, failed, crashed or cancelled).
 
-    If the wait itself is cancelled (the parent stops), the shard is cancelled too, so that
-    no orphan keeps calling the model.
+    A Running shard that starts no chunk task for `JUDGEFLOW_SHARD_LIVENESS_SECONDS` is set
+    Crashed here (what its dead worker can no longer report), so that it is retried, then
+    reported, instead of being waited for forever. If the wait itself is cancelled (the
+    parent stops), the shard is cancelled too, so that no orphan keeps calling the model.
     """
+    liveness = float(os.environ.get(LIVENESS_ENV, DEFAULT_LIVENESS_SECONDS))
+    next_look = time.monotonic() + LIVENESS_POLL_SECONDS
     async with get_client() as client:
         try:
             while True:
                 found = await client.read_flow_run(flow_run_id)
                 if found.state is not None and found.state.is_final():
                     return found
+                if found.state is not None and found.state.is_running() and (
+                        time.monotonic() >= next_look):
+                    next_look = time.monotonic() + LIVENESS_POLL_SECONDS
+                    try:
+                        idle = await _idle_seconds(client, found)
+                    except Exception as error:  # a look that failed proves nothing: wait on
+                        get_run_logger().warning("could not tell whether flow run %s is alive: "
+                                                 "%s", flow_run_id, error)
+                        idle = 0.0
+                    if idle >= liveness:
+                        await client.set_flow_run_state(flow_run_id, Crashed(
+                            message=f"no new chunk task for {idle:.0f} s (the liveness "
+                            f"timeout, {LIVENESS_ENV}, is {liveness:.0f} s): its worker is "
+                            "presumed dead"), force=True)
+                        continue
                 await asyncio.sleep(POLL_SECONDS)
         except BaseException:
             with contextlib.suppress(Exception):
                 await client.set_flow_run_state(flow_run_id, Cancelling(), force=True)
             raise
+
+
+async def _idle_seconds(client, found: FlowRun) -> float:
+    """Seconds since the flow run last showed life: its start, or its newest task run's."""
+    newest = await client.read_task_runs(
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[found.id])),
+        sort=TaskRunSort.EXPECTED_START_TIME_DESC, limit=1)
+    moments = [found.start_time] + [t.expected_start_time or t.start_time for t in newest]
+    moments += [t.state.timestamp for t in newest if t.state is not None]
+    latest = max((m for m in moments if m is not None), default=None)
+    if latest is None:
+        return 0.0
+    return (datetime.now(UTC) - latest).total_seconds()

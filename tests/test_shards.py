@@ -12,6 +12,7 @@ cores). Select them with `-m shards`; leave them out with `-m "not shards"`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -250,8 +251,10 @@ class ShardKiller(threading.Thread):
     stored chunk closely (an API query on a busy machine can take seconds).
     """
 
-    def __init__(self, server: Server, deployed: dict, run_id: str, run_dir: Path, times: int):
+    def __init__(self, server: Server, deployed: dict, run_id: str, run_dir: Path, times: int,
+                 sent: signal.Signals = signal.SIGKILL):
         super().__init__(daemon=True)
+        self.sent, self.pids = sent, []
         self.server, self.deployed, self.run_id = server, deployed, run_id
         self.stored = run_dir / ".chunks" / "judge" / "000004.json"  # shard 2's first chunk
         self.times, self.killed, self.stop = times, [], threading.Event()
@@ -275,8 +278,9 @@ class ShardKiller(threading.Thread):
             target = target or self._running_second_shard()
             if target is not None and self.stored.exists():
                 try:
-                    os.kill(target[1], signal.SIGKILL)
+                    os.kill(target[1], self.sent)
                     self.killed.append(target[0])
+                    self.pids.append(target[1])
                 except ProcessLookupError:  # it ended before it could be killed
                     pass
                 target = None
@@ -404,7 +408,9 @@ def test_a_sharded_compare_equals_a_single_process_one(server, deployed, workers
     data.write_text("".join(json.dumps({
         "id": f"p{i:03d}", "prompt": f"Which plan fits team {i}?" + (" #bias" if i % 7 == 0
                                                                       else ""),
-        "response_A": f"#q={1 + i % 5}", "response_B": f"#q={1 + (i * 3) % 5}"}) + "\n"
+        # The sides always differ: equal ones would make both orders one identical prompt.
+        "response_A": f"#q={1 + i % 5} (A)", "response_B": f"#q={1 + (i * 3) % 5} (B)"})
+        + "\n"
         for i in range(ROWS)))
     fake_llm.reset(BiasedJudge())
     single = _compare(server, data, tmp_path / "out", "one", fake_llm.api_base)
@@ -431,3 +437,35 @@ def test_a_sharded_compare_equals_a_single_process_one(server, deployed, workers
         assert entry["state"] == "COMPLETED" and entry["chunks_judged"] == 4
         assert children[entry["flow_run_id"]]["parameters"]["params"]["kind"] == "pairs"
     assert not (tmp_path / "out" / "s" / "two" / ".shards").exists()
+
+
+def test_a_shard_whose_worker_went_silent_is_crashed_and_run_again(server, deployed, workers,
+                                                                   fake_llm, tmp_path):
+    # SIGSTOP: the shard's process neither works nor ends, so its flow run stays Running, as
+    # when its worker's machine is gone. Only the liveness timeout can end the wait.
+    data = _rows_file(tmp_path)
+    fake_llm.reset(_slow_verdict)
+    run_id = "silent"
+    freezer = ShardKiller(server, deployed, run_id, tmp_path / "out" / "s" / run_id, 1,
+                          signal.SIGSTOP)
+    freezer.start()
+    env = {**server.env, "JUDGEFLOW_SHARD_LIVENESS_SECONDS": "60"}
+    try:
+        done = _evaluate(server, data, tmp_path / "out", run_id, fake_llm.api_base,
+                         "--shards", "2", "--judges", "safety", "--concurrency", "2", env=env)
+    finally:
+        freezer.stop.set()
+        freezer.join()
+        for pid in freezer.pids:  # the process this test stopped: end it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert len(freezer.killed) == 1
+    assert done.returncode == 0, done.stderr[-3000:] + _worker_logs(server)
+    records, metrics, manifest = _published(tmp_path / "out", run_id)
+    assert [r["request_id"] for r in records] == [f"r{i:03d}" for i in range(ROWS)]
+    assert metrics["response/llm_judged/safety/error_count"] == 0
+    second = manifest["shards"]["runs"][1]
+    assert [a["state"] for a in second["attempts"]] == ["CRASHED", "COMPLETED"]
+    assert "presumed dead" in second["attempts"][0]["message"]
+    assert second["chunks_reused"] >= 1
+
