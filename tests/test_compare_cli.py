@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 import flows.compare  # noqa: F401 - Prefect's log handler binds to the session's stderr, not CliRunner's
 from flows.cli import app
+from tests.fake_llm import Reply
 from tests.test_cli import _closed_port_base
 
 PAIRS = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"
@@ -19,15 +20,24 @@ def _compare(data, out, *extra):
     return runner.invoke(app, ["compare", str(data), "--output", str(out), "--suite", "c", *extra])
 
 
-def test_an_unreachable_judge_makes_the_comparison_incomplete(tmp_path):
+def test_an_unreachable_judge_is_refused_before_judging(tmp_path):
     api_base = _closed_port_base()
     result = _compare(PAIRS, tmp_path, "--judge-model", "openai/planted", "--api-base", api_base,
-                      "--max-attempts", "1", "--run-id", "down", "--no-cache")
+                      "--run-id", "down", "--no-cache")
+    assert result.exit_code == 2, result.output
+    assert f"model openai/planted is unreachable at {api_base} (connection refused" in result.output
+    assert "--api-base" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "c").exists()  # nothing published
+
+
+def test_a_judge_failing_every_call_makes_the_comparison_incomplete(fake_llm, tmp_path):
+    fake_llm.script = lambda _body: Reply(status=500, content="down")
+    result = _compare(PAIRS, tmp_path, "--judge-model", "openai/planted", "--api-base",
+                      fake_llm.api_base, "--max-attempts", "1", "--run-id", "down", "--no-cache")
     assert result.exit_code == 3, result.output
     failing = [line.strip() for line in result.output.splitlines()
                if line.strip().startswith("pairwise:")]
     assert len(failing) == 1 and failing[0].startswith("pairwise: 10 of 10 pairs failed: ")
-    assert f"connection refused at {api_base}" in failing[0]
     manifest = json.loads((tmp_path / "c" / "down" / "manifest.json").read_text())
     assert manifest["status"] == "incomplete"  # published all the same, and says so
 
