@@ -6,7 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from flows.params import JudgeModel, SafeName, StorageOptions
+from flows.params import (
+    JudgeModel,
+    SafeName,
+    StorageOptions,
+    shard_count_field,
+    shard_deployment_field,
+)
 
 
 class CompareParams(BaseModel):
@@ -54,15 +60,8 @@ class CompareParams(BaseModel):
         0.05, ge=0, le=1, description="Largest share of pairs without a verdict; above it the "
         "run is published as incomplete",
     )
-    shards: int = Field(
-        1, ge=1, le=256, description="Judge the pairs in this many child flow runs of the shard "
-        "deployment, on the workers of its work pool; each gets its share of concurrency, rpm "
-        "and tpm (1: judge in this flow run). Needs a Prefect server and running workers",
-    )
-    shard_deployment: str = Field(
-        "judge-shard/judge-shard", pattern=r"^[^/]+/[^/]+$",
-        description="The shard deployment (flow name/deployment name) that runs the shards",
-    )
+    shards: int = shard_count_field("pairs")
+    shard_deployment: str = shard_deployment_field()
     storage_options: StorageOptions = Field(default_factory=dict)
 
     @model_validator(mode="after")

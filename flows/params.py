@@ -118,6 +118,23 @@ class CandidateModel(BaseModel):
         return LLMSettings(**self.model_dump())
 
 
+def shard_count_field(what: str) -> Any:
+    """The `shards` field of a run that can judge its `what` in child flow runs."""
+    return Field(
+        1, ge=1, le=256, description=f"Judge the {what} in this many child flow runs of the "
+        "shard deployment, on the workers of its work pool; each gets its share of concurrency, "
+        "rpm and tpm (1: judge in this flow run). Needs a Prefect server and running workers",
+    )
+
+
+def shard_deployment_field() -> Any:
+    """The `shard_deployment` field: which deployment runs the shards."""
+    return Field(
+        "judge-shard/judge-shard", pattern=r"^[^/]+/[^/]+$",
+        description="The shard deployment (flow name/deployment name) that runs the shards",
+    )
+
+
 class EvaluateParams(BaseModel):
     """One evaluation run: where the set is, which judge, where results go."""
 
@@ -185,15 +202,8 @@ class EvaluateParams(BaseModel):
         "advisory: a regression gate on its metrics is undecidable",
     )
     calibration_seed: int = Field(0, description="Seed of the kappa bootstrap (1000 resamples)")
-    shards: int = Field(
-        1, ge=1, le=256, description="Judge in this many child flow runs of the shard "
-        "deployment, on the workers of its work pool; each gets its share of concurrency, rpm "
-        "and tpm (1: judge in this flow run). Needs a Prefect server and running workers",
-    )
-    shard_deployment: str = Field(
-        "judge-shard/judge-shard", pattern=r"^[^/]+/[^/]+$",
-        description="The shard deployment (flow name/deployment name) that runs the shards",
-    )
+    shards: int = shard_count_field("rows")
+    shard_deployment: str = shard_deployment_field()
     storage_options: StorageOptions = Field(default_factory=dict)
 
     @model_validator(mode="after")
