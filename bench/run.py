@@ -37,6 +37,8 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "provider": lambda: scenarios.provider_bound(calls(1200)),
         # Another point of the same kind (the hidden checks use other points).
         "provider-200ms": lambda: scenarios.provider_bound(calls(1200), 0.2, 32),
+        "rerun": lambda: scenarios.rerun_unchanged(calls(1200)),
+        "libraries": scenarios.two_judges_against_libraries,
         "cpu": lambda: scenarios.cpu_bound(calls(2000)),
         "rpm": lambda: scenarios.rpm_cap(calls(240)),
         "overhead": scenarios.fixed_overhead,

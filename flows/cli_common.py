@@ -31,15 +31,17 @@ NoProgress = Annotated[bool, typer.Option(
 _api = None
 
 
-def start_prefect_api() -> None:
+def start_prefect_api(flow_name: str | None = None) -> None:
     """Start the temporary Prefect API now, unless a server is configured (PREFECT_API_URL).
+
+    `flow_name` is the flow the command will run (the API registers it while it warms up).
 
     In a fresh process the imports that follow (the stack) run with the collector paused.
     """
     global _api
     from flows import prefect_api
 
-    _api = prefect_api.start()
+    _api = prefect_api.start(flow_name)
     if _api is not None:
         mark(f"api spawned (pid {_api.process.pid})")
     if "prefect" not in sys.modules:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from prefect import flow, get_run_logger
 
+from flows import flow_names
 from flows.compare_params import CompareParams
 from flows.compare_phases import (
     SWAP_DISABLED_NOTICE,
@@ -22,7 +23,7 @@ from tasks.chunk_store import ChunkStore
 __all__ = ["SWAP_DISABLED_NOTICE", "CompareParams", "compare", "judge_all_pairs"]
 
 
-@flow(name="compare", log_prints=True)
+@flow(name=flow_names.COMPARE, log_prints=True)
 async def compare(params: CompareParams) -> dict:
     """Judge two systems head to head on every pair, in both orders, and publish the verdicts."""
     started_at = datetime.now(UTC)

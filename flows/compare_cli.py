@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows import flow_names
 from flows.cli_common import (
     NoProgress,
     build_params,
@@ -134,7 +135,7 @@ def compare_command(
         from flows.evaluate_cli import require_shared_server
 
         require_shared_server()
-    start_prefect_api()  # boots while the set is checked and the stack imported
+    start_prefect_api(flow_names.COMPARE)  # boots while the set is checked
     checked(preflight_compare, params)
     if shards > 1:  # the deployment, its pool and a worker, before any flow run exists
         from flows.shard_launch import check_shard_setup

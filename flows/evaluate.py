@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from prefect import flow, get_run_logger
 
+from flows import flow_names
 from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.params import EvaluateParams
 from flows.run_common import final_state, run_location, run_summary
@@ -14,7 +15,7 @@ from tasks.artifacts import publish_artifacts
 from tasks.chunk_store import ChunkStore
 
 
-@flow(name="evaluate", log_prints=True)
+@flow(name=flow_names.EVALUATE, log_prints=True)
 async def evaluate(params: EvaluateParams) -> dict:
     """Run every applicable judge over an evaluation set and publish the results."""
     mark("flow started")

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows import flow_names
 from flows.cli_common import (
     NoProgress,
     build_params,
@@ -127,7 +128,7 @@ def evaluate_command(
         require_shared_server()
     # First: the API boots (4-5 s on two cores) while the options are parsed (pydantic), the
     # set checked (pandas, pandera) and the stack imported.
-    start_prefect_api()
+    start_prefect_api(flow_names.EVALUATE)
     from flows.params import EvaluateParams, JudgeModel
     from flows.preflight import preflight_evaluate
 

@@ -16,6 +16,7 @@ from prefect.events import emit_event
 from prefect.states import Failed, State
 from pydantic import Field, model_validator
 
+from flows import flow_names
 from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.params import EvaluateParams, SafeName
 from flows.regression_phases import (
@@ -95,7 +96,7 @@ def _emit(params: RegressionParams, event: str, run_id: str, urls: dict, section
     )
 
 
-@flow(name="regression", log_prints=True)
+@flow(name=flow_names.REGRESSION, log_prints=True)
 async def regression(params: RegressionParams) -> dict | State:
     """Evaluate the candidate, compare with the baseline, publish; fail unless it passed."""
     logger = get_run_logger()

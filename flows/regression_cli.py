@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from flows import flow_names
 from flows.cli_common import (
     EXIT_FAILED,
     EXIT_INCOMPLETE,
@@ -118,7 +119,7 @@ def _preflight(params, junit: str | None) -> None:
 
     if params.shards > 1:  # shards are picked up by workers of a server, never a temporary API
         require_shared_server()
-    start_prefect_api()  # boots while the set is checked and the stack imported
+    start_prefect_api(flow_names.REGRESSION)  # boots while the set is checked
     from flows.regression_preflight import PreflightError, preflight
     from flows.shard_plan import ShardSetupError
 

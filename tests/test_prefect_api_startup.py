@@ -1,5 +1,8 @@
 """The command line's temporary Prefect API: started only when no server is configured."""
 
+import json
+import urllib.request
+
 from flows import prefect_api
 
 
@@ -23,3 +26,28 @@ def test_a_server_in_prefect_settings_wins_and_the_temporary_one_stops(monkeypat
     assert prefect_api.attach(api) is None
     assert process.poll() is not None  # stopped, never waited for
     assert "PREFECT_API_URL" not in __import__("os").environ
+
+
+def _post(url: str, body: dict) -> object:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read())
+
+
+def test_the_warm_up_leaves_no_flow_run_behind(monkeypatch, tmp_path):
+    """Warming the API up registers the command's flow and nothing else: no stray flow run
+    in the user's Prefect history."""
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    monkeypatch.setenv("PREFECT_API_DATABASE_CONNECTION_URL",
+                       f"sqlite+aiosqlite:///{tmp_path / 'prefect.db'}")
+    api = prefect_api.TemporaryAPI("evaluate")
+    try:
+        api.wait_ready()
+        assert api.warmed_up.wait(60)
+        flows = _post(f"{api.url}/flows/filter", {})
+        assert [flow["name"] for flow in flows] == ["evaluate"]
+        assert _post(f"{api.url}/flow_runs/count", {}) == 0
+    finally:
+        api.stop()
