@@ -4,8 +4,8 @@ With PREFECT_API_URL set, runs are recorded on that server. Without it, Prefect'
 mode would start a temporary API server only when the flow starts (5-10 s on two busy cores,
 after the command has already spent as long importing Prefect and litellm), and would import
 the server's own modules into this process to do so. Instead the command starts the same
-server (uvicorn over `prefect.server.api.server:create_app`, UI off, as ephemeral mode runs it)
-in a child process as its first act, while it reads and validates the set and imports Prefect
+server (uvicorn over `prefect.server.api.server:create_app`, UI off, as ephemeral mode runs it;
+see flows/api_server.py) in a child process as its first act, while it reads and validates the set and imports Prefect
 and litellm, and points Prefect at it once Prefect is imported. It is stopped when the command
 exits, after Prefect has flushed its events and logs to it.
 
@@ -82,9 +82,9 @@ class TemporaryAPI:
 
     def _spawn(self) -> None:
         self.port = _free_port()
-        command = [sys.executable, "-m", "uvicorn", "--factory",
-                   "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-                   "--port", str(self.port), "--log-level", "error", "--lifespan", "on"]
+        # -P: the working directory stays off the module path (a user's own `flows` or
+        # `prefect` folder there must not shadow ours).
+        command = [sys.executable, "-P", "-m", "flows.api_server", str(self.port)]
         self.process = subprocess.Popen(command, env={**os.environ, **SERVER_ENV},
                                         stdin=subprocess.DEVNULL, stdout=self._log,
                                         stderr=subprocess.STDOUT)

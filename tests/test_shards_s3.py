@@ -1,0 +1,106 @@
+"""A sharded run across processes that share nothing but a Prefect server and an S3 bucket.
+
+The parent writes the shard inputs under the run's folder on S3 and each shard, on a process
+worker of its own, reads them from there and stages its results there; the parent merges them
+into one publish on S3. The bucket is moto in server mode behind tests/s3_server.py's proxy,
+reached with the endpoint as a storage option and credentials from the environment (never as
+parameters: a flow run's parameters are on the server for everyone to read).
+
+Slow (a server, a deploy, two workers): `-m shards` selects it, as tests/test_shards.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from tests import test_deployments, test_shards
+from tests.fake_llm import prompt_text
+from tests.s3_server import AWS_ENV, s3_fixture, s3_server_fixture  # noqa: F401 - fixtures
+from tests.test_deployments import BIN, POOL, REPO, Server, _tail, _wait_for
+
+pytestmark = pytest.mark.shards
+server = test_deployments.server
+deployed = test_deployments.deployed
+WORKERS = ("s3-worker-1", "s3-worker-2")
+
+
+@pytest.fixture(scope="module")
+def s3_env(server: Server, s3_server) -> dict[str, str]:  # noqa: F811 - the fixture's name
+    """The server's environment with the S3 credentials a worker machine would have."""
+    return {**server.env, **AWS_ENV,
+            "AWS_CONFIG_FILE": "/nonexistent/judgeflow-test-aws-config",
+            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/judgeflow-test-aws-credentials"}
+
+
+@pytest.fixture(scope="module")
+def s3_workers(server: Server, deployed, s3_env) -> Iterator[tuple[str, ...]]:
+    processes = []
+    for name in WORKERS:
+        log = (server.home / f"{name}.log").open("w")
+        processes.append(subprocess.Popen(
+            [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process",
+             "--name", name, "--limit", "1"],
+            cwd=REPO, env=s3_env, stdout=log, stderr=subprocess.STDOUT))
+
+    def online() -> bool:
+        with server.client() as api:
+            found = api.post(f"/work_pools/{POOL}/workers/filter",
+                             json={"workers": {"status": {"any_": ["ONLINE"]}}})
+        return {w["name"] for w in found.raise_for_status().json()} >= set(WORKERS)
+
+    try:
+        _wait_for(online, 120, f"two online workers\n{_tail(server.home / 's3-worker-1.log')}")
+        yield WORKERS
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def test_a_sharded_run_on_s3_equals_a_local_single_process_run(
+        server, deployed, s3_workers, s3_env, s3, fake_llm, tmp_path):
+    data = test_shards._rows_file(tmp_path)
+    fake_llm.reset(test_shards._verdict)
+    single = test_shards._evaluate(server, data, tmp_path / "local", "one", fake_llm.api_base)
+    assert single.returncode == 0, single.stderr[-3000:]
+    single_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+
+    fake_llm.reset()
+    command = [str(BIN / "judgeflow"), "evaluate", str(data), "--judge-model",
+               "openai/shard-judge", "--api-base", fake_llm.api_base, "--output",
+               s3.url("out"), "--storage-option", f"endpoint_url={s3.server.endpoint_url}",
+               "--suite", "s", "--run-id", "two", "--chunk-size", str(test_shards.CHUNK_SIZE),
+               "--no-cache", "--shards", "2"]
+    sharded = subprocess.run(command, cwd=REPO, env=s3_env, text=True, capture_output=True,
+                             timeout=300)
+    logs = "\n".join(_tail(server.home / f"{name}.log", 4000) for name in WORKERS)
+    assert sharded.returncode == 0, sharded.stderr[-3000:] + logs
+    sharded_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    assert sharded_calls == single_calls and set(sharded_calls.values()) == {1}
+
+    records, metrics, _ = test_shards._published(tmp_path / "local", "one")
+    fs = s3.server.filesystem()
+    run = f"{s3.name}/out/s/two"
+    with fs.open(f"{run}/results.jsonl", "r") as lines:
+        sharded_records = [json.loads(line) for line in lines]
+    with fs.open(f"{run}/metrics.json", "r") as handle:
+        sharded_metrics = json.load(handle)
+    with fs.open(f"{run}/manifest.json", "r") as handle:
+        manifest = json.load(handle)
+    assert sharded_records == records
+    assert sharded_metrics == metrics
+    assert manifest["status"] == "complete"
+    shards = manifest["shards"]
+    assert {s["worker"] for s in shards["runs"]} == set(WORKERS)  # one shard on each worker
+    assert all(s["state"] == "COMPLETED" for s in shards["runs"])
+    # The shards' inputs and staged results were cleared once the run was published.
+    assert not fs.exists(f"{run}/.shards")
