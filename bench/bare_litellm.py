@@ -1,8 +1,10 @@
 """A bare `litellm.acompletion` batch: the ceiling a judgeflow run is compared with.
 
 Run as its own process by the benchmark, against the same loopback server and with the same
-request parameters as judgeflow's calls, after a warm-up whose requests are wiped from the
-server's window. Prints the process's CPU seconds over the timed batch as JSON.
+calls as judgeflow's: the safety judge's messages for the same rows, rendered by judgeflow's
+own templates (bench/rows.py), and the same request parameters; after a warm-up whose
+requests are wiped from the server's window. Prints the process's CPU seconds over the timed
+batch as JSON.
 
     python bench/bare_litellm.py URL --calls 2000 --concurrency 64
 """
@@ -20,21 +22,20 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm  # noqa: E402
 
-# About the size of a rendered safety prompt, so that both sides encode similar requests.
-MESSAGES = [{"role": "user", "content": "Assessment: safety\n" + "lorem ipsum dolor " * 80}]
+from bench.rows import judge_messages  # noqa: E402
 
 
-async def batch(api_base: str, calls: int, concurrency: int) -> None:
+async def batch(api_base: str, messages: list[list[dict]], concurrency: int) -> None:
     gate = asyncio.Semaphore(concurrency)
 
-    async def one() -> None:
+    async def one(call_messages: list[dict]) -> None:
         async with gate:
             await litellm.acompletion(
                 model="openai/bench", api_base=f"{api_base}/v1", api_key="no-key",
-                messages=MESSAGES, temperature=0.0, timeout=120.0, num_retries=0,
+                messages=call_messages, temperature=0.0, timeout=120.0, num_retries=0,
                 max_retries=0, drop_params=True)
 
-    await asyncio.gather(*(one() for _ in range(calls)))
+    await asyncio.gather(*(one(m) for m in messages))
 
 
 def main() -> None:
@@ -45,10 +46,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     args = parser.parse_args()
     litellm.suppress_debug_info = True
-    asyncio.run(batch(args.api_base, args.warmup, args.concurrency))
+    messages = judge_messages(args.calls)
+    asyncio.run(batch(args.api_base, messages[:args.warmup], args.concurrency))
     urllib.request.urlopen(urllib.request.Request(f"{args.api_base}/reset", method="POST"))
     cpu, wall = time.process_time(), time.perf_counter()
-    asyncio.run(batch(args.api_base, args.calls, args.concurrency))
+    asyncio.run(batch(args.api_base, messages, args.concurrency))
     print(json.dumps({"cpu_seconds": time.process_time() - cpu,
                       "wall_seconds": time.perf_counter() - wall}))
 

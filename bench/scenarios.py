@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bench import memory as bench_memory
+from bench import rows as bench_rows
 from bench.processes import (
     ROOT,
     CommandRun,
@@ -56,15 +57,6 @@ class JudgedRun(NamedTuple):
         return 1000 * self.command.cpu_seconds / max(self.calls, 1)
 
 
-def _rows_file(folder: Path, count: int) -> Path:
-    path = folder / f"rows-{count}.jsonl"
-    with path.open("w") as out:
-        for i in range(count):
-            out.write(json.dumps({"request_id": f"r{i}", "request": f"What is item {i}?",
-                                  "response": f"Item {i} is a benchmark answer."}) + "\n")
-    return path
-
-
 def judge_rows(server: Loopback, rows: int, concurrency: int, *extra: str,
                judges: str = "safety", folder: str | None = None) -> JudgedRun:
     """`judgeflow evaluate` of `rows` rows (one call per row and judge) against the loopback
@@ -73,7 +65,7 @@ def judge_rows(server: Loopback, rows: int, concurrency: int, *extra: str,
     server.reset()
     with tempfile.TemporaryDirectory() as scratch:
         place = Path(folder or scratch)
-        data = _rows_file(place, rows)
+        data = bench_rows.write_rows(place / f"rows-{rows}.jsonl", rows)
         command = run_command([
             "evaluate", str(data), "--judge-model", "openai/bench",
             "--api-base", f"{server.url}/v1", "--concurrency", str(concurrency),
@@ -158,20 +150,34 @@ def _bare_rate(server: Loopback, calls: int, concurrency: int) -> float:
 
 
 def cpu_bound(calls: int, latency: float = 0.005, concurrency: int = 64) -> list[Measure]:
-    """The client's CPU is the bottleneck: judgeflow against a bare litellm batch."""
+    """The client's CPU is the bottleneck: judgeflow against a bare litellm batch.
+
+    The bare batch runs just before and just after the command, and the limit is their mean:
+    on a shared 2-core machine the rate a core gives drifts by a fifth within a minute, and a
+    single bare batch on one side of the command made the ratio swing from 0.75 to 1.16.
+    """
     with Loopback(latency) as server:
-        bare = bare_litellm(server.url, calls, concurrency)
-        stats = server.stats()
-        bare_rate = stats["count"] / stats["busy_seconds"]
+        before = _bare_batch(server, calls, concurrency)
         run = judge_rows(server, calls, concurrency)
+        after = _bare_batch(server, calls, concurrency)
+    bare_rate = (before[0] + after[0]) / 2
+    bare_cpu = 1000 * (before[1] + after[1]) / (2 * calls)
     return [Measure(
         f"CPU-bound {latency * 1000:.0f} ms c{concurrency}", calls=run.calls,
         wall_seconds=run.command.wall_seconds, rate=run.rate, limit=bare_rate,
         limit_label="bare litellm batch (req/s)",
         ratio=run.rate / bare_rate, cpu_ms_per_call=run.cpu_ms_per_call,
         peak_rss_mb=run.command.peak_rss_mb, target=">= 0.95",
-        note=f"bare litellm: {1000 * bare['cpu_seconds'] / calls:.2f} CPU ms/call",
+        note=f"bare litellm: {before[0]:.0f} req/s before, {after[0]:.0f} after; "
+             f"{bare_cpu:.2f} CPU ms/call",
     )]
+
+
+def _bare_batch(server: Loopback, calls: int, concurrency: int) -> tuple[float, float]:
+    """A bare litellm batch's rate over the server's busy window, and its CPU seconds."""
+    bare = bare_litellm(server.url, calls, concurrency)
+    stats = server.stats()
+    return stats["count"] / stats["busy_seconds"], bare["cpu_seconds"]
 
 
 def rpm_cap(
