@@ -46,7 +46,7 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "help": scenarios.help_command,
         "memory": scenarios.memory,
         "memory-loopback": lambda: scenarios.memory("loopback"),
-        "sharded": lambda: scenarios.sharded(calls(4000)),
+        "sharded": lambda: scenarios.sharded(calls(12000)),
     }
 
 

@@ -5,7 +5,7 @@ with the single-process rate on the same CPU-bound case. Everything runs on this
 `prefect server start` on a loopback port with a Prefect home of its own, the judge-shard
 deployment applied from deployments/prefect.yaml, and N `prefect worker start` processes.
 
-    .venv/bin/python -m bench.sharded --calls 4000 --shards 2     # one measurement, printed
+    .venv/bin/python -m bench.sharded --calls 12000 --shards 2    # one measurement, printed
 """
 
 from __future__ import annotations
@@ -21,10 +21,19 @@ import urllib.request
 from pathlib import Path
 
 from bench.processes import BENCH, PYTHON, ROOT, Loopback, bench_env
+from flows.timeline import TIMELINE_ENV
+from flows.timeline import read as read_timeline
 
 BIN = Path(PYTHON).parent
 POOL = "judgeflow-process"
 STARTUP_SECONDS = 180
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU seconds, with those of the children it has reaped (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return sum(int(value) for value in fields[11:15]) / TICKS  # utime stime cutime cstime
 
 
 def _free_port() -> int:
@@ -58,11 +67,14 @@ class PrefectStack:
 
     def __init__(self, workers: int):
         self.home = Path(tempfile.mkdtemp(prefix="judgeflow-bench-shards-"))
+        # Every process of the stack marks its phases here (the shards' flow runs too).
+        self.timeline = self.home / "timeline"
         self.url = f"http://127.0.0.1:{_free_port()}/api"
         self.env = {**bench_env(), "PREFECT_HOME": str(self.home), "PREFECT_API_URL": self.url,
                     "PREFECT_API_DATABASE_CONNECTION_URL":
                         f"sqlite+aiosqlite:///{self.home / 'prefect.db'}",
-                    "PREFECT_SERVER_UI_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1"}
+                    "PREFECT_SERVER_UI_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
+                    TIMELINE_ENV: str(self.timeline)}
         self.processes: list[subprocess.Popen] = []
         self.workers = workers
 
@@ -91,6 +103,13 @@ class PrefectStack:
         _wait(lambda: len(_api(self.url, f"/work_pools/{POOL}/workers/filter", online))
               >= self.workers, "process workers")
         return self
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of the server and of each worker (with its finished flow runs)."""
+        server, *workers = self.processes
+        return {"prefect server": cpu_seconds(server.pid),
+                **{f"worker {i + 1} + its shards": cpu_seconds(w.pid)
+                   for i, w in enumerate(workers)}}
 
     def __exit__(self, *exc) -> None:
         for process in reversed(self.processes):
@@ -123,26 +142,58 @@ def judged_rate(server: Loopback, env: dict, rows: int, concurrency: int, *extra
             env={**env, "BENCH_RUSAGE_FILE": f"{folder}/rusage.json"}, cwd=ROOT,
             capture_output=True, text=True)
         wall = time.perf_counter() - started
+        usage_file = Path(folder) / "rusage.json"
+        usage = json.loads(usage_file.read_text()) if usage_file.exists() else {}
     if done.returncode != 0:
         raise RuntimeError(f"judgeflow exited {done.returncode}:\n{done.stderr[-3000:]}")
     stats = server.stats()
     return {"calls": stats["count"], "busy_seconds": stats["busy_seconds"], "wall_seconds": wall,
-            "rate": stats["count"] / stats["busy_seconds"]}
+            "rate": stats["count"] / stats["busy_seconds"],
+            "cpu_seconds": usage.get("cpu_seconds", 0.0) + usage.get("children_cpu_seconds", 0.0)}
 
 
 def measure(calls: int, shards: int = 2, latency: float = 0.005, concurrency: int = 64) -> dict:
-    """The single-process rate and the sharded rate on the same loopback server."""
+    """The sharded rate against the single-process rate on the same loopback server, and where
+    the machine's CPU went during the sharded run (process by process, per judge call).
+
+    The single-process run goes just before and just after the sharded one, and the rate to
+    beat is their mean: the rate one core gives drifts by a fifth within minutes here (one
+    process measured 166-254 req/s in five runs in a row).
+    """
     load = os.getloadavg()[0]
     with PrefectStack(shards) as stack, Loopback(latency) as server:
-        single = judged_rate(server, stack.env, calls, concurrency)
+        first = judged_rate(server, stack.env, calls, concurrency)
+        stack.timeline.write_text("")
+        before = {**stack.cpu(), "loopback server": cpu_seconds(server.process.pid)}
         sharded = judged_rate(server, stack.env, calls, concurrency, "--shards", str(shards))
-    return {"single": single, "sharded": sharded, "speedup": sharded["rate"] / single["rate"],
-            "load_average": load}
+        time.sleep(2)  # the workers reap their shards' processes (their CPU counts then)
+        after = {**stack.cpu(), "loopback server": cpu_seconds(server.process.pid)}
+        marks = read_timeline(str(stack.timeline))
+        second = judged_rate(server, stack.env, calls, concurrency)
+    split = {name: after[name] - before[name] for name in after}
+    split["parent command"] = sharded.pop("cpu_seconds")
+    per_call = {name: round(1000 * cpu / sharded["calls"], 2) for name, cpu in split.items()}
+    single_rate = (first["rate"] + second["rate"]) / 2
+    return {"single": [first, second], "sharded": sharded, "single_rate": single_rate,
+            "speedup": sharded["rate"] / single_rate, "load_average": load,
+            "cpu_ms_per_call": per_call, "cpu_ms_per_call_total": round(sum(per_call.values()), 2),
+            "judging": _judging_windows(marks)}
+
+
+def _judging_windows(marks: list[tuple[float, str]]) -> list[dict]:
+    """Each process's first chunk read and chunks finished, in seconds from the first mark."""
+    if not marks:
+        return []
+    start = marks[0][0]
+    firsts = [t - start for t, name in marks if name == "first chunk read"]
+    lasts = [t - start for t, name in marks if name == "chunks finished"]
+    return [{"first_chunk_read": round(a, 2), "chunks_finished": round(b, 2)}
+            for a, b in zip(sorted(firsts), sorted(lasts), strict=False)]
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=4000)
+    parser.add_argument("--calls", type=int, default=12000)
     parser.add_argument("--shards", type=int, default=2)
     args = parser.parse_args()
     print(json.dumps(measure(args.calls, args.shards), indent=1))

@@ -35,9 +35,11 @@ from flows.shard_plan import ShardSetupError
 WORKER_WAIT_ENV = "JUDGEFLOW_SHARD_WORKER_WAIT_SECONDS"
 DEFAULT_WORKER_WAIT_SECONDS = 20.0
 POLL_SECONDS = 1.0
-# How long a Running shard may start no new chunk task before it is presumed dead (its worker
-# or machine gone, so nobody will ever report its end): it is then marked Crashed, and retried.
+# How long a Running shard may show no life (no heartbeat event, no new chunk task) before it
+# is presumed dead (its worker or machine gone, so nobody will ever report its end): it is then
+# marked Crashed, and retried. The shard deployment sends heartbeats every 30 s.
 LIVENESS_ENV = "JUDGEFLOW_SHARD_LIVENESS_SECONDS"
+HEARTBEAT_EVENT = "prefect.flow-run.heartbeat"
 DEFAULT_LIVENESS_SECONDS = 900.0
 # How often that is looked at: task runs reach the server as events, up to a minute late.
 LIVENESS_POLL_SECONDS = 15.0
@@ -108,10 +110,11 @@ async def start_shard(deployment: str, params: ShardParams, attempt: int) -> Flo
 async def wait_for_end(flow_run_id: UUID) -> FlowRun:
     """The flow run once it is in a final state (completed, failed, crashed or cancelled).
 
-    A Running shard that starts no chunk task for `JUDGEFLOW_SHARD_LIVENESS_SECONDS` is set
-    Crashed here (what its dead worker can no longer report), so that it is retried, then
-    reported, instead of being waited for forever. If the wait itself is cancelled (the
-    parent stops), the shard is cancelled too, so that no orphan keeps calling the model.
+    A Running shard that shows no life (see `_idle_seconds`) for
+    `JUDGEFLOW_SHARD_LIVENESS_SECONDS` is set Crashed here (what its dead worker can no longer
+    report), so that it is retried, then reported, instead of being waited for forever. If the
+    wait itself is cancelled (the parent stops), the shard is cancelled too, so that no orphan
+    keeps calling the model.
     """
     liveness = float(os.environ.get(LIVENESS_ENV, DEFAULT_LIVENESS_SECONDS))
     next_look = time.monotonic() + LIVENESS_POLL_SECONDS
@@ -132,7 +135,7 @@ async def wait_for_end(flow_run_id: UUID) -> FlowRun:
                         idle = 0.0
                     if idle >= liveness:
                         await client.set_flow_run_state(flow_run_id, Crashed(
-                            message=f"no new chunk task for {idle:.0f} s (the liveness "
+                            message=f"no sign of life for {idle:.0f} s (the liveness "
                             f"timeout, {LIVENESS_ENV}, is {liveness:.0f} s): its worker is "
                             "presumed dead"), force=True)
                         continue
@@ -144,13 +147,32 @@ async def wait_for_end(flow_run_id: UUID) -> FlowRun:
 
 
 async def _idle_seconds(client, found: FlowRun) -> float:
-    """Seconds since the flow run last showed life: its start, or its newest task run's."""
+    """Seconds since the flow run last showed life.
+
+    Its start, its newest task run's start or state, or its last heartbeat event (sent from a
+    thread of its own, so a shard busy with one long chunk still beats).
+    """
     newest = await client.read_task_runs(
         flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[found.id])),
         sort=TaskRunSort.EXPECTED_START_TIME_DESC, limit=1)
     moments = [found.start_time] + [t.expected_start_time or t.start_time for t in newest]
     moments += [t.state.timestamp for t in newest if t.state is not None]
+    moments.append(await _last_heartbeat(client, found))
     latest = max((m for m in moments if m is not None), default=None)
     if latest is None:
         return 0.0
     return (datetime.now(UTC) - latest).total_seconds()
+
+
+async def _last_heartbeat(client, found: FlowRun) -> datetime | None:
+    """When the flow run's newest `prefect.flow-run.heartbeat` event occurred, if any."""
+    since = found.start_time or found.created
+    body = {"filter": {"occurred": {"since": since.isoformat()},
+                       "event": {"name": [HEARTBEAT_EVENT]},
+                       "resource": {"id": [f"prefect.flow-run.{found.id}"]},
+                       "order": "DESC"},
+            "limit": 1}
+    reply = await client._client.post("/events/filter", json=body)
+    reply.raise_for_status()
+    events = reply.json().get("events") or []
+    return datetime.fromisoformat(events[0]["occurred"]) if events else None

@@ -469,3 +469,27 @@ def test_a_shard_whose_worker_went_silent_is_crashed_and_run_again(server, deplo
     assert "presumed dead" in second["attempts"][0]["message"]
     assert second["chunks_reused"] >= 1
 
+
+
+def _long_verdict(body: dict) -> Reply:
+    reply = _verdict(body)
+    reply.delay_seconds = 13.0
+    return reply
+
+
+def test_a_shard_busy_with_one_long_chunk_is_not_taken_for_dead(server, deployed, workers,
+                                                               fake_llm, tmp_path):
+    # Each shard gets one chunk of 5 calls made one at a time, 13 s each: 65 s without a new
+    # task run, longer than the liveness timeout. Its heartbeats say it is alive.
+    data = tmp_path / "ten.jsonl"
+    data.write_text("".join(_rows_file(tmp_path).read_text().splitlines(True)[:10]))
+    fake_llm.reset(_long_verdict)
+    env = {**server.env, "JUDGEFLOW_SHARD_LIVENESS_SECONDS": "50"}
+    done = _evaluate(server, data, tmp_path / "out", "long-chunk", fake_llm.api_base,
+                     "--shards", "2", "--judges", "safety", "--concurrency", "2", env=env)
+    assert done.returncode == 0, done.stderr[-3000:] + _worker_logs(server)
+    _, metrics, manifest = _published(tmp_path / "out", "long-chunk")
+    assert metrics["response/llm_judged/safety/rated_count"] == 10
+    for shard in manifest["shards"]["runs"]:
+        assert [a["state"] for a in shard["attempts"]] == ["COMPLETED"]
+    assert len(fake_llm.requests) == 10  # no shard was judged twice
