@@ -154,26 +154,27 @@ def test_without_a_worker_the_command_names_the_pool(server, deployed, fake_llm,
     assert not (tmp_path / "out" / "s" / "no-worker" / "manifest.json").exists()
 
 
-@pytest.fixture(scope="module")
-def workers(server, deployed) -> Iterator[tuple[str, ...]]:
-    """Two process workers on the pool, one flow run at a time each."""
+@contextlib.contextmanager
+def process_workers(server: Server, names: tuple[str, ...],
+                    env: dict[str, str]) -> Iterator[tuple[str, ...]]:
+    """Process workers on the pool, one flow run at a time each, until they are all online."""
     processes = []
-    for name in WORKERS:
+    for name in names:
         log = (server.home / f"{name}.log").open("w")
         processes.append(subprocess.Popen(
             [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process",
              "--name", name, "--limit", "1"],
-            cwd=REPO, env=server.env, stdout=log, stderr=subprocess.STDOUT))
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
 
     def online() -> bool:
         with server.client() as api:
             found = api.post(f"/work_pools/{POOL}/workers/filter",
                              json={"workers": {"status": {"any_": ["ONLINE"]}}})
-        return {w["name"] for w in found.raise_for_status().json()} >= set(WORKERS)
+        return {w["name"] for w in found.raise_for_status().json()} >= set(names)
 
     try:
-        _wait_for(online, 120, f"two online workers\n{_tail(server.home / 'shard-worker-1.log')}")
-        yield WORKERS
+        _wait_for(online, 120, f"online workers {names}\n{_tail(server.home / f'{names[0]}.log')}")
+        yield names
     finally:
         for process in processes:
             process.terminate()
@@ -182,6 +183,13 @@ def workers(server, deployed) -> Iterator[tuple[str, ...]]:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+@pytest.fixture(scope="module")
+def workers(server, deployed) -> Iterator[tuple[str, ...]]:
+    """Two process workers on the pool, one flow run at a time each."""
+    with process_workers(server, WORKERS, server.env) as names:
+        yield names
 
 
 def _worker_logs(server: Server) -> str:

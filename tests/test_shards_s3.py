@@ -21,7 +21,7 @@ import pytest
 from tests import test_deployments, test_shards
 from tests.fake_llm import prompt_text
 from tests.s3_server import AWS_ENV, s3_fixture, s3_server_fixture  # noqa: F401 - fixtures
-from tests.test_deployments import BIN, POOL, REPO, Server, _tail, _wait_for
+from tests.test_deployments import BIN, REPO, Server, _tail
 
 pytestmark = pytest.mark.shards
 server = test_deployments.server
@@ -39,31 +39,8 @@ def s3_env(server: Server, s3_server) -> dict[str, str]:  # noqa: F811 - the fix
 
 @pytest.fixture(scope="module")
 def s3_workers(server: Server, deployed, s3_env) -> Iterator[tuple[str, ...]]:
-    processes = []
-    for name in WORKERS:
-        log = (server.home / f"{name}.log").open("w")
-        processes.append(subprocess.Popen(
-            [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process",
-             "--name", name, "--limit", "1"],
-            cwd=REPO, env=s3_env, stdout=log, stderr=subprocess.STDOUT))
-
-    def online() -> bool:
-        with server.client() as api:
-            found = api.post(f"/work_pools/{POOL}/workers/filter",
-                             json={"workers": {"status": {"any_": ["ONLINE"]}}})
-        return {w["name"] for w in found.raise_for_status().json()} >= set(WORKERS)
-
-    try:
-        _wait_for(online, 120, f"two online workers\n{_tail(server.home / 's3-worker-1.log')}")
-        yield WORKERS
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    with test_shards.process_workers(server, WORKERS, s3_env) as names:
+        yield names
 
 
 def test_a_sharded_run_on_s3_equals_a_local_single_process_run(
