@@ -17,6 +17,7 @@ import sys
 
 
 def main() -> None:
+    """Serve the API on 127.0.0.1, on the port given as the only argument."""
     port = int(sys.argv[1])
     gc.disable()
     import uvicorn

@@ -4,10 +4,11 @@ With PREFECT_API_URL set, runs are recorded on that server. Without it, Prefect'
 mode would start a temporary API server only when the flow starts (5-10 s on two busy cores,
 after the command has already spent as long importing Prefect and litellm), and would import
 the server's own modules into this process to do so. Instead the command starts the same
-server (uvicorn over `prefect.server.api.server:create_app`, UI off, as ephemeral mode runs it;
-see flows/api_server.py) in a child process as its first act, while it reads and validates the set and imports Prefect
-and litellm, and points Prefect at it once Prefect is imported. It is stopped when the command
-exits, after Prefect has flushed its events and logs to it.
+server (uvicorn over `prefect.server.api.server:create_app`, UI off, as ephemeral mode runs
+it; see flows/api_server.py) in a child process as its first act, while it reads and
+validates the set and imports Prefect and litellm, and points Prefect at it once Prefect is
+imported; the API is warmed up as soon as it answers (`warm_up_requests`). It is stopped when
+the command exits, after Prefect has flushed its events and logs to it.
 
 Nothing here imports Prefect until `attach`; `start` costs a fork and an exec.
 """

@@ -24,6 +24,13 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun
 from prefect.client.schemas.sorting import TaskRunSort
 from prefect.deployments import run_deployment
+from prefect.events.filters import (
+    EventFilter,
+    EventNameFilter,
+    EventOccurredFilter,
+    EventOrder,
+    EventResourceFilter,
+)
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL
 from prefect.states import Cancelling, Crashed
@@ -166,13 +173,9 @@ async def _idle_seconds(client, found: FlowRun) -> float:
 
 async def _last_heartbeat(client, found: FlowRun) -> datetime | None:
     """When the flow run's newest `prefect.flow-run.heartbeat` event occurred, if any."""
-    since = found.start_time or found.created
-    body = {"filter": {"occurred": {"since": since.isoformat()},
-                       "event": {"name": [HEARTBEAT_EVENT]},
-                       "resource": {"id": [f"prefect.flow-run.{found.id}"]},
-                       "order": "DESC"},
-            "limit": 1}
-    reply = await client._client.post("/events/filter", json=body)
-    reply.raise_for_status()
-    events = reply.json().get("events") or []
-    return datetime.fromisoformat(events[0]["occurred"]) if events else None
+    occurred = EventOccurredFilter(since=found.start_time or found.created or datetime.now(UTC))
+    page = await client.read_events(filter=EventFilter(
+        occurred=occurred, event=EventNameFilter(name=[HEARTBEAT_EVENT]),
+        resource=EventResourceFilter(id=[f"prefect.flow-run.{found.id}"]),
+        order=EventOrder.DESC), limit=1)
+    return page.events[0].occurred if page.events else None
