@@ -84,7 +84,11 @@ def test_a_burst_of_429s_lowers_the_window_and_it_recovers(fake_llm):
     assert usage.calls == 200 and usage.failures == 0
     seen = recorder.in_flight_at_arrival
     assert max(seen[:40]) == 8, seen[:40]  # the full window before the burst
-    assert max(seen[52:68]) <= 5, seen[52:68]  # slowed down after it
+    # Slowed down after it: halved to 4, the window regrows one slot per 8 or so successes,
+    # so over the next 16 arrivals it stays well below the full 8 (how soon it regrows a slot
+    # follows the machine's timing: under load a 6 shows up by the end of the range).
+    after = seen[52:68]
+    assert max(after) <= 6 and statistics.median(after) <= 5, after
     assert max(seen[-40:]) == 8, seen[-40:]  # and recovered by the end
     assert client._limits.congestion.decreases >= 1
 
