@@ -10,6 +10,7 @@ from flows.params import (
     JudgeModel,
     SafeName,
     StorageOptions,
+    StorageURL,
     shard_count_field,
     shard_deployment_field,
 )
@@ -20,20 +21,20 @@ class CompareParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    data: str | None = Field(
+    data: StorageURL | None = Field(
         None, description="Nova pairwise set URL (JSONL: prompt, response_A, response_B, id?)"
     )
-    baseline: str | None = Field(
+    baseline: StorageURL | None = Field(
         None, description="Baseline evaluation set or published run folder (responses A)"
     )
-    candidate: str | None = Field(
+    candidate: StorageURL | None = Field(
         None, description="Candidate evaluation set or published run folder (responses B)"
     )
     judge: JudgeModel = Field(description="The judge model")
-    rubric: str | None = Field(
+    rubric: StorageURL | None = Field(
         None, description="Fixed rubric file (YAML or JSON); default: criteria written per prompt"
     )
-    output: str = Field("./results", description="Where runs are published (path or s3://...)")
+    output: StorageURL = Field("./results", description="Where runs are published (path or s3://...)")
     suite: SafeName = Field(
         "default", description="Suite name: results go to {output}/{suite}/{run}"
     )
@@ -52,7 +53,7 @@ class CompareParams(BaseModel):
     on_invalid: Literal["fail", "skip"] = Field(
         "fail", description="fail: reject the run on any invalid row; skip: set them aside"
     )
-    cache: str | None = Field(
+    cache: StorageURL | None = Field(
         None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
     )
     use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")

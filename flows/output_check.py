@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fsspec.core import split_protocol
+from judges.storage import check_storage_options, check_url, split_protocol
 
 S3_PROTOCOLS = ("s3", "s3a")
 LOCAL_PROTOCOLS = (None, "file", "local")
@@ -36,7 +36,8 @@ def check_output(url: str, storage_options: dict) -> None:
         OutputLocationError: a local path blocked by a file or not writable; an S3 URL without
             credentials, with an endpoint that does not answer, or a bucket that does not exist.
     """
-    protocol, path = split_protocol(url)
+    protocol, path = split_protocol(check_url(url))
+    check_storage_options(storage_options)
     if protocol in LOCAL_PROTOCOLS:
         _check_local(url, Path(path).expanduser())
     elif protocol in S3_PROTOCOLS:

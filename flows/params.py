@@ -14,36 +14,24 @@ from pydantic import (
 )
 
 from judges.llm import API_KEY_ENV_PATTERN, LLMSettings
+from judges.storage import check_storage_options, check_url
 
 # Run ids and suite names become path segments: nothing that could climb out of the prefix.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-# Flow parameters are stored by the Prefect API and shown in its UI: no credentials in them.
-_SECRET_LIKE = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
-
-
-def _no_credentials(options: dict[str, Any]) -> dict[str, Any]:
-    def walk(value: Any, path: str) -> None:
-        if isinstance(value, dict):
-            for name, inner in value.items():
-                if _SECRET_LIKE.search(str(name)):
-                    raise ValueError(
-                        f"storage option {path}{name!r} looks like a credential; parameters are "
-                        "stored and shown by Prefect: use the AWS credential chain (env, "
-                        "profile, role) instead"
-                    )
-                walk(inner, f"{path}{name}.")
-
-    walk(options, "")
-    return options
-
-
+# Flow parameters are stored by the Prefect API and shown in its UI, and whoever triggers a
+# deployment run chooses them: storage options come from an allow-list (judges/storage.py),
+# which holds no credential, no file location and no other filesystem.
 StorageOptions = Annotated[
     dict[str, Any],
-    AfterValidator(_no_credentials),
-    Field(description="fsspec options for s3:// (e.g. endpoint_url); never credentials"),
+    AfterValidator(check_storage_options),
+    Field(description="fsspec options for s3:// (endpoint_url, anon, profile, client_kwargs."
+          "region_name, config_kwargs retries and timeouts); never credentials"),
 ]
+
+# Every URL a run opens: a plain path or an s3:// URL (more only if the operator allows them).
+StorageURL = Annotated[str, AfterValidator(check_url)]
 
 
 def _no_parent_reference(value: str) -> str:
@@ -140,7 +128,7 @@ class EvaluateParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    data: str | None = Field(
+    data: StorageURL | None = Field(
         None, description="Evaluation set URL: local path, file://, s3://... (.jsonl .json .csv "
         ".parquet)",
     )
@@ -151,7 +139,7 @@ class EvaluateParams(BaseModel):
     candidate: CandidateModel | None = Field(
         None, description="Generate responses with this model for rows that have none"
     )
-    output: str = Field("./results", description="Where runs are published (path or s3://...)")
+    output: StorageURL = Field("./results", description="Where runs are published (path or s3://...)")
     suite: SafeName = Field(
         "default", description="Suite name: results go to {output}/{suite}/{run}"
     )
@@ -159,7 +147,7 @@ class EvaluateParams(BaseModel):
     judges: list[str] | None = Field(
         None, description="Judges to run (default: every judge whose inputs the set has)"
     )
-    custom_judges: str | None = Field(
+    custom_judges: StorageURL | None = Field(
         None, description="YAML/JSON file of custom judges (name, assessment_type, instructions)"
     )
     aspects: list[str] = Field(
@@ -185,11 +173,11 @@ class EvaluateParams(BaseModel):
         0.05, ge=0, le=1, description="Largest share of a judge's rows that may fail (errors / "
         "(rated + errors)); above it the run is published as incomplete",
     )
-    cache: str | None = Field(
+    cache: StorageURL | None = Field(
         None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
     )
     use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
-    labels: str | None = Field(
+    labels: StorageURL | None = Field(
         None, description="People's labels joined onto the set on request_id: a file of rows "
         "{request_id, human_labels} (JSONL, JSON, CSV or Parquet)",
     )

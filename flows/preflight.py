@@ -20,6 +20,7 @@ from judges.base import JudgeSpec
 from judges.custom import CustomJudgeError, build_custom_judge, fields_present, load_custom_judges
 from judges.plan import JudgePlan, JudgeSelectionError, plan_judges
 from judges.rows import EvalRow
+from judges.storage import StorageRefused
 from tasks.calibration_inputs import CalibrationSourceError
 from tasks.row_stream import RowSource, SetCheck, scan_set
 from tasks.sources import DatasetReadError, RawTable, read_table, table_from_rows
@@ -41,6 +42,7 @@ CONFIG_ERRORS: tuple[type[Exception], ...] = (
     AspectError,
     CalibrationSourceError,
     UnreachableModel,
+    StorageRefused,
 )
 
 

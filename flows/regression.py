@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 from flows import flow_names
 from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
-from flows.params import EvaluateParams, SafeName
+from flows.params import EvaluateParams, SafeName, StorageURL
 from flows.regression_phases import (
     DETECTED_EVENT,
     INCOMPLETE_EVENT,
@@ -65,13 +65,13 @@ class RegressionParams(EvaluateParams):
         None, description="Run id to compare with (default: the suite's newest run that passed, "
         "{output}/{suite}/baseline.json)",
     )
-    gates: str | None = Field(
+    gates: StorageURL | None = Field(
         "deployments/gates.yaml", description="YAML file of gates (thresholds per metric)"
     )
     pairwise: bool = Field(
         True, description="Also judge baseline vs candidate responses head to head (both orders)"
     )
-    rubric: str | None = Field(None, description="Fixed rubric file for the head-to-head")
+    rubric: StorageURL | None = Field(None, description="Fixed rubric file for the head-to-head")
     strict_ties: bool = Field(False, description="Head-to-head: one tie + one preference = tie")
     min_paired: int = Field(
         10, ge=1, description="Fewest rows paired with the baseline for a gate to be decided"

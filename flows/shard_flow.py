@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flows.execution import judge_all
 from flows.pair_judging import judge_all_pairs
-from flows.params import JudgeModel, SafeName, StorageOptions
+from flows.params import JudgeModel, SafeName, StorageOptions, StorageURL
 from flows.shard_plan import rebuild_plan
 from flows.shard_store import ShardStoreView
 from judges.calibration_rows import CalibrationAccumulator
@@ -54,7 +54,7 @@ class ShardParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    output: str = Field(description="The run's output root (path or s3://...)")
+    output: StorageURL = Field(description="The run's output root (path or s3://...)")
     suite: SafeName = Field(description="The run's suite")
     run_id: SafeName = Field(description="The run's id: inputs under {output}/{suite}/{run_id}")
     shard: int = Field(ge=0, description="This shard's index (0-based)")
@@ -62,7 +62,7 @@ class ShardParams(BaseModel):
     first_chunk: int = Field(ge=0, description="Global index of this shard's first chunk")
     chunk_size: int = Field(ge=1, description="Rows per chunk (the run's)")
     judge: JudgeModel = Field(description="The judge model, at this shard's share of the budget")
-    cache: str | None = Field(None, description="Judge reply cache URL (None: no cache)")
+    cache: StorageURL | None = Field(None, description="Judge reply cache URL (None: no cache)")
     storage_options: StorageOptions = Field(default_factory=dict)
     kind: Literal["judge", "pairs"] = Field(
         "judge", description="judge: rows of an evaluate or regression run; pairs: a compare run")

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-import fsspec
 from prefect import get_run_logger
 
 from flows.compare_params import CompareParams
@@ -37,6 +36,7 @@ from judges.custom import fields_present, load_custom_judges
 from judges.pairwise_judge import Pair, PairwiseOptions
 from judges.plan import JudgePlan
 from judges.rows import EvalRow
+from judges.storage import url_to_fs
 from tasks.chunk_store import ChunkStore
 from tasks.outputs import RunLocation
 from tasks.shard_inputs import (
@@ -150,7 +150,7 @@ class ShardedJudging:
 
 def absolute_url(url: str, storage_options: dict) -> str:
     """`url` as every worker must read it: a relative path made absolute, with its protocol."""
-    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    fs, path = url_to_fs(url, storage_options)
     return fs.unstrip_protocol(path)
 
 

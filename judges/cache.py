@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 
-import fsspec
+from judges.storage import is_object_store, url_to_fs
 
 
 def cache_key(
@@ -31,18 +31,7 @@ def cache_key(
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-# Filesystems whose "directories" are key prefixes and whose writes replace objects atomically.
-# Nothing needs creating before a write there, and trying (fs.makedirs) would probe the bucket
-# with HeadBucket / GetBucketLocation and even CreateBucket: calls a writer allowed only
-# PutObject on its prefix may not make.
-OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "oss"})
 logger = logging.getLogger(__name__)
-
-
-def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
-    """Whether the filesystem is an object store, where no directory needs creating."""
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol
-    return not OBJECT_STORES.isdisjoint(protocols)
 
 
 class ReplyCache:
@@ -53,7 +42,7 @@ class ReplyCache:
     """
 
     def __init__(self, url: str, storage_options: dict | None = None):
-        self._fs, self._root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        self._fs, self._root = url_to_fs(url, storage_options)
         self._needs_dirs = not is_object_store(self._fs)
 
     def _path(self, key: str) -> str:

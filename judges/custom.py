@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import fsspec
 import jinja2
 import yaml
 from jinja2 import meta
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from judges.base import JudgeSpec, prompt_environment, template_hash, untrusted
 from judges.rows import Chunk, EvalRow
+from judges.storage import open_url
 
 ROW_FIELDS = (
     "request", "response", "expected_response", "expected_facts",
@@ -151,7 +151,7 @@ def build_custom_judge(definition: CustomJudgeDefinition, available: set[str]) -
 def load_custom_judges(url: str) -> list[CustomJudgeDefinition]:
     """Definitions from a YAML or JSON file: a list, or a mapping with a `judges` list."""
     try:
-        with fsspec.open(url, "r") as handle:
+        with open_url(url, "r") as handle:
             data = yaml.safe_load(handle) if not url.endswith(".json") else json.load(handle)
     except (OSError, yaml.YAMLError, json.JSONDecodeError) as error:
         raise CustomJudgeError(f"cannot read custom judges from {url!r}: {error}") from None

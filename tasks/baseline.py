@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-import fsspec
-
+from judges.storage import open_url
 from tasks.metric_fields import MetricField, RowData, row_data
 from tasks.outputs import RunLocation
 
@@ -49,7 +48,7 @@ def becomes_baseline(manifest: dict) -> bool:
 def read_json(url: str, storage_options: dict | None = None) -> dict | None:
     """A JSON file, or None when it does not exist."""
     try:
-        with fsspec.open(url, "r", **(storage_options or {})) as handle:
+        with open_url(url, "r", storage_options) as handle:
             return json.load(handle)
     except FileNotFoundError:
         return None
@@ -94,7 +93,7 @@ def read_rows(
     """
     rows: dict[str, RowData] = {}
     url = f"{baseline.url}/results.jsonl"
-    with fsspec.open(url, "r", encoding="utf-8", **(storage_options or {})) as handle:
+    with open_url(url, "r", storage_options, encoding="utf-8") as handle:
         for line in handle:
             if line.strip():
                 record: dict[str, Any] = json.loads(line)

@@ -23,10 +23,8 @@ import logging
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 
-import fsspec
 from pydantic import ValidationError
 
-from judges.cache import is_object_store
 from judges.llm import Usage
 from judges.pair_codec import decode_pair_verdict, encode_pair_verdict
 from judges.pairwise_judge import PairwiseOptions
@@ -40,6 +38,7 @@ from judges.result_codec import (
     row_json,
 )
 from judges.rows import EvalRow
+from judges.storage import is_object_store, url_to_fs
 from tasks.compare import PairChunkResult
 from tasks.judge import ChunkResult
 from tasks.outputs import RunLocation
@@ -63,7 +62,7 @@ class ChunkStore:
 
     def __init__(self, url: str, storage_options: dict | None = None):
         self.url = url
-        self._fs, self._root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        self._fs, self._root = url_to_fs(url, storage_options)
         self._root = self._root.rstrip("/")
         self._object_store = is_object_store(self._fs)
         # Every file this store read or wrote: what `clear` deletes on an object store.

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import fsspec
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from judges.storage import open_url
 from tasks.metric_fields import advisory_key, is_pairwise, metric_field, stats_of
 
 
@@ -110,7 +110,7 @@ def load_gates(url: str | None, storage_options: dict | None = None) -> list[Gat
     if url is None:
         return []
     try:
-        with fsspec.open(url, "r", **(storage_options or {})) as handle:
+        with open_url(url, "r", storage_options) as handle:
             data = yaml.safe_load(handle) or {}
         return GatesFile.model_validate(data).resolved()
     except FileNotFoundError:

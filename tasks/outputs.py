@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import IO
 
-import fsspec
-
-from judges.cache import is_object_store
+from judges.storage import is_object_store, url_to_fs
 
 WRITE_ATTEMPTS = 3
 WRITE_BACKOFF_SECONDS = 0.5
@@ -64,7 +62,7 @@ class RunLocation:
     def __post_init__(self) -> None:
         check_segment(self.suite, "suite")
         check_segment(self.run_id, "run_id")
-        self.fs, root = fsspec.core.url_to_fs(self.output, **self.storage_options)
+        self.fs, root = url_to_fs(self.output, self.storage_options)
         self.suite_dir = f"{root.rstrip('/')}/{self.suite}"
         self.run_dir = f"{self.suite_dir}/{self.run_id}"
         self.latest_path = f"{self.suite_dir}/latest.json"

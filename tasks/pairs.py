@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
 import pandas as pd
 import pandera.pandas as pa
 import yaml
@@ -26,6 +25,7 @@ from judges.calibration_rows import PREFERENCE_COLUMN
 from judges.pairwise import Rubric, parse_rubric
 from judges.pairwise_judge import Pair
 from judges.rows import EvalRow
+from judges.storage import open_url, url_to_fs
 from tasks.cells import preference_problem
 from tasks.sources import RawTable, RowProblem, read_table
 from tasks.validation import ValidatedSet, validate_table
@@ -172,7 +172,7 @@ def rejected_entries(table: RawTable, problems: list[RowProblem], side: str) -> 
 
 def results_url(url: str, storage_options: dict | None = None) -> str:
     """A published run folder stands for its results.jsonl; anything else is a set's URL."""
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    fs, path = url_to_fs(url, storage_options)
     return f"{url.rstrip('/')}/results.jsonl" if fs.isdir(path) else url
 
 
@@ -239,7 +239,7 @@ def read_rubric(url: str, storage_options: dict | None = None) -> Rubric:
     """
     is_json = url.lower().split("?", 1)[0].endswith(".json")
     try:
-        with fsspec.open(url, "r", encoding="utf-8", **(storage_options or {})) as handle:
+        with open_url(url, "r", storage_options, encoding="utf-8") as handle:
             data = json.load(handle) if is_json else yaml.safe_load(handle)
         return parse_rubric(data)
     except FileNotFoundError:

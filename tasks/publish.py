@@ -13,12 +13,11 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-import fsspec
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from judges.cache import is_object_store
 from judges.nova_format import nova_results
+from judges.storage import filesystem, is_object_store
 from tasks.baseline import becomes_baseline, pointer_path
 from tasks.outputs import Publisher, RunLocation
 from tasks.report import render_report
@@ -159,4 +158,5 @@ def _sigv4_s3(storage_options: dict):
     refuse.
     """
     config = {**(storage_options.get("config_kwargs") or {}), "signature_version": "s3v4"}
-    return fsspec.filesystem("s3", **{**storage_options, "config_kwargs": config})
+    return filesystem("s3", {k: v for k, v in storage_options.items() if k != "config_kwargs"},
+                      config_kwargs=config)

@@ -19,12 +19,11 @@ import json
 from collections.abc import Sequence
 from typing import TypeVar
 
-import fsspec
 from pydantic import BaseModel, ConfigDict, Field
 
-from judges.cache import is_object_store
 from judges.pairwise_judge import Pair
 from judges.rows import EvalRow
+from judges.storage import is_object_store, open_url, url_to_fs
 
 SHARDS_FOLDER = ".shards"
 M = TypeVar("M", bound=BaseModel)
@@ -105,7 +104,7 @@ def write_rows(url: str, rows: Sequence[EvalRow] | Sequence[Pair], storage_optio
 
 def read_rows(url: str, storage_options: dict, kind: type[M] = EvalRow) -> list[M]:
     """The rows (`kind`: EvalRow or Pair) `write_rows` wrote, in order."""
-    with fsspec.open(url, "r", encoding="utf-8", **storage_options) as handle:
+    with open_url(url, "r", storage_options, encoding="utf-8") as handle:
         return [kind.model_validate_json(line) for line in handle if line.strip()]
 
 
@@ -117,7 +116,7 @@ def write_model(url: str, value: BaseModel, storage_options: dict) -> None:
 def read_model(url: str, model: type[M], storage_options: dict) -> M | None:
     """The document at `url` as `model`; None when there is none (a shard that never ended)."""
     try:
-        with fsspec.open(url, "r", encoding="utf-8", **storage_options) as handle:
+        with open_url(url, "r", storage_options, encoding="utf-8") as handle:
             return model.model_validate(json.load(handle))
     except FileNotFoundError:
         return None
@@ -129,7 +128,7 @@ def remove_shard_files(run_url: str, shards: int, storage_options: dict) -> None
     On an object store each file goes by name, as the chunk store does: no listing, so a
     writer needs no bucket-level right. A failure is left to the caller: nothing is lost.
     """
-    fs, root = fsspec.core.url_to_fs(shard_url(run_url), **storage_options)
+    fs, root = url_to_fs(shard_url(run_url), storage_options)
     if not is_object_store(fs):
         with contextlib.suppress(FileNotFoundError):
             fs.rm(root, recursive=True)
@@ -142,7 +141,7 @@ def remove_shard_files(run_url: str, shards: int, storage_options: dict) -> None
 
 
 def _write_text(url: str, text: str, storage_options: dict) -> None:
-    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    fs, path = url_to_fs(url, storage_options)
     if not is_object_store(fs):  # object stores have no folders (and making one may list)
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(path, "w", encoding="utf-8") as handle:

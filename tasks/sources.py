@@ -12,12 +12,12 @@ import json
 from collections.abc import Iterator
 from typing import IO, Any
 
-import fsspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from judges.storage import open_url
 from tasks.csv_reader import csv_batches
 from tasks.table import (
     DatasetReadError,
@@ -94,7 +94,7 @@ def iter_batches(
 @contextlib.contextmanager
 def _open(url: str, storage_options: dict) -> Iterator[IO[bytes]]:
     try:
-        opened = fsspec.open(url, "rb", **storage_options)
+        opened = open_url(url, "rb", storage_options)
         handle = opened.open()
     except (FileNotFoundError, IsADirectoryError, PermissionError) as error:
         raise _open_error(url, error) from None
