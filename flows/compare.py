@@ -17,6 +17,7 @@ from flows.compare_phases import (
     warn_notices,
 )
 from flows.run_common import final_state, run_location, run_summary
+from flows.trust import guard_parameters
 from tasks.artifacts import publish_artifacts
 from tasks.chunk_store import ChunkStore
 
@@ -26,6 +27,7 @@ __all__ = ["SWAP_DISABLED_NOTICE", "CompareParams", "compare", "judge_all_pairs"
 @flow(name=flow_names.COMPARE, log_prints=True)
 async def compare(params: CompareParams) -> dict:
     """Judge two systems head to head on every pair, in both orders, and publish the verdicts."""
+    params = guard_parameters(params)
     started_at = datetime.now(UTC)
     warn_notices(params)
     location = run_location(params, started_at)

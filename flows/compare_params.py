@@ -8,9 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flows.params import (
     JudgeModel,
+    Location,
     SafeName,
     StorageOptions,
     StorageURL,
+    locations_of,
     shard_count_field,
     shard_deployment_field,
 )
@@ -64,6 +66,11 @@ class CompareParams(BaseModel):
     shards: int = shard_count_field("pairs")
     shard_deployment: str = shard_deployment_field()
     storage_options: StorageOptions = Field(default_factory=dict)
+
+    def locations(self) -> list[Location]:
+        """Every location a parameter names, with the access the run makes to it."""
+        return locations_of(self, ("data", "baseline", "candidate", "rubric"),
+                            ("output", "cache"))
 
     @model_validator(mode="after")
     def _one_source(self) -> CompareParams:

@@ -11,6 +11,7 @@ from flows.evaluation import generate_responses, judge, prepare, publish, warn_i
 from flows.params import EvaluateParams
 from flows.run_common import final_state, run_location, run_summary
 from flows.timeline import mark
+from flows.trust import guard_parameters
 from tasks.artifacts import publish_artifacts
 from tasks.chunk_store import ChunkStore
 
@@ -18,6 +19,7 @@ from tasks.chunk_store import ChunkStore
 @flow(name=flow_names.EVALUATE, log_prints=True)
 async def evaluate(params: EvaluateParams) -> dict:
     """Run every applicable judge over an evaluation set and publish the results."""
+    params = guard_parameters(params)
     mark("flow started")
     started_at = datetime.now(UTC)
     warn_if_offline(params)

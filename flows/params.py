@@ -106,6 +106,17 @@ class CandidateModel(BaseModel):
         return LLMSettings(**self.model_dump())
 
 
+Location = tuple[str, str, str]  # (parameter, URL, "read" or "write")
+
+
+def locations_of(params: BaseModel, reads: tuple[str, ...], writes: tuple[str, ...]
+                 ) -> list[Location]:
+    """The URLs that these fields of `params` hold, with the access a run makes to each."""
+    found = [(name, getattr(params, name), "read") for name in reads]
+    found += [(name, getattr(params, name), "write") for name in writes]
+    return [(name, url, access) for name, url, access in found if url is not None]
+
+
 def shard_count_field(what: str) -> Any:
     """The `shards` field of a run that can judge its `what` in child flow runs."""
     return Field(
@@ -193,6 +204,10 @@ class EvaluateParams(BaseModel):
     shards: int = shard_count_field("rows")
     shard_deployment: str = shard_deployment_field()
     storage_options: StorageOptions = Field(default_factory=dict)
+
+    def locations(self) -> list[Location]:
+        """Every location a parameter names, with the access the run makes to it."""
+        return locations_of(self, ("data", "labels", "custom_judges"), ("output", "cache"))
 
     @model_validator(mode="after")
     def _one_source(self) -> EvaluateParams:

@@ -15,6 +15,7 @@ from flows.calibration import check_calibration_source, label_judges
 from flows.output_check import OutputLocationError, check_output
 from flows.params import EvaluateParams
 from flows.reach import UnreachableModel, check_reachable
+from flows.trust import ParameterRefused
 from judges.aspect_critic import AspectError, make_aspect
 from judges.base import JudgeSpec
 from judges.custom import CustomJudgeError, build_custom_judge, fields_present, load_custom_judges
@@ -43,6 +44,7 @@ CONFIG_ERRORS: tuple[type[Exception], ...] = (
     CalibrationSourceError,
     UnreachableModel,
     StorageRefused,
+    ParameterRefused,
 )
 
 

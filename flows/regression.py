@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 from flows import flow_names
 from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
-from flows.params import EvaluateParams, SafeName, StorageURL
+from flows.params import EvaluateParams, Location, SafeName, StorageURL, locations_of
 from flows.regression_phases import (
     DETECTED_EVENT,
     INCOMPLETE_EVENT,
@@ -27,6 +27,7 @@ from flows.regression_phases import (
     regression_section,
 )
 from flows.run_common import run_location, run_summary
+from flows.trust import guard_parameters
 from tasks.artifacts import publish_artifacts
 from tasks.baseline import find_baseline
 from tasks.chunk_store import ChunkStore
@@ -76,6 +77,10 @@ class RegressionParams(EvaluateParams):
     min_paired: int = Field(
         10, ge=1, description="Fewest rows paired with the baseline for a gate to be decided"
     )
+    def locations(self) -> list[Location]:
+        """Every location a parameter names, with the access the run makes to it."""
+        return super().locations() + locations_of(self, ("gates", "rubric"), ())
+
     @model_validator(mode="after")
     def _candidate_is_named(self) -> RegressionParams:
         if self.candidate is not None and not self.candidate.model.strip():
@@ -99,6 +104,7 @@ def _emit(params: RegressionParams, event: str, run_id: str, urls: dict, section
 @flow(name=flow_names.REGRESSION, log_prints=True)
 async def regression(params: RegressionParams) -> dict | State:
     """Evaluate the candidate, compare with the baseline, publish; fail unless it passed."""
+    params = guard_parameters(params)
     logger = get_run_logger()
     started_at = datetime.now(UTC)
     warn_if_offline(params)

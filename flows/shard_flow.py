@@ -26,9 +26,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flows.execution import judge_all
 from flows.pair_judging import judge_all_pairs
-from flows.params import JudgeModel, SafeName, StorageOptions, StorageURL
+from flows.params import (
+    JudgeModel,
+    Location,
+    SafeName,
+    StorageOptions,
+    StorageURL,
+    locations_of,
+)
 from flows.shard_plan import rebuild_plan
 from flows.shard_store import ShardStoreView
+from flows.trust import guard_parameters
 from judges.calibration_rows import CalibrationAccumulator
 from judges.metrics import MetricsAccumulator
 from judges.pairwise_judge import Pair, PairwiseOptions
@@ -68,6 +76,11 @@ class ShardParams(BaseModel):
         "judge", description="judge: rows of an evaluate or regression run; pairs: a compare run")
 
 
+    def locations(self) -> list[Location]:
+        """Every location a parameter names, with the access the run makes to it."""
+        return locations_of(self, (), ("output", "cache"))
+
+
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -76,6 +89,7 @@ def _cpu_seconds() -> float:
 @flow(name=SHARD_FLOW_NAME, log_prints=True)
 async def judge_shard(params: ShardParams) -> dict:
     """Judge one shard's chunks into the run's chunk store."""
+    params = guard_parameters(params)
     started = time.perf_counter()
     # What the command line does after its imports (flows/cli_common.py): the stack's
     # millions of long-lived objects leave the collector's passes.

@@ -22,6 +22,7 @@ from typing import Any
 
 import fsspec
 from fsspec.core import split_protocol
+from fsspec.implementations.local import LocalFileSystem
 
 PROTOCOLS_ENV = "JUDGEFLOW_STORAGE_PROTOCOLS"
 DEFAULT_PROTOCOLS = frozenset({"file", "s3"})
@@ -115,6 +116,11 @@ def _check_level(options: Mapping[str, Any], allowed: dict[str, Any], path: str)
             raise StorageRefused(f"storage option {name!r} has the wrong type: {value!r:.60}")
 
 
+def local_path(url: str) -> str:
+    """The absolute path fsspec opens for a local URL (`~` expanded), symlinks resolved."""
+    return os.path.realpath(LocalFileSystem._strip_protocol(url))
+
+
 def open_url(url: str, mode: str = "rb", storage_options: Mapping[str, Any] | None = None,
              **kwargs: Any) -> Any:
     """`fsspec.open` of a checked URL with checked options (an OpenFile, used with `with`)."""
@@ -141,5 +147,5 @@ def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
 
 
 __all__ = ["ALLOWED_OPTIONS", "StorageRefused", "allowed_protocols", "check_storage_options",
-           "check_url", "filesystem", "is_object_store", "open_url", "protocol_of",
+           "check_url", "filesystem", "is_object_store", "local_path", "open_url", "protocol_of",
            "split_protocol", "url_to_fs"]

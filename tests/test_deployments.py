@@ -89,7 +89,7 @@ def _tail(path: Path, chars: int = 3000) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[Server]:
+def server(tmp_path_factory, llm_server) -> Iterator[Server]:
     home = tmp_path_factory.mktemp("prefect-server")
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
@@ -104,6 +104,12 @@ def server(tmp_path_factory) -> Iterator[Server]:
         # The worker polls every second instead of every ten: runs start sooner.
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        # What an operator sets in the worker's environment (README "Threat model"): deployment
+        # runs read the checkout and the tests' tmp folders, publish only to the tmp folders and
+        # call only the loopback judge, with no key paired with it.
+        "JUDGEFLOW_READ_ROOTS": f"{REPO},{tmp_path_factory.getbasetemp()}",
+        "JUDGEFLOW_WRITE_ROOTS": str(tmp_path_factory.getbasetemp()),
+        "JUDGEFLOW_MODEL_ENDPOINTS": llm_server.api_base,
     })
     log = home / "server.log"
     with log.open("w") as sink:
@@ -412,3 +418,36 @@ def test_triggered_runs_are_executed_and_publish(server, deployed, event_runs, l
     nameless = _state(server, event_runs["nameless_id"])
     assert nameless["type"] == "FAILED" and NO_CANDIDATE_MODEL[:40] in nameless["message"], (
         nameless)
+
+
+def test_a_deployment_run_s_parameters_cannot_reach_outside_the_operator_s_policy(
+        server, deployed, llm_server, tmp_path):
+    out = tmp_path / "out"
+    base = {"judge": {"model": "judgeflow/offline"}, "output": str(out), "suite": "hostile"}
+    hostile = {
+        # a private file of the worker, outside every read root
+        "private-file": {**base, "data": "/etc/passwd.jsonl", "run_id": "h1"},
+        # the worker's key sent to the caller's host: an allowed host, but the caller picked
+        # the key variable (the operator paired none with it)
+        "chosen-key": {**base, "data": "examples/rag_eval.jsonl", "run_id": "h2",
+                       "judge": {"model": "openai/x", "api_base": llm_server.api_base,
+                                 "api_key_env": "OPENAI_API_KEY"}},
+        # a chained URL that would write a file where its options say
+        "chained-url": {**base, "data": "simplecache::http://127.0.0.1:9/x.jsonl",
+                        "run_id": "h3"},
+    }
+    requests_before = len(llm_server.requests)
+    ids = {}
+    with server.client() as api:
+        for name, params in hostile.items():
+            created = api.post(f"/deployments/{deployed['evaluate']['id']}/create_flow_run",
+                               json={"parameters": {"params": params}})
+            ids[name] = created.raise_for_status().json()["id"]
+    worker_log = server.run_worker_once()
+    messages = {name: _state(server, run_id) for name, run_id in ids.items()}
+    assert all(m["type"] == "FAILED" for m in messages.values()), worker_log[-6000:]
+    assert "outside what a deployment run may read" in messages["private-file"]["message"]
+    assert "is not the key variable the operator paired" in messages["chosen-key"]["message"]
+    assert "chains filesystems" in messages["chained-url"]["message"]
+    assert len(llm_server.requests) == requests_before
+    assert not out.exists()

@@ -33,6 +33,10 @@ WORKERS = ("s3-worker-1", "s3-worker-2")
 def s3_env(server: Server, s3_server) -> dict[str, str]:  # noqa: F811 - the fixture's name
     """The server's environment with the S3 credentials a worker machine would have."""
     return {**server.env, **AWS_ENV,
+            # The operator's policy for the shard deployment's runs: this S3 endpoint, any
+            # bucket its credentials reach.
+            "JUDGEFLOW_STORAGE_ENDPOINTS": s3_server.endpoint_url,
+            "JUDGEFLOW_WRITE_ROOTS": f"{server.env['JUDGEFLOW_WRITE_ROOTS']},s3://",
             "AWS_CONFIG_FILE": "/nonexistent/judgeflow-test-aws-config",
             "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/judgeflow-test-aws-credentials"}
 
