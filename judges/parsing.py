@@ -2,9 +2,11 @@
 
 Code fences and prose around the verdict are fine. What the evaluated text says never is:
 judges echo and quote what they read, and the evaluated text may hold a forged verdict. So an
-object whose text occurs inside the evaluated content the judge was given is a quote, never a
-candidate; and when the remaining candidates disagree, nothing is chosen: the reply is a parse
-failure (re-asked once by the engine, then the row's error_message).
+object that repeats the evaluated content the judge was given, exactly or re-typed
+(judges/echoes.py), is a quote, never a candidate. Nothing is chosen, and the reply is a parse
+failure (re-asked once by the engine, then the row's error_message), when the judge's own
+verdict is invalid beside a valid one (the valid one may be a forgery that escaped detection),
+when the remaining candidates differ in anything, or when every verdict is an echo.
 """
 
 from __future__ import annotations
@@ -12,9 +14,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
+
+from judges.echoes import (
+    ECHO_SHARE,
+    FREE_TEXT_FIELDS,
+    EvaluatedText,
+    lowered_keys,
+    near_word_stream,
+    share_found,
+    words,
+)
 
 Output = TypeVar("Output", bound=BaseModel)
 
@@ -56,17 +68,28 @@ def json_objects(text: str, nested: bool = False) -> list[FoundObject]:
 
 
 class QuotedContent:
-    """The evaluated text a judge was given: objects in it are quotes, never verdicts."""
+    """The evaluated text a judge was given: objects repeating it are quotes, never verdicts."""
 
     def __init__(self, texts: Iterable[str]):
-        self._texts = [t for t in texts if t and "{" in t]
+        texts = [t for t in texts if t]
+        self._texts = [t for t in texts if "{" in t]
         self._flat = [_collapse(t) for t in self._texts]
         self._canonical: set[str] | None = None
+        self._evaluated = EvaluatedText(texts)
 
-    def contains(self, found: FoundObject) -> bool:
-        """Whether the object's text, or the same object re-serialised, occurs in the content."""
-        if not self._texts:
-            return False
+    def contains(self, found: FoundObject, output_model: type[BaseModel] | None = None) -> bool:
+        """Whether the object repeats the content: its text, re-serialised, or re-typed.
+
+        Args:
+            found: an object from the reply.
+            output_model: the judge's output model; with it, re-typed copies count too.
+        """
+        if self._texts and self._exact_copy(found):
+            return True
+        return output_model is not None and bool(self._evaluated) and _retyped_copy(
+            lowered_keys(_normalised(found.value)), output_model, self._evaluated)
+
+    def _exact_copy(self, found: FoundObject) -> bool:
         flat = _collapse(found.text)
         if any(flat in text for text in self._flat):
             return True
@@ -77,6 +100,79 @@ class QuotedContent:
         return _canonical(_normalised(found.value)) in self._canonical or _canonical(
             found.value
         ) in self._canonical
+
+
+def _retyped_copy(value: dict, output_model: type[BaseModel], evaluated: EvaluatedText) -> bool:
+    """Whether `value` carries a verdict of the content with nearly all its free text.
+
+    Objects in the content carrying the same verdict are compared by their rationale; a verdict
+    whose every decisive field is a plain value (a rating) is also looked for in the content's
+    words, for a verdict written as prose.
+    """
+    decisive = verdict_fields(output_model) & value.keys()
+    if not decisive or not all(evaluated.mentions(w) for k in decisive for w in words(k)):
+        return False
+    own = _fitted(value, output_model)
+    mine = words(value.get("rationale"))
+    if own is not None:
+        verdict = _canonical(verdict_of(own))
+        for other in evaluated.objects():
+            theirs = _fitted(other, output_model)
+            if theirs is None or _canonical(verdict_of(theirs)) != verdict:
+                continue
+            source = [words(other["rationale"])] if "rationale" in other else \
+                evaluated.word_streams()
+            if any(share_found(mine, stream) >= ECHO_SHARE for stream in source):
+                return True
+    if all(isinstance(value[k], str | int | float | bool) for k in decisive):
+        structure = {w for name in output_model.model_fields for w in words(name)}
+        free = [w for w in words(value) if w not in structure]
+        streams = evaluated.word_streams()
+        return any(near_word_stream(free, [*words(k), *words(value[k])], streams)
+                   for k in sorted(decisive))
+    return False
+
+
+def _fitted(value: dict, output_model: type[BaseModel]) -> BaseModel | None:
+    """`value` as the output model, for comparison only.
+
+    Keys it does not know are dropped, missing free text is empty, and, when that is what stands
+    in the way, its other words are lower-cased.
+    """
+    fitted = _fit(value, output_model)
+    for attempt in (fitted, _folded(fitted)):
+        try:
+            return output_model.model_validate(_normalised(attempt))
+        except (ValidationError, ValueError, TypeError):
+            continue
+    return None
+
+
+def _folded(value: object, key: str = "") -> object:
+    if isinstance(value, dict):
+        return {k: _folded(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_folded(v, key) for v in value]
+    if isinstance(value, str) and key not in FREE_TEXT_FIELDS:
+        return value.casefold()
+    return value
+
+
+def _fit(value: object, model: type[BaseModel]) -> object:
+    if not isinstance(value, dict):
+        return value
+    fitted = {}
+    for name, field in model.model_fields.items():
+        if name in value:
+            inner = value[name]
+            item_model = next((a for a in get_args(field.annotation)
+                               if isinstance(a, type) and issubclass(a, BaseModel)), None)
+            if item_model is not None and isinstance(inner, list):
+                inner = [_fit(item, item_model) for item in inner]
+            fitted[name] = inner
+        elif name in FREE_TEXT_FIELDS:
+            fitted[name] = ""
+    return fitted
 
 
 NO_QUOTES = QuotedContent(())
@@ -97,25 +193,45 @@ def parse_reply(
     objects = json_objects(text)
     if not objects:
         raise ReplyParseError(f"reply contains no JSON object: {text[:200]!r}")
+    decisive = verdict_fields(output_model)
     candidates: list[Output] = []
-    quotes = 0
+    quotes = invalid_own = 0
     last_error: ValidationError | None = None
     for found in objects:
-        if quoted.contains(found):
+        if quoted.contains(found, output_model):
             quotes += 1
             continue
         try:
             candidates.append(output_model.model_validate(_normalised(found.value)))
         except ValidationError as error:
             last_error = error
+            invalid_own += not decisive.isdisjoint(_keys(found.value))
     if not candidates:
         raise ReplyParseError(_nothing_fits(output_model, quotes, last_error))
-    verdicts = {_canonical(verdict_of(c)) for c in candidates}
-    if len(verdicts) > 1:
+    if invalid_own:
+        raise ReplyParseError(
+            f"the reply holds {invalid_own} invalid verdict(s) beside a valid one, which may "
+            f"repeat the evaluated text; give exactly one valid {output_model.__name__}"
+        )
+    if len({_canonical(verdict_of(c)) for c in candidates}) > 1:
         raise ReplyParseError(
             f"the reply holds {len(candidates)} different verdicts; give exactly one"
         )
+    if len({_canonical(c.model_dump(mode="json")) for c in candidates}) > 1:
+        raise ReplyParseError(
+            f"the reply holds {len(candidates)} judgments that differ beyond the verdict (one "
+            "may repeat the evaluated text); give exactly one"
+        )
     return candidates[-1]
+
+
+def verdict_fields(output_model: type[BaseModel]) -> frozenset[str]:
+    """The keys whose presence makes an object an attempt at a verdict (all but the rationale)."""
+    return frozenset(name for name in output_model.model_fields if name != "rationale")
+
+
+def _keys(value: dict) -> set[str]:
+    return {str(k).strip().lower() for k in value}
 
 
 def verdict_of(output: BaseModel) -> object:
@@ -133,7 +249,9 @@ def _nothing_fits(
 ) -> str:
     detail = "; ".join(e["msg"] for e in error.errors()[:3]) if error else ""
     quoted = (
-        f" ({quotes} object(s) quoting the evaluated text were not taken as verdicts)"
+        f" ({quotes} object(s) repeating the evaluated text, exactly or re-typed, were not "
+        "taken as verdicts: a verdict that cannot be told apart from the evaluated text is "
+        "not the judge's)"
         if quotes
         else ""
     )
