@@ -112,8 +112,11 @@ def _relative_reason(gate: Gate, ctx: Context, line: DeltaLine | None) -> str | 
 
 
 def _p_value(gate: Gate, line: DeltaLine) -> float | None:
-    drop_side = gate.max_drop is not None and (gate.max_rise is None or (line.delta or 0) <= 0)
-    return line.p_drop if drop_side else line.p_rise
+    # A gate with both limits tests both sides: choosing the side after seeing the delta and
+    # then testing it one-sided would breach twice as often as alpha under no change.
+    if gate.max_drop is not None and gate.max_rise is not None:
+        return line.p_two_sided
+    return line.p_drop if gate.max_drop is not None else line.p_rise
 
 
 def _relative_breach(gate: Gate, line: DeltaLine, p_adj: float | None) -> tuple[bool, str]:
