@@ -201,14 +201,14 @@ def test_trace_that_is_not_json_is_a_validation_error(fake_llm, tmp_path):
         _run(fake_llm, tmp_path, rows=rows)
 
 
-def test_a_template_failing_on_rows_is_that_judges_error_only(fake_llm, tmp_path):
-    fake_llm.script = PlantedJudge()
+def test_a_template_reaching_for_methods_is_refused_before_any_call(fake_llm, tmp_path):
+    # A template is data: attribute access and calls are refused when the judge loads
+    # (tests/test_template_sandbox.py has the injection payloads and the per-row failure).
     path = _judges_file(tmp_path, [{"name": "broken", "assessment_type": "ANSWER",
                                     "instructions": "{{ response.text.upper() }}"}])
-    metrics, by_id = _run(fake_llm, tmp_path, custom_judges=path, judges=["safety"])
-    assert "failed to render" in by_id["a"]["response/llm_judged/broken/error_message"]
-    assert metrics["response/llm_judged/broken/error_count"] == 2
-    assert metrics["response/llm_judged/safety/rated_count"] == 2  # other judges unaffected
+    with pytest.raises(CustomJudgeError, match="not allowed in a template that is data"):
+        _run(fake_llm, tmp_path, custom_judges=path, judges=["safety"])
+    assert fake_llm.requests == []
 
 
 def test_unknown_filter_is_a_config_error(fake_llm, tmp_path):
