@@ -14,7 +14,7 @@ from judges import BUILTIN_JUDGES
 from judges.aspect_critic import make_aspect
 from judges.base import JudgeSpec
 from judges.calibration_policy import (
-    MIN_LABELS,
+    MEASURED_WITH,
     advisory_reason,
     measured_with,
     reusable,
@@ -63,7 +63,7 @@ def check_calibration_source(params: Any) -> None:
                              params.storage_options)
 
 
-MEASURED = ("model", "version", "prompt_hash")
+MEASURED = tuple(field for field, _ in MEASURED_WITH)
 Found = tuple[dict[str, Any], dict[str, Any]]  # a judge's manifest entry and its stats
 
 
@@ -115,14 +115,16 @@ def calibrate(params: Any, plan: JudgePlan, accumulator: CalibrationAccumulator)
                                    params.storage_options) if params.calibration else None)
     metrics, entries = dict(own), []
     for judge in plan.judges:
-        current = {"key": keys[judge.prefix], **measured_with(judge, params.judge.model)}
+        current = {"key": keys[judge.prefix], **measured_with(judge, params.judge)}
         found = _calibration_of(judge, current, own, source)
         if found is None and floor is None:
             continue
         entry, stats = found or (_entry(current, None, None, []), {})
-        reason = advisory_reason(stats, floor, entry["stale"])
+        reason = advisory_reason(stats, floor, entry["stale"], params.calibration_min_labels,
+                                 params.max_error_share)
         entries.append({**entry, "advisory": reason is not None, "advisory_reason": reason})
         metrics |= _flags(entry["key"], stats, entry, floor, reason)
-    section = {"floor": floor, "seed": params.calibration_seed, "min_labels": MIN_LABELS,
+    section = {"floor": floor, "seed": params.calibration_seed,
+               "min_labels": params.calibration_min_labels,
                "source_run_id": params.calibration, "judges": entries}
     return Calibration(metrics, section if entries else {})

@@ -116,6 +116,9 @@ def evaluate_command(
         help="Reuse the judge calibration of this earlier labelled run of the suite")] = None,
     calibration_floor: Annotated[float | None, typer.Option(
         help="Mark judges whose kappa 95% lower bound is below this as advisory")] = None,
+    calibration_min_labels: Annotated[int, typer.Option(
+        help="Fewest labelled units with which a calibration can vouch for a judge at the "
+        "floor")] = 50,
     calibration_seed: Annotated[int, typer.Option(help="Seed of the kappa bootstrap")] = 0,
     shards: Annotated[int, typer.Option(
         help="Judge in N child flow runs of the shard deployment, run by the workers of its "
@@ -145,6 +148,7 @@ def evaluate_command(
         use_cache=not no_cache, custom_judges=custom_judges, aspects=aspect or [],
         strictness=strictness, storage_options=parse_storage_options(storage_option),
         labels=labels, calibration=calibration, calibration_floor=calibration_floor,
+            calibration_min_labels=calibration_min_labels,
         calibration_seed=calibration_seed, shards=shards,
     )
     check = checked(preflight_evaluate, params)

@@ -200,7 +200,12 @@ class EvaluateParams(BaseModel):
         None, ge=-1, le=1, description="A judge whose kappa 95% lower bound is below this is "
         "advisory: a regression gate on its metrics is undecidable",
     )
-    calibration_seed: int = Field(0, description="Seed of the kappa bootstrap (1000 resamples)")
+    calibration_seed: int = Field(
+        0, description="Seed of the kappa interval (posterior draws and 1000 row resamples)")
+    calibration_min_labels: int = Field(
+        50, ge=1, description="Fewest labelled units with which a calibration can vouch for a "
+        "judge at the floor; below it the judge is advisory",
+    )
     shards: int = shard_count_field("rows")
     shard_deployment: str = shard_deployment_field()
     storage_options: StorageOptions = Field(default_factory=dict)

@@ -75,7 +75,7 @@ class RegressionParams(EvaluateParams):
     rubric: StorageURL | None = Field(None, description="Fixed rubric file for the head-to-head")
     strict_ties: bool = Field(False, description="Head-to-head: one tie + one preference = tie")
     min_paired: int = Field(
-        10, ge=1, description="Fewest rows paired with the baseline for a gate to be decided"
+        10, ge=2, description="Fewest rows paired with the baseline for a gate to be decided"
     )
     def locations(self) -> list[Location]:
         """Every location a parameter names, with the access the run makes to it."""

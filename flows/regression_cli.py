@@ -79,6 +79,9 @@ def regression_command(
     calibration_floor: Annotated[float | None, typer.Option(
         help="Judges whose kappa 95% lower bound is below this are advisory: gates on them "
         "are undecidable (exit 3)")] = None,
+    calibration_min_labels: Annotated[int, typer.Option(
+        help="Fewest labelled units with which a calibration can vouch for a judge at the "
+        "floor")] = 50,
     calibration_seed: Annotated[int, typer.Option(help="Seed of the kappa bootstrap")] = 0,
     shards: Annotated[int, typer.Option(
         help="Judge in this many child flow runs of the shard deployment, run by Prefect "
@@ -105,6 +108,7 @@ def regression_command(
             chunk_size=chunk_size, on_invalid=on_invalid, use_cache=not no_cache,
             storage_options=parse_storage_options(storage_option), labels=labels,
             calibration=calibration, calibration_floor=calibration_floor,
+            calibration_min_labels=calibration_min_labels,
             calibration_seed=calibration_seed, shards=shards)
     except ValidationError as error:
         fail("invalid options: " + "; ".join(

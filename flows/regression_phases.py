@@ -109,7 +109,9 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
         suite=params.suite, baseline_run_id=baseline.run_id if baseline else None,
         max_error_share=params.max_error_share, min_paired=params.min_paired,
         pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
-        tags=comparison.tags)
+        tags=comparison.tags, advisory={
+            entry["key"]: entry["advisory_reason"]
+            for entry in (judged.calibration or {}).get("judges", []) if entry.get("advisory")})
     return decide(gates, judged.metrics, comparison.deltas, context)
 
 

@@ -18,6 +18,8 @@ import numpy as np
 BINARY = ("yes", "no")
 PREFERENCES = ("A", "B", "tie")
 RESAMPLES = 1000
+POSTERIOR_DRAWS = 4000
+JEFFREYS = 0.5  # the prior count of each cell
 # Resampled rows drawn per block: bounds the memory of one block to a few tens of MB.
 _DRAWS_PER_BLOCK = 1_000_000
 
@@ -34,17 +36,25 @@ def confusion(units: Iterable[tuple[str, str]], classes: Sequence[str]) -> np.nd
 
 
 def _kappas(matrices: np.ndarray) -> np.ndarray:
-    """Cohen's kappa of each k × k matrix in a (..., k, k) stack; NaN where undefined."""
-    n = matrices.sum(axis=(-2, -1)).astype(float)
-    observed = np.trace(matrices, axis1=-2, axis2=-1) / np.where(n > 0, n, np.nan)
-    judge, human = matrices.sum(axis=-1), matrices.sum(axis=-2)
-    expected = (judge * human).sum(axis=-1) / np.where(n > 0, n * n, np.nan)
-    # Both raters put every unit in one and the same class: chance agreement is 1 and kappa
-    # is 0/0. Undefined, not 1: such a set cannot show that the judge tells classes apart.
-    undefined = np.isclose(expected, 1.0) | np.isnan(expected)
+    """Cohen's kappa of each k × k matrix in a (..., k, k) stack; NaN where undefined.
+
+    kappa = (n·trace − Σ judge·human) / (n² − Σ judge·human), the usual (p_o − p_e) / (1 − p_e)
+    multiplied through by n². On counts (integers) both terms are exact, so a large table that
+    is nearly all one class keeps its kappa, and "undefined" means exactly what it says: both
+    raters put every unit in one and the same class (chance agreement 1, kappa 0/0), which
+    cannot show that the judge tells classes apart.
+    """
+    matrices = np.asarray(matrices)
+    exact = np.issubdtype(matrices.dtype, np.integer)
+    work = matrices.astype(np.int64 if exact else float)
+    n = work.sum(axis=(-2, -1))
+    chance = (work.sum(axis=-1) * work.sum(axis=-2)).sum(axis=-1)
+    numerator = n * np.trace(work, axis1=-2, axis2=-1) - chance
+    denominator = n * n - chance
+    undefined = denominator <= 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        kappa = (observed - expected) / (1.0 - expected)
-    return np.where(undefined, np.nan, kappa)
+        kappa = numerator / np.where(undefined, 1, denominator)
+    return np.where(undefined, np.nan, kappa.astype(float))
 
 
 def cohen_kappa(matrix: np.ndarray) -> float | None:
@@ -87,7 +97,44 @@ def bootstrap_kappa(
         draws = rng.integers(0, n, size=(min(block, resamples - start), n))
         sums = flat[draws].sum(axis=1).reshape(-1, *rows.shape[1:])
         kappas.append(_kappas(sums))
-    values = np.concatenate(kappas)
+    return _percentiles(np.concatenate(kappas))
+
+
+def posterior_kappa(matrix: np.ndarray, *, seed: int = 0, draws: int = POSTERIOR_DRAWS
+                    ) -> tuple[float | None, float | None]:
+    """The 95% interval of kappa under a Jeffreys Dirichlet(1/2, ...) posterior of the cells.
+
+    The cells' probabilities are drawn given the counts, and kappa computed on each draw. Unlike
+    the percentile bootstrap, it does not collapse to [1, 1] on a handful of agreeing labels:
+    at 10 labels and a true kappa of 0.6 the bootstrap's lower bound is above the truth in 10-13%
+    of sets, this one's in under 2.5% (tests/test_calibration_coverage.py simulates it).
+    """
+    counts = np.asarray(matrix, dtype=float).ravel()
+    if counts.sum() == 0:
+        return None, None
+    rng = np.random.default_rng(seed)
+    cells = rng.dirichlet(counts + JEFFREYS, size=draws).reshape(-1, *np.shape(matrix))
+    return _percentiles(_kappas(cells))
+
+
+def kappa_interval(rows: np.ndarray, *, seed: int = 0, resamples: int = RESAMPLES
+                   ) -> tuple[float | None, float | None]:
+    """The 95% interval of kappa: the wider of the posterior and the row bootstrap.
+
+    The posterior is right at small n, and the bootstrap, which resamples rows, keeps a row's
+    chunks together (they are not independent draws); the wider of the two covers both.
+    """
+    rows = np.asarray(rows)
+    if len(rows) == 0:
+        return None, None
+    posterior = posterior_kappa(rows.sum(axis=0), seed=seed)
+    bootstrap = bootstrap_kappa(rows, seed=seed, resamples=resamples)
+    lows = [v for v in (posterior[0], bootstrap[0]) if v is not None]
+    highs = [v for v in (posterior[1], bootstrap[1]) if v is not None]
+    return (min(lows) if lows else None), (max(highs) if highs else None)
+
+
+def _percentiles(values: np.ndarray) -> tuple[float | None, float | None]:
     if np.isnan(values).all():
         return None, None
     low, high = np.nanpercentile(values, [2.5, 97.5])
@@ -116,7 +163,7 @@ def binary_stats(rows: np.ndarray, errors: int, *, seed: int = 0,
     matrix = rows.sum(axis=0)
     tp, fp, fn, tn = (int(v) for v in matrix.ravel())
     n = tp + fp + fn + tn
-    low, high = bootstrap_kappa(rows, seed=seed, resamples=resamples)
+    low, high = kappa_interval(rows, seed=seed, resamples=resamples)
     return {
         "labelled_count": n, "error_count": errors,
         "agreement": _share(tp + tn, n), "kappa": cohen_kappa(matrix),
@@ -148,7 +195,7 @@ def preference_stats(units: Sequence[tuple[str, str]], errors: int, *, seed: int
     matrix = rows.sum(axis=0)
     n = int(matrix.sum())
     decided = matrix[:2, :2]
-    low, high = bootstrap_kappa(rows, seed=seed, resamples=resamples)
+    low, high = kappa_interval(rows, seed=seed, resamples=resamples)
     stats: Stats = {
         "labelled_count": n, "error_count": errors,
         "agreement": _share(int(np.trace(matrix)), n),

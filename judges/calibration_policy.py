@@ -2,10 +2,12 @@
 
 A judge may gate a release only above a calibration floor on kappa's lower bound.
 
-A calibration follows the judge: it holds for the judge model, judge version and prompt it
-was measured with. Reused for a run whose judge differs in any of the three, it is stale. A
-judge whose calibration cannot vouch for it at the floor (none, stale, kappa undefined, or a
-lower bound below the floor) is advisory: a regression gate on its metrics is undecidable.
+A calibration follows the judge: it holds for everything that changes a verdict, as it was
+measured: judge model, endpoint, temperature, samples per verdict (strictness), judge version
+and prompt. Reused for a run whose judge differs in any of them, it is stale. A judge whose
+calibration cannot vouch for it at the floor (none, stale, fewer labels than the minimum, too
+many labelled rows the judge errored on, kappa undefined, or a lower bound below the floor) is
+advisory: a regression gate on its metrics is undecidable.
 Pure functions over plain values; the flows read and write them.
 """
 
@@ -18,8 +20,9 @@ from judges.base import JudgeSpec
 
 # Below this many labels a kappa interval is too wide to say much (README: about ±0.2 at 50).
 MIN_LABELS = 50
-MEASURED_WITH = (("model", "judge model"), ("version", "judge version"),
-                 ("prompt_hash", "prompt hash"))
+MEASURED_WITH = (("model", "judge model"), ("api_base", "endpoint"),
+                 ("temperature", "temperature"), ("samples", "samples per verdict"),
+                 ("version", "judge version"), ("prompt_hash", "prompt hash"))
 # Stats measured once per labelled run: reuse copies them; the rest is decided per run.
 PER_RUN_STATS = ("advisory", "stale", "disagrees")
 
@@ -28,10 +31,16 @@ _BANDS = ((0.20, "slight"), (0.40, "fair"), (0.60, "moderate"), (0.80, "substant
           (1.00, "almost perfect"))
 
 
-def measured_with(spec: JudgeSpec, model: str) -> dict[str, Any]:
-    """The judge a calibration holds for: model, version and prompt hash (and whose it is)."""
-    return {"judge": spec.name, "prefix": spec.prefix, "model": model, "version": spec.version,
-            "prompt_hash": spec.prompt_hash}
+def measured_with(spec: JudgeSpec, settings: Any) -> dict[str, Any]:
+    """The judge a calibration holds for (and whose it is): every setting in MEASURED_WITH.
+
+    Args:
+        spec: the judge.
+        settings: its model settings (model, api_base, temperature), e.g. the run's JudgeModel.
+    """
+    return {"judge": spec.name, "prefix": spec.prefix, "model": settings.model,
+            "api_base": settings.api_base, "temperature": settings.temperature,
+            "samples": spec.samples, "version": spec.version, "prompt_hash": spec.prompt_hash}
 
 
 def stale_reasons(measured: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -42,16 +51,35 @@ def stale_reasons(measured: Mapping[str, Any], current: Mapping[str, Any]) -> li
             for field, label in MEASURED_WITH if measured.get(field) != current.get(field)]
 
 
-def advisory_reason(stats: Mapping[str, Any], floor: float | None, stale: bool) -> str | None:
-    """Why the judge cannot gate at `floor` (None: it can, or no floor was set)."""
+def advisory_reason(stats: Mapping[str, Any], floor: float | None, stale: bool,
+                    min_labels: int = MIN_LABELS, max_error_share: float = 1.0) -> str | None:
+    """Why the judge cannot gate at `floor` (None: it can, or no floor was set).
+
+    Args:
+        stats: the calibration's stats (labelled_count, error_count, kappa_lower, ...).
+        floor: the smallest kappa lower bound that lets a judge gate; None: no floor.
+        stale: the calibration was measured with another judge.
+        min_labels: fewer labelled units than this cannot vouch, whatever their agreement.
+        max_error_share: above this share of labelled rows errored, the labels that remain
+            are not the set that was labelled.
+    """
     if floor is None:
         return None
     if not stats:
         return f"not calibrated: no labels, none reused (calibration floor {floor:g})"
     if stale:
-        return (f"its calibration is stale (measured with another judge model, version or "
-                f"prompt), so it cannot vouch for the floor {floor:g}")
+        return (f"its calibration is stale (measured with another judge: model, endpoint, "
+                f"temperature, samples, version or prompt), so it cannot vouch for the floor "
+                f"{floor:g}")
     low, count = stats.get("kappa_lower"), stats.get("labelled_count") or 0
+    errors = stats.get("error_count") or 0
+    if count < min_labels:
+        return (f"only {count} labelled units, fewer than the {min_labels} a calibration needs "
+                f"to vouch for the floor {floor:g}")
+    if errors / (count + errors) > max_error_share:
+        return (f"the judge errored on {errors} of {count + errors} labelled rows, above "
+                f"max_error_share {max_error_share:g}: its agreement is measured on a part of "
+                "the labels only")
     if low is None:
         return f"kappa is undefined on its {count} labels (calibration floor {floor:g})"
     if low < floor:
@@ -69,8 +97,9 @@ def band(kappa: float | None) -> str | None:
         return None
     if kappa < 0:
         return "poor"
-    # Bands are published to two decimals (0.21–0.40 …): round before comparing.
-    return next(word for limit, word in _BANDS if round(kappa, 2) <= limit)
+    # Read as published (0.00–0.20, 0.21–0.40, ...) with the gaps closed upward: a band ends at
+    # its limit exactly, so 0.2049 is "fair", not "slight" after rounding.
+    return next(word for limit, word in _BANDS if kappa <= limit)
 
 
 def reusable(stats: Mapping[str, Any]) -> dict[str, Any]:

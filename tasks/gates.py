@@ -123,18 +123,26 @@ def load_gates(url: str | None, storage_options: dict | None = None) -> list[Gat
         raise GateConfigError(f"cannot read gates file {url!r}: {error}") from None
 
 
-def advisory_reason(metric: str, metrics: Mapping[str, Any]) -> str | None:
+def advisory_reason(metric: str, metrics: Mapping[str, Any],
+                    reasons: Mapping[str, str] | None = None) -> str | None:
     """Why a gate on `metric` cannot be decided because its judge is advisory, if it is.
 
     A judge whose calibration does not reach the run's calibration floor may be read, not
     trusted with a release: its gates are undecidable (the run is incomplete), never held.
+
+    Args:
+        metric: the gated metric.
+        metrics: the run's metrics, calibration flags included.
+        reasons: the calibration's own reason per advisory judge key, when known.
     """
     field = metric_field(metric)
     key = advisory_key(field.base, metrics) if field is not None else None
     if key is None:
         return None
     stats = stats_of(metrics, key)
-    if not stats.get("labelled_count"):
+    if (reasons or {}).get(key):
+        why = reasons[key]
+    elif not stats.get("labelled_count"):
         why = "it has no calibration against people's labels"
     else:
         low = stats.get("kappa_lower")

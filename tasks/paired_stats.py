@@ -8,9 +8,10 @@ than comparing two run-level rates as if they were independent samples.
   the losses among the rows whose verdict changed; interval of the paired difference of
   proportions by Agresti & Min (2005): a Wald interval after adding 1/2 to each of the 4 cells.
 - Averages (precision, recall, tokens, latency): Wilcoxon signed-rank test (zero differences
-  dropped, tied magnitudes given mid-ranks) on exact differences: values are read at 12
-  significant digits of the largest one, as integers, so that 0.6 − 0.4 and 1.0 − 0.8 are the
-  same difference (in floating point they are not, and a rank between them decides a p-value);
+  dropped, tied magnitudes given mid-ranks) on exact differences: each difference is rounded to
+  12 significant digits of the largest value, as an integer, so that 0.6 − 0.4 and 1.0 − 0.8
+  are the same difference (in floating point they are not, and a rank between them decides a
+  p-value);
   exact by dynamic programming up to
   `EXACT_WILCOXON_MAX` non-zero differences, normal approximation with tie and continuity
   corrections above; interval of the mean difference by a seeded paired bootstrap (percentile).
@@ -186,17 +187,17 @@ def bootstrap_mean_interval(
 
 
 def exact_differences(baseline: np.ndarray, candidate: np.ndarray) -> np.ndarray:
-    """candidate − baseline as integers: both read at 12 significant digits of the largest value.
+    """The differences candidate − baseline as integers, at 12 significant digits of the largest.
 
     Floating-point noise in a difference (0.6 − 0.4 = 0.19999999999999996 but 0.8 − 0.6 =
-    0.20000000000000007) would give equal differences distinct ranks and non-zero "zeros".
+    0.20000000000000007) would give equal differences distinct ranks and non-zero "zeros";
+    it lies some 4 orders of magnitude below the unit kept here, so rounding removes it.
     """
     largest = float(max(np.abs(baseline).max(initial=0), np.abs(candidate).max(initial=0)))
     if largest == 0:
         return np.zeros(len(baseline), dtype=np.int64)
     quantum = 10.0 ** (math.floor(math.log10(largest)) - 11)
-    return (np.rint(candidate / quantum).astype(np.int64)
-            - np.rint(baseline / quantum).astype(np.int64))
+    return np.rint((candidate - baseline) / quantum).astype(np.int64)
 
 
 def paired_means(baseline: Sequence[float], candidate: Sequence[float],

@@ -35,6 +35,9 @@ class Context(NamedTuple):
     pairwise: Mapping[str, Any] | None = None
     pairwise_unavailable: str | None = None  # why there is no head-to-head, when there is none
     tags: Sequence[str] = ()
+    # Why each advisory judge cannot gate, by calibration key (the manifest's calibration
+    # section says it in full: too few labels, too many errors, stale, below the floor).
+    advisory: Mapping[str, str] = {}
 
 
 class GateResult(NamedTuple):
@@ -88,7 +91,7 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
     if metrics.get(scoped(gate.metric)) is None:
         where = "this run" if gate.tag is None else f"rows tagged {gate.tag!r}"
         return f"metric {gate.metric!r} is absent or unrated in {where}"
-    if advisory := advisory_reason(gate.metric, metrics):
+    if advisory := advisory_reason(gate.metric, metrics, ctx.advisory):
         return advisory
     if spec is not None:
         rated, errors = (metrics.get(scoped(name)) for name in count_names(spec.base))

@@ -116,12 +116,17 @@ def test_each_labelled_row_says_whether_the_judge_disagrees(labelled_run):
     assert records["r2"][f"{CHUNKS}/disagrees"] is False
 
 
+def fake_llm_base(manifest: dict) -> str:
+    return manifest["judge"]["api_base"]
+
+
 def test_the_manifest_records_the_judge_the_calibration_holds_for(labelled_run):
     _, (_, manifest, _, _) = labelled_run
     entries = {e["key"]: e for e in manifest["calibration"]["judges"]}
     judge = next(j for j in manifest["judges"] if j["name"] == "correctness")
     assert entries["correctness"]["measured_with"] == {
-        "model": "openai/planted-judge", "version": judge["version"],
+        "model": "openai/planted-judge", "api_base": fake_llm_base(manifest),
+        "temperature": 0.0, "samples": 1, "version": judge["version"],
         "prompt_hash": judge["prompt_hash"]}
     assert entries["correctness"]["source_run_id"] is None
     assert manifest["calibration"]["seed"] == 0

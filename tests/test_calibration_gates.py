@@ -74,7 +74,8 @@ def test_regression_exits_3_when_a_gated_judge_is_below_the_floor(fake_llm, tmp_
     unfloored = invoke(fake_llm, tmp_path, data, "plain")
     assert unfloored.exit_code == 0, unfloored.output
 
-    floored = invoke(fake_llm, tmp_path, data, "floored", "--calibration-floor", "0.5")
+    floored = invoke(fake_llm, tmp_path, data, "floored", "--calibration-floor", "0.5",
+                     "--calibration-min-labels", "20")
     assert floored.exit_code == 3, floored.output
     assert "INCOMPLETE" in floored.output and "judge 'correctness' is advisory" in floored.output
     metrics = json.loads((tmp_path / "out/cal/floored/metrics.json").read_text())
@@ -89,7 +90,7 @@ def test_regression_exits_3_when_a_gated_judge_is_below_the_floor(fake_llm, tmp_
     # A later run without labels that reuses this calibration is held to the floor too.
     unlabelled = write_set(tmp_path / "unlabelled.jsonl", rows(30, set(range(10))))
     reused = invoke(fake_llm, tmp_path, unlabelled, "reused", "--calibration", "floored",
-                    "--calibration-floor", "0.5")
+                    "--calibration-floor", "0.5", "--calibration-min-labels", "20")
     assert reused.exit_code == 3, reused.output
     missing = invoke(fake_llm, tmp_path, unlabelled, "missing", "--calibration", "nope")
     assert missing.exit_code == 2 and "calibration run 'nope'" in missing.output
@@ -104,9 +105,17 @@ def test_a_judge_that_agrees_with_people_may_gate(fake_llm, tmp_path):
               for i in range(30)]
     labels_file = write_set(tmp_path / "labels.jsonl", labels)
     result = invoke(fake_llm, tmp_path, data, "good", "--labels", labels_file,
-                    "--calibration-floor", "0.5")
+                    "--calibration-floor", "0.5", "--calibration-min-labels", "30")
     assert result.exit_code == 0, result.output
     metrics = json.loads((tmp_path / "out/cal/good/metrics.json").read_text())
     assert metrics["calibration/correctness/kappa"] == 1.0
-    assert metrics["calibration/correctness/kappa_lower"] == 1.0
+    # Perfect agreement on 30 labels does not make an interval of [1, 1]: the posterior of
+    # the cells leaves room for a judge that only happened to agree.
+    assert 0.5 < metrics["calibration/correctness/kappa_lower"] < 0.95
     assert metrics["calibration/correctness/advisory"] is False
+
+    # The same agreement on 30 labels, below the default minimum of 50, cannot vouch.
+    default = invoke(fake_llm, tmp_path, data, "few", "--labels", labels_file,
+                     "--calibration-floor", "0.5")
+    assert default.exit_code == 3, default.output
+    assert "only 30 labelled units, fewer than the 50" in default.output
