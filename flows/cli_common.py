@@ -41,6 +41,9 @@ def start_prefect_api(flow_name: str | None = None) -> None:
     global _api
     from flows import prefect_api
 
+    problem = prefect_api.configured_server_problem()
+    if problem:
+        fail(problem)
     _api = prefect_api.start(flow_name)
     if _api is not None:
         mark(f"api spawned (pid {_api.process.pid})")

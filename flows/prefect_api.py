@@ -10,6 +10,14 @@ validates the set and imports Prefect and litellm, and points Prefect at it once
 imported; the API is warmed up as soon as it answers (`warm_up_requests`). It is stopped when
 the command exits, after Prefect has flushed its events and logs to it.
 
+The temporary API keeps its own SQLite database, one per Prefect version, under the user's
+cache folder (`$XDG_CACHE_HOME/judgeflow/prefect-<version>/`, unless the environment names a
+database on purpose): never the user's
+`~/.prefect/prefect.db`, which a newer Prefect on the same machine may have migrated past what
+this one knows (and which this one must not migrate either). A server the user configured
+(PREFECT_API_URL) is checked first: one that does not answer, or runs another major version of
+Prefect, is one sentence and exit 2 instead of a traceback mid-run.
+
 Nothing here imports Prefect until `attach`; `start` costs a fork and an exec.
 """
 
@@ -25,6 +33,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+from importlib import metadata
+from pathlib import Path
 
 from flows.timeline import mark
 
@@ -33,6 +43,43 @@ STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
               "PREFECT__SERVER_FINAL": "1"}
 PORT_ATTEMPTS = 3
+SERVER_CHECK_TIMEOUT_SECONDS = 5
+# Prefect's setting for the server's database, and its older spelling.
+DATABASE_ENV = ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")
+
+
+def prefect_version() -> str:
+    """The installed Prefect's version, read without importing it."""
+    return metadata.version("prefect")
+
+
+def database_url() -> str:
+    """The temporary API's own SQLite database: per Prefect version, away from the user's."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = cache / "judgeflow" / f"prefect-{prefect_version()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite+aiosqlite:///{folder / 'prefect.db'}"
+
+
+def configured_server_problem() -> str | None:
+    """Why the server in PREFECT_API_URL cannot record runs (None: it can, or none is set)."""
+    url = os.environ.get("PREFECT_API_URL", "").rstrip("/")
+    if not url:
+        return None
+    try:
+        with urllib.request.urlopen(f"{url}/admin/version",
+                                    timeout=SERVER_CHECK_TIMEOUT_SECONDS) as reply:
+            server = str(json.loads(reply.read()))
+    except (OSError, ValueError) as error:
+        return (f"the Prefect API at {url} (PREFECT_API_URL) does not answer ({error}): start "
+                "it with `prefect server start`, or unset PREFECT_API_URL to let judgeflow "
+                "start a temporary one")
+    mine = prefect_version()
+    if server.split(".")[0] != mine.split(".")[0]:
+        return (f"the Prefect API at {url} (PREFECT_API_URL) runs Prefect {server}, and "
+                f"judgeflow's Prefect {mine} cannot record runs on it: point PREFECT_API_URL "
+                f"at a Prefect {mine.split('.')[0]}.x server, or unset it")
+    return None
 
 
 def warm_up_requests(flow_name: str | None) -> list[tuple[str, str, dict | None]]:
@@ -86,7 +133,10 @@ class TemporaryAPI:
         # -P: the working directory stays off the module path (a user's own `flows` or
         # `prefect` folder there must not shadow ours).
         command = [sys.executable, "-P", "-m", "flows.api_server", str(self.port)]
-        self.process = subprocess.Popen(command, env={**os.environ, **SERVER_ENV},
+        env = {**os.environ, **SERVER_ENV}
+        if not any(env.get(name) for name in DATABASE_ENV):  # a database named on purpose wins
+            env[DATABASE_ENV[0]] = database_url()
+        self.process = subprocess.Popen(command, env=env,
                                         stdin=subprocess.DEVNULL, stdout=self._log,
                                         stderr=subprocess.STDOUT)
         threading.Thread(target=self._warm_up, args=(self.process, self.url), daemon=True,

@@ -5,12 +5,18 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import tempfile
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 # A recognisable fake key: tests assert it never shows up in outputs or logs.
 FAKE_API_KEY = "sk-judgeflow-test-SECRET-4242"
 os.environ["OPENAI_API_KEY"] = FAKE_API_KEY
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Nothing the tests start reads or writes the machine's Prefect home or judgeflow's cache
+# folder (the command's temporary API keeps its database there).
+_session_home = tempfile.mkdtemp(prefix="judgeflow-tests-")
+os.environ["PREFECT_HOME"] = os.path.join(_session_home, "prefect")
+os.environ["XDG_CACHE_HOME"] = os.path.join(_session_home, "cache")
 
 import pytest  # noqa: E402
 
