@@ -12,7 +12,7 @@ import atexit
 import gc
 import sys
 import threading
-from typing import Annotated, NoReturn
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -24,9 +24,6 @@ EXIT_INVALID = 2  # invalid input or configuration: nothing was judged or publis
 EXIT_INCOMPLETE = 3  # published, but too many judge calls failed to read it as a result
 
 console = Console(stderr=True)
-# The option of every command that runs a flow.
-NoProgress = Annotated[bool, typer.Option(
-    "--no-progress", help="No live progress display (shown only when stderr is a terminal)")]
 # The temporary Prefect API this command started, if any (see start_prefect_api).
 _api = None
 
@@ -104,11 +101,6 @@ def parse_storage_options(items: list[str] | None) -> dict[str, str]:
             fail(f"invalid --storage-option {item!r}: expected KEY=VALUE")
         options[key.strip()] = value
     return options
-
-
-def split_names(value: str | None) -> list[str] | None:
-    """A comma-separated option as a list (None when not given)."""
-    return [part.strip() for part in value.split(",") if part.strip()] if value else None
 
 
 def build_params(factory, **fields):

@@ -7,7 +7,7 @@ starts; the flow is imported only then.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -15,14 +15,13 @@ from rich.table import Table
 
 from flows import flow_names
 from flows.cli_common import (
-    NoProgress,
     build_params,
     checked,
     finish,
-    parse_storage_options,
     run_flow,
     start_prefect_api,
 )
+from flows.cli_options import JUDGE, RUN, judge_fields, run_fields, with_options
 
 # Headline metrics, in the order a reader wants them: verdicts over pairs first.
 SUMMARY_METRICS = (
@@ -76,61 +75,31 @@ def preflight_compare(params) -> None:
     check_output(params.output, params.storage_options)
 
 
-def compare_command(
-    judge_model: Annotated[str, typer.Option(
-        help="litellm model string; 'judgeflow/offline' for the offline heuristic judge")],
-    data: Annotated[str | None, typer.Argument(
-        help="Nova pairwise set: JSONL with prompt, response_A, response_B (and id)")] = None,
-    baseline: Annotated[str | None, typer.Option(
-        help="Baseline evaluation set or published run folder (responses A)")] = None,
-    candidate: Annotated[str | None, typer.Option(
-        help="Candidate evaluation set or published run folder (responses B)")] = None,
-    api_base: Annotated[str | None, typer.Option(
-        help="Endpoint override for the judge model")] = None,
-    api_key_env: Annotated[str | None, typer.Option(
-        help="Env variable holding the judge's API key")] = None,
-    rubric: Annotated[str | None, typer.Option(
-        help="Fixed rubric file (YAML or JSON); default: criteria written per prompt")] = None,
-    output: Annotated[str, typer.Option(help="Output folder or s3:// URL")] = "./results",
-    suite: Annotated[str, typer.Option(help="Suite name")] = "default",
-    run_id: Annotated[str | None, typer.Option(help="Run id (default: a UTC timestamp)")] = None,
-    concurrency: Annotated[int, typer.Option(help="Judge calls in flight")] = 8,
-    rpm: Annotated[int | None, typer.Option(help="Requests per minute cap")] = None,
-    max_attempts: Annotated[int, typer.Option(
-        help="Attempts per judge call on 429/5xx/timeout/connection errors")] = 5,
-    chunk_size: Annotated[int | None, typer.Option(help="Pairs per task run")] = None,
-    strict_ties: Annotated[bool, typer.Option(
-        "--strict-ties", help="One tie and one preference make a tie, not a win")] = False,
-    no_swap: Annotated[bool, typer.Option(
-        "--no-swap", help="Forward pass only (A first): to diagnose position bias")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the win-rate bootstrap")] = 0,
-    on_invalid: Annotated[str, typer.Option(help="fail | skip")] = "fail",
-    max_error_share: Annotated[float, typer.Option(
-        min=0.0, max=1.0, help="Largest share of pairs without a verdict; above it the run is "
-        "incomplete (exit 3)")] = 0.05,
-    no_cache: Annotated[bool, typer.Option(
-        "--no-cache", help="Ignore the judge reply cache")] = False,
-    storage_option: Annotated[list[str] | None, typer.Option(
-        help="fsspec option KEY=VALUE for s3://, e.g. endpoint_url=http://minio:9000")] = None,
-    shards: Annotated[int, typer.Option(
-        help="Judge the pairs in this many child flow runs of the shard deployment, run by "
-        "Prefect workers (needs a Prefect server; see README, Scaling out with shards)")] = 1,
-    no_progress: NoProgress = False,
-) -> None:
+@with_options(JUDGE, RUN, own={
+    "data": (Annotated[str | None, typer.Argument(
+        help="Nova pairwise set: JSONL with prompt, response_A, response_B (and id)")], None),
+    "baseline": (Annotated[str | None, typer.Option(
+        help="Baseline evaluation set or published run folder (responses A)")], None),
+    "candidate": (Annotated[str | None, typer.Option(
+        help="Candidate evaluation set or published run folder (responses B)")], None),
+    "rubric": (Annotated[str | None, typer.Option(
+        help="Fixed rubric file (YAML or JSON); default: criteria written per prompt")], None),
+    "strict_ties": (Annotated[bool, typer.Option(
+        "--strict-ties", help="One tie and one preference make a tie, not a win")], False),
+    "no_swap": (Annotated[bool, typer.Option(
+        "--no-swap", help="Forward pass only (A first): to diagnose position bias")], False),
+    "seed": (Annotated[int, typer.Option(help="Seed of the win-rate bootstrap")], 0),
+})
+def compare_command(**options: Any) -> None:
     """Judge two systems head to head (both orders of every pair) and publish a report."""
     from flows.compare_params import CompareParams
-    from flows.params import JudgeModel
 
-    judge = build_params(JudgeModel, model=judge_model, api_base=api_base,
-                         api_key_env=api_key_env, concurrency=concurrency, rpm=rpm,
-                         max_attempts=max_attempts)
     params = build_params(
-        CompareParams, data=data, baseline=baseline, candidate=candidate, judge=judge,
-        rubric=rubric, output=output, suite=suite, run_id=run_id, chunk_size=chunk_size,
-        strict_ties=strict_ties, swap=not no_swap, bootstrap_seed=seed, on_invalid=on_invalid,
-        use_cache=not no_cache, max_error_share=max_error_share,
-        storage_options=parse_storage_options(storage_option), shards=shards,
-    )
+        CompareParams, data=options["data"], baseline=options["baseline"],
+        candidate=options["candidate"], judge=judge_fields(options), rubric=options["rubric"],
+        strict_ties=options["strict_ties"], swap=not options["no_swap"],
+        bootstrap_seed=options["seed"], **run_fields(options))
+    shards = params.shards
     if shards > 1:
         from flows.evaluate_cli import require_shared_server
 
@@ -143,6 +112,6 @@ def compare_command(
         checked(check_shard_setup, params.shard_deployment)
     from flows.compare import compare
 
-    summary = run_flow(compare, params, progress=not no_progress)
+    summary = run_flow(compare, params, progress=not options["no_progress"])
     print_compare_summary(summary)
     finish(summary["status"], summary["incomplete_reasons"])

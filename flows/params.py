@@ -97,6 +97,7 @@ class CandidateModel(BaseModel):
     )
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
     max_tokens: int | None = Field(None, ge=1, description="Cap on response tokens")
+    max_attempts: int = Field(5, ge=1, le=20, description="Attempts per call on 429/5xx/timeout")
     concurrency: int = Field(8, ge=1, le=512, description="Generation calls in flight")
     rpm: int | None = Field(None, ge=1, description="Requests per minute cap")
     tpm: int | None = Field(None, ge=1, description="Tokens per minute cap")
