@@ -46,6 +46,12 @@ def error_shares(plan: JudgePlan, metrics: dict) -> list[ErrorShare]:
     for judge in plan.judges:
         rated, errors = (metrics.get(name) or 0 for name in count_names(judge.prefix))
         shares.append(ErrorShare(judge.name, judge.prefix, errors, errors + rated))
+    generated = [m for m in plan.metrics if m.from_response]
+    if generated:  # tokens and latency of generated responses: one line for all of them
+        rated, errors = (metrics.get(name) or 0 for name in count_names(generated[0].field))
+        if errors:
+            shares.append(ErrorShare("tokens and latency", generated[0].field, errors,
+                                     errors + rated))
     return shares
 
 

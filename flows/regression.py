@@ -118,7 +118,7 @@ async def regression(params: RegressionParams) -> dict | State:
     judged = await judge(params, prepared, store, location)
     comparison = await compare_with_baseline(params, baseline, prepared, judged)
     verdict = decide_run(params, gates, baseline, judged, comparison)
-    section = regression_section(params, gates, baseline, comparison, verdict)
+    section = regression_section(params, gates, baseline, comparison, verdict, judged)
     extra: dict[str, Any] = {"status": verdict.outcome, "regression": section}
     if params.candidate is not None:
         extra["generation_usage"] = generation_usage.as_dict()

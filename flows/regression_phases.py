@@ -104,22 +104,31 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
 
 def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: JudgedRun,
                comparison: Comparison) -> Verdict:
-    """Apply the gates to this run's numbers."""
+    """Apply the gates to this run's numbers; a run that judged too little never passes.
+
+    Any judge above max_error_share, gated or not, makes the run incomplete: its gates may
+    hold, but the run cannot be the suite's next baseline. A breach still fails it.
+    """
     context = Context(
         suite=params.suite, baseline_run_id=baseline.run_id if baseline else None,
         max_error_share=params.max_error_share, min_paired=params.min_paired,
         pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
-        tags=comparison.tags, advisory={
+        tags=comparison.tags,
+        pairs_without_response=comparison.pairing.get("no_response", 0), advisory={
             entry["key"]: entry["advisory_reason"]
             for entry in (judged.calibration or {}).get("judges", []) if entry.get("advisory")})
-    return decide(gates, judged.metrics, comparison.deltas, context)
+    verdict = decide(gates, judged.metrics, comparison.deltas, context)
+    if verdict.outcome == "passed" and judged.completeness.status != "complete":
+        return verdict._replace(outcome="incomplete")
+    return verdict
 
 
 def regression_section(params: Any, gates: list, baseline: BaselineRun | None,
-                       comparison: Comparison, verdict: Verdict) -> dict:
+                       comparison: Comparison, verdict: Verdict, judged: JudgedRun) -> dict:
     """What the manifest records about the regression (the report and summary.md read it)."""
     return {
         "outcome": verdict.outcome,
+        "incomplete_reasons": judged.completeness.reasons,
         "baseline_run_id": baseline.run_id if baseline else None,
         "baseline_url": baseline.url if baseline else None,
         "baseline_status": baseline.manifest.get("status") if baseline else None,

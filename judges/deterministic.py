@@ -16,6 +16,9 @@ class MetricSpec:
     field: str
     compute: Callable[[EvalRow], float | None]
     needs: str
+    # Read from the candidate's generation when judgeflow generates the responses: a row whose
+    # generation failed has no value and is an error of the metric, not a row it skips.
+    from_response: bool = False
 
 
 def document_recall(row: EvalRow) -> float | None:
@@ -41,18 +44,21 @@ DETERMINISTIC_METRICS: dict[str, MetricSpec] = {
             "agent/total_token_count",
             lambda row: row.total_token_count,
             "trace token usage",
+            from_response=True,
         ),
         MetricSpec(
             "total_input_token_count",
             "agent/total_input_token_count",
             lambda row: row.total_input_token_count,
             "trace token usage",
+            from_response=True,
         ),
         MetricSpec(
             "total_output_token_count",
             "agent/total_output_token_count",
             lambda row: row.total_output_token_count,
             "trace token usage",
+            from_response=True,
         ),
         # The reference documents both spellings; users' dashboards read either.
         MetricSpec(
@@ -60,18 +66,21 @@ DETERMINISTIC_METRICS: dict[str, MetricSpec] = {
             "agent/input_token_count",
             lambda row: row.total_input_token_count,
             "trace token usage",
+            from_response=True,
         ),
         MetricSpec(
             "output_token_count",
             "agent/output_token_count",
             lambda row: row.total_output_token_count,
             "trace token usage",
+            from_response=True,
         ),
         MetricSpec(
             "latency_seconds",
             "agent/latency_seconds",
             lambda row: row.latency_seconds,
             "trace or generated response timing",
+            from_response=True,
         ),
     )
 }

@@ -16,12 +16,11 @@ from judges.base import JudgeSpec
 from judges.calls import JudgeContext, judged_call
 from judges.plan import JudgePlan
 from judges.results import JudgeResult, RowResult, Verdict, failed, not_applied
-from judges.rows import Chunk, EvalRow
+from judges.rows import Chunk, EvalRow, generation_failure
 
 VOTE_MIN_TEMPERATURE = 0.7
 NO_CONTENT = "not judged: the chunk has no content"
 # Set on a row (in its extra fields) whose candidate response could not be generated.
-GENERATION_ERROR = "agent/generation_error"
 
 
 class PromptRenderError(ValueError):
@@ -122,7 +121,7 @@ _BY_MODE = {"answer": _judge_answer, "per_chunk": _judge_per_chunk}
 
 def unjudged(spec: JudgeSpec, row: EvalRow) -> JudgeResult:
     """A row the judge does not apply to; a response that failed to generate is its error."""
-    failure = row.extra.get(GENERATION_ERROR)
+    failure = generation_failure(row)
     if failure and spec.needs_response:
         return failed(spec, f"no response to judge: its generation failed ({failure})")
     return not_applied(spec)

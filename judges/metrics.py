@@ -15,6 +15,7 @@ from judges.deterministic import MetricSpec
 from judges.plan import JudgePlan
 from judges.result_names import run_metrics
 from judges.results import JudgeResult, RowResult
+from judges.rows import generation_failure
 
 
 @dataclass
@@ -55,6 +56,7 @@ class MetricAggregate(NamedTuple):
     spec: MetricSpec
     mean: float | None
     rated: int
+    errors: int = 0
 
 
 class RunSummary(NamedTuple):
@@ -79,8 +81,9 @@ class MetricsAccumulator:
         """Count one row's judge and metric results."""
         for judged in result.judges:
             self._add_judge(judged)
+        failed = generation_failure(result.row) is not None
         for metric, value in result.metrics:
-            self._metrics[metric.field].add(value)
+            self._metrics[metric.field].add(value, errored=failed and metric.from_response)
 
     def _add_judge(self, judged: JudgeResult) -> None:
         prefix = judged.spec.prefix
@@ -98,7 +101,8 @@ class MetricsAccumulator:
             for j in self._plan.judges
         )
         metrics = tuple(
-            MetricAggregate(m, self._metrics[m.field].mean, self._metrics[m.field].rated)
+            MetricAggregate(m, self._metrics[m.field].mean, self._metrics[m.field].rated,
+                            self._metrics[m.field].errors)
             for m in self._plan.metrics
         )
         return RunSummary(judges, metrics)

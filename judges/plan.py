@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from judges import BUILTIN_JUDGES, DETERMINISTIC_METRICS
 from judges.base import JudgeSpec
 from judges.deterministic import MetricSpec
-from judges.rows import EvalRow
+from judges.rows import EvalRow, as_planned, generation_failure
 
 
 class JudgeSelectionError(ValueError):
@@ -78,10 +78,11 @@ def plan_judges(
     judges, metrics, skipped = [], [], []
     for spec in [*chosen, *extra_judges]:
         if isinstance(spec, JudgeSpec):
-            runs = any(spec.applies_to(row) for row in rows)
+            runs = any(spec.applies_to(as_planned(row)) for row in rows)
             needs = spec.missing_inputs()
         else:
-            runs = any(spec.compute(row) is not None for row in rows)
+            runs = any(spec.compute(row) is not None
+                       or spec.from_response and generation_failure(row) for row in rows)
             needs = spec.needs
         if runs:
             (judges if isinstance(spec, JudgeSpec) else metrics).append(spec)

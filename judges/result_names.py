@@ -134,6 +134,7 @@ class MetricTally(Protocol):
     spec: MetricSpec
     mean: float | None
     rated: int
+    errors: int
 
 
 def run_metrics(judges: Iterable[JudgeTally], metrics: Iterable[MetricTally]) -> dict:
@@ -145,8 +146,10 @@ def run_metrics(judges: Iterable[JudgeTally], metrics: Iterable[MetricTally]) ->
         if judge.spec.per_chunk:
             out[unjudged_name(judge.spec.prefix)] = judge.unjudged_chunks
     for metric in metrics:
-        out |= {metric_average_name(metric.spec): metric.mean,
-                count_names(metric.spec.field)[0]: metric.rated}
+        rated, errors = count_names(metric.spec.field)
+        out |= {metric_average_name(metric.spec): metric.mean, rated: metric.rated}
+        if metric.spec.from_response:  # a failed generation is this metric's error
+            out[errors] = metric.errors
     return out
 
 

@@ -54,6 +54,10 @@ class Message(BaseModel):
         return content_text(self.content)
 
 
+# Where a row keeps why its candidate response could not be generated (tasks/generate.py).
+GENERATION_ERROR = "agent/generation_error"
+
+
 class EvalRow(BaseModel):
     """A validated input row, request normalised to messages, trace facts folded in."""
 
@@ -90,3 +94,20 @@ class EvalRow(BaseModel):
     def chunks_with_content(self) -> list[Chunk]:
         """The retrieved chunks that have text to judge."""
         return [c for c in self.retrieved_context or [] if c.content]
+
+
+def generation_failure(row: EvalRow) -> str | None:
+    """Why the row's candidate response failed to generate, if it did."""
+    failure = row.extra.get(GENERATION_ERROR)
+    return str(failure) if failure else None
+
+
+def as_planned(row: EvalRow) -> EvalRow:
+    """The row as planning sees it: a response that failed to generate still counts as given.
+
+    Its judges must run (and record the failure as their error), not be left out of the plan,
+    also when every generation failed.
+    """
+    if row.response is None and generation_failure(row):
+        return row.model_copy(update={"response": "(its generation failed)"})
+    return row

@@ -6,9 +6,8 @@ import asyncio
 
 from prefect import task
 
-from judges.engine import GENERATION_ERROR
 from judges.llm import LLMCallError, LLMClient, LLMSettings, Usage
-from judges.rows import EvalRow
+from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.chunk_task import CHUNK_TASK_OPTIONS
 
 __all__ = ["GENERATION_ATTEMPTS", "GENERATION_ERROR", "generate_chunk", "mark_generation_failed"]

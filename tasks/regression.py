@@ -38,6 +38,9 @@ class Context(NamedTuple):
     # Why each advisory judge cannot gate, by calibration key (the manifest's calibration
     # section says it in full: too few labels, too many errors, stale, below the floor).
     advisory: Mapping[str, str] = {}
+    # Paired rows the head-to-head could not compare because a response is missing (its
+    # generation failed): errors of the pairwise judge, as a failed pass is.
+    pairs_without_response: int = 0
 
 
 class GateResult(NamedTuple):
@@ -79,9 +82,12 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
             return ctx.pairwise_unavailable or "no head-to-head comparison in this run"
         if pairs.get(gate.metric) is None:
             return f"pairwise metric {gate.metric!r} is absent or undefined in this run"
-        errors, total = pairs.get("pairs_error") or 0, pairs.get("pairs_total") or 0
+        missing = ctx.pairs_without_response
+        errors = (pairs.get("pairs_error") or 0) + missing
+        total = (pairs.get("pairs_total") or 0) + missing
         if _share(errors, total - errors) > ctx.max_error_share:
-            return (f"the pairwise judge failed on {errors} of {total} pairs, above "
+            without = f", {missing} of them without a response" if missing else ""
+            return (f"the pairwise judge failed on {errors} of {total} pairs{without}, above "
                     f"max_error_share {ctx.max_error_share:g}")
         if total - errors < ctx.min_paired:
             return f"only {total - errors} pairs judged (min_paired {ctx.min_paired})"
@@ -97,8 +103,9 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
         rated, errors = (metrics.get(scoped(name)) for name in count_names(spec.base))
         share = _share(errors, rated)
         if share > ctx.max_error_share:
-            return (f"the judge errored on {share:.1%} of the candidate's rows ({errors}), "
-                    f"above max_error_share {ctx.max_error_share:.1%}")
+            return (f"{errors} of the candidate's rows ({share:.1%}) have no value for it (a "
+                    f"judge or generation error), above max_error_share "
+                    f"{ctx.max_error_share:.1%}")
     return None
 
 
