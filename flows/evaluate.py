@@ -13,6 +13,7 @@ from flows.run_common import final_state, run_location, run_summary
 from flows.timeline import mark
 from tasks.artifacts import publish_artifacts
 from tasks.chunk_store import ChunkStore
+from tasks.plain_text import visible
 
 
 @flow(name=flow_names.EVALUATE, log_prints=True)
@@ -33,5 +34,5 @@ async def evaluate(params: EvaluateParams) -> dict:
     mark("published")
     publish_artifacts(manifest, judged.metrics, urls)
     mark("artifacts created")
-    get_run_logger().info("report: %s", urls["report.html"])
+    get_run_logger().info("report: %s", visible(urls["report.html"]))
     return final_state(run_summary(location, manifest, judged.metrics, urls))
