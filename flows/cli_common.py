@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from flows.timeline import mark
+from tasks.plain_text import visible, visible_lines
 
 EXIT_FAILED = 1  # the run itself failed (e.g. publishing)
 EXIT_INVALID = 2  # invalid input or configuration: nothing was judged or published
@@ -85,10 +86,15 @@ def _stop_prefect_api() -> None:
 
 
 def fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
-    """Print one error message (no traceback, no markup read into it) and exit with `code`."""
+    """Print one error message (no traceback, no markup read into it) and exit with `code`.
+
+    The message may quote outside text (a run's error, a reply): its lines stay, but no control
+    or bidi character in it reaches the terminal or a CI log (tasks/plain_text.py).
+    """
     _stop_prefect_api()
     _resume_collector()
-    console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True, style="red")
+    console.print(f"error: {visible_lines(message)}", markup=False, highlight=False,
+                  soft_wrap=True, style="red")
     raise typer.Exit(code)
 
 
@@ -221,5 +227,5 @@ def finish(status: str, reasons: list[str]) -> None:
     console.print("incomplete run: published, but too many judge calls failed to read it as a "
                   "result:", style="bold red", highlight=False, soft_wrap=True)
     for reason in reasons:
-        console.print(f"  {reason}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"  {visible(reason)}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_INCOMPLETE)

@@ -20,6 +20,7 @@ from flows.run_common import final_state, run_location, run_summary
 from flows.trust import guard_parameters
 from tasks.artifacts import publish_artifacts
 from tasks.chunk_store import ChunkStore
+from tasks.plain_text import visible
 
 __all__ = ["SWAP_DISABLED_NOTICE", "CompareParams", "compare", "judge_all_pairs"]
 
@@ -36,6 +37,6 @@ async def compare(params: CompareParams) -> dict:
     judged = await judge_pairs(params, prepared, store, location)
     manifest, urls = publish_pairs(params, location, prepared, judged, started_at)
     publish_artifacts(manifest, judged.metrics, urls)
-    get_run_logger().info("report: %s", urls["report.html"])
+    get_run_logger().info("report: %s", visible(urls["report.html"]))
     summary = run_summary(location, manifest, judged.metrics, urls)
     return final_state({**summary, "swap": params.swap})

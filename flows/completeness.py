@@ -14,6 +14,7 @@ from typing import Literal, NamedTuple
 
 from judges.plan import JudgePlan
 from judges.result_names import count_names
+from tasks.plain_text import visible
 
 COMPLETE, INCOMPLETE = "complete", "incomplete"
 EXAMPLE_MAX_CHARS = 240
@@ -56,8 +57,12 @@ def error_shares(plan: JudgePlan, metrics: dict) -> list[ErrorShare]:
 
 
 def one_line(message: str) -> str:
-    """An error message as the example shown to the user: one line, bounded."""
-    return " ".join(str(message).split())[:EXAMPLE_MAX_CHARS]
+    """An error message as the example shown to the user: one line, bounded, nothing hidden.
+
+    The error may quote a judge's reply: besides its whitespace, any control, bidi or invisible
+    character in it shows as its escape (tasks/plain_text.py), never acts on a log or terminal.
+    """
+    return visible(" ".join(str(message).split()))[:EXAMPLE_MAX_CHARS]
 
 
 def assess(
@@ -88,7 +93,7 @@ def assess(
             reasons.append(f"{share.name}: no row was judged")
             continue
         example = examples.get(share.prefix)
-        called = f" (judge {judge_model})" if judge_model else ""
+        called = f" (judge {visible(judge_model)})" if judge_model else ""
         reasons.append(f"{share.name}: {share.errors} of {share.total} rows failed{called}"
                        + (f": {one_line(example)}" if example else ""))
     return Completeness.of(reasons)

@@ -14,6 +14,7 @@ from flows.timeline import mark
 from flows.trust import guard_parameters
 from tasks.artifacts import publish_artifacts
 from tasks.chunk_store import ChunkStore
+from tasks.plain_text import visible
 
 
 @flow(name=flow_names.EVALUATE, log_prints=True)
@@ -35,5 +36,5 @@ async def evaluate(params: EvaluateParams) -> dict:
     mark("published")
     publish_artifacts(manifest, judged.metrics, urls)
     mark("artifacts created")
-    get_run_logger().info("report: %s", urls["report.html"])
+    get_run_logger().info("report: %s", visible(urls["report.html"]))
     return final_state(run_summary(location, manifest, judged.metrics, urls))

@@ -39,6 +39,7 @@ from tasks.chunk_store import ChunkStore
 from tasks.generate import GENERATION_ERROR
 from tasks.load import check_dataset
 from tasks.outputs import RunLocation
+from tasks.plain_text import visible
 from tasks.publish import publish_run
 from tasks.report_rows import ReportInputs
 from tasks.row_shapes import RowShapes
@@ -170,7 +171,7 @@ async def judge(
     for skipped in plan.skipped:
         by_reason.setdefault(skipped.reason, []).append(skipped.name)
     for reason, names in by_reason.items():
-        logger.info("skipped %s: %s", ", ".join(names), reason)
+        logger.info("skipped %s: %s", visible(", ".join(names)), visible(reason))
     staging, accumulator, report = ResultStaging(), MetricsAccumulator(plan), ReportInputs()
     calibration = new_accumulator(params, plan)
     row_count = prepared.check.valid_count
@@ -211,7 +212,7 @@ async def judge(
     if sharded is not None:  # a shard that failed for good: its rows are errors, never dropped
         completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
     for reason in completeness.reasons:
-        logger.warning("incomplete: %s", reason)
+        logger.warning("incomplete: %s", visible(reason))  # names the model, quotes errors
     return JudgedRun(plan, staging, metrics, usage,
                      {"judge_seconds": time.perf_counter() - started}, completeness,
                      calibrated.manifest, report, store,

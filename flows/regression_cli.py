@@ -107,6 +107,7 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     from flows.regression import RegressionNotPassed, regression
     from flows.regression_preflight import is_config_error
     from tasks.junit import junit_xml
+    from tasks.plain_text import visible_lines
     from tasks.verdict_text import verdict_message
 
     _attach_prefect_api()  # the temporary API started before the checks, when no server is set
@@ -118,7 +119,7 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     if not isinstance(result, dict):  # the run raised before deciding
         message = f"{type(result).__name__}: {result}" if result else (state.message or "")
         _write_junit(junit, _crash_junit(params.suite, message))
-        typer.echo(f"error: {message}", err=True)
+        typer.echo(f"error: {visible_lines(message)}", err=True)  # it may quote a reply
         return EXIT_INVALID if is_config_error(result) else EXIT_INCOMPLETE
     section = result["regression"]
     _write_junit(junit, junit_xml(section, params.suite, result["files"]["report.html"]))

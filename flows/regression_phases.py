@@ -18,6 +18,7 @@ from judges.llm import Usage
 from tasks.baseline import BaselineRun, read_rows
 from tasks.deltas import DeltaLine, join_rows, paired_deltas
 from tasks.metric_fields import RowData, metric_fields, row_data
+from tasks.plain_text import visible
 from tasks.regression import Context, Verdict, decide
 from tasks.slices import slice_metrics
 
@@ -51,7 +52,7 @@ def _baseline_rows(baseline: BaselineRun, judged: JudgedRun, params: Any,
         return read_rows(baseline, metric_fields(judged.metrics), params.storage_options)
     except (OSError, ValueError) as error:  # missing or unreadable results: nothing pairs
         comparison.baseline_rows_error = f"{type(error).__name__}: {error}"
-        get_run_logger().warning("cannot read the baseline's results: %s", error)
+        get_run_logger().warning("cannot read the baseline's results: %s", visible(error))
         return {}
 
 
@@ -64,7 +65,7 @@ async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
         comparison.pairwise_error = f"{type(error).__name__}: {error}"
         comparison.pairwise_unavailable = f"the head-to-head failed: {comparison.pairwise_error}"
         get_run_logger().error("head-to-head comparison failed, publishing without it: %s",
-                               error)
+                               visible(error))  # it may quote a judge's reply
         return
     comparison.pairwise = result.metrics
     judged.report.pairwise = result.summary

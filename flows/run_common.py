@@ -14,6 +14,7 @@ from prefect.states import Completed
 
 from flows.completeness import INCOMPLETE
 from tasks.outputs import RunLocation
+from tasks.plain_text import visible
 
 # The Prefect state of a run that published but judged too little to be read.
 INCOMPLETE_STATE_NAME = "Incomplete"
@@ -72,5 +73,6 @@ def final_state(summary: dict):
     """
     if summary["status"] != INCOMPLETE:
         return summary
-    message = "incomplete: " + "; ".join(summary["incomplete_reasons"])
+    # A reason names the judge model and quotes an error: no line of it may pass for ours.
+    message = "incomplete: " + "; ".join(visible(r) for r in summary["incomplete_reasons"])
     return Completed(name=INCOMPLETE_STATE_NAME, message=message, data=summary)

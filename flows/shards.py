@@ -39,6 +39,7 @@ from judges.rows import EvalRow
 from judges.storage import url_to_fs
 from tasks.chunk_store import ChunkStore
 from tasks.outputs import RunLocation
+from tasks.plain_text import visible
 from tasks.shard_inputs import (
     PairSpec,
     PlanSpec,
@@ -205,7 +206,7 @@ async def _run_shard(deployment: str, params: ShardParams, run: ShardRun) -> Non
         if run.completed:
             return
         logger.warning("%s ended %s: %s", run.label, ended.state.type.value,
-                       ended.state.message)
+                       visible(ended.state.message))  # the shard's error may quote a reply
 
 
 async def judge_in_shards(params: EvaluateParams, location: RunLocation,

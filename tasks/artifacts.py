@@ -4,6 +4,8 @@ The summary is summary.md's text, so the UI and a pull-request comment say the s
 The report is linked only where a browser can follow the link: on S3, a presigned HTTPS URL
 (publish_run signs it); a local path is no link from a web page, so local runs get a
 markdown artifact instead, with the path as text and the key figures in the artifact itself.
+Every value of the run in them (suite, run id, model, gate names, reasons, paths, metric names)
+goes through tasks/markdown_text.py: whoever triggers a run chooses most of them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
-from tasks.summary_md import cell, key_figures, metric_lines, regression_lines, summary_markdown
+from tasks.markdown_text import cell, code, inline, link
+from tasks.summary_md import key_figures, metric_lines, regression_lines, summary_markdown
 
 
 def _format(value) -> str:
@@ -26,18 +29,18 @@ def _format(value) -> str:
 
 
 def report_reference(urls: dict[str, str | None]) -> str:
-    """The report as Markdown: a link when it has an HTTPS URL, else its path as text."""
-    link = urls.get("report_link")
-    return f"[report.html]({link})" if link else f"`{urls['report.html']}`"
+    """The report as Markdown: a link when it has an HTTPS URL, else its path as code."""
+    url = urls.get("report_link")
+    return link("report.html", url) if url else code(urls["report.html"])
 
 
 def local_report_markdown(manifest: dict, metrics: dict, path: str) -> str:
     """What stands in for a link to a local report: where it is, and what it says."""
-    lines = [f"# Report of {cell(manifest.get('suite'))} / {cell(manifest.get('run_id'))}", "",
-             f"The report is a local file (no link from the UI): `{path}`", ""]
+    lines = [f"# Report of {inline(manifest.get('suite'))} / {inline(manifest.get('run_id'))}",
+             "", f"The report is a local file (no link from the UI): {code(path)}", ""]
     if manifest.get("regression"):
         lines += regression_lines(manifest["regression"], manifest.get("suite", ""))
-    lines += key_figures(manifest, f"`{path}`")
+    lines += key_figures(manifest, code(path))
     lines += metric_lines(metrics)
     return "\n".join(lines) + "\n"
 
@@ -57,7 +60,9 @@ def publish_artifacts(manifest: dict, metrics: dict, urls: dict[str, str | None]
         description="judgeflow run summary",
     )
     create_table_artifact(
-        table=[{"metric": name, "value": _format(value)} for name, value in metrics.items()],
+        # The UI renders each string cell of a table artifact as Markdown.
+        table=[{"metric": cell(name), "value": cell(_format(value))}
+               for name, value in metrics.items()],
         key=f"{key}-metrics",
         description="Aggregate metrics",
     )

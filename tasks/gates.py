@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from judges.storage import open_url
 from tasks.metric_fields import advisory_key, is_pairwise, metric_field, stats_of
+from tasks.plain_text import visible, visible_lines
 
 
 class GateConfigError(ValueError):
@@ -97,8 +98,9 @@ class GatesFile(BaseModel):
 
 
 def _describe(error: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}"
-                     for e in error.errors())
+    # A location names the file's own keys, which may hold any character: one line, visible.
+    return visible("; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}"
+                             for e in error.errors()))
 
 
 def load_gates(url: str | None, storage_options: dict | None = None) -> list[Gate]:
@@ -116,7 +118,8 @@ def load_gates(url: str | None, storage_options: dict | None = None) -> list[Gat
     except FileNotFoundError:
         raise GateConfigError(f"gates file not found: {url!r}") from None
     except yaml.YAMLError as error:
-        raise GateConfigError(f"gates file {url!r} is not valid YAML: {error}") from None
+        raise GateConfigError(f"gates file {url!r} is not valid YAML: "
+                              f"{visible_lines(error)}") from None
     except ValidationError as error:
         raise GateConfigError(f"invalid gates file {url!r}: {_describe(error)}") from None
     except OSError as error:

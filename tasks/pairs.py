@@ -27,6 +27,7 @@ from judges.pairwise_judge import Pair
 from judges.rows import EvalRow
 from judges.storage import open_url, url_to_fs
 from tasks.cells import preference_problem
+from tasks.plain_text import visible, visible_lines
 from tasks.sources import RawTable, RowProblem, read_table
 from tasks.validation import ValidatedSet, validate_table
 
@@ -246,9 +247,11 @@ def read_rubric(url: str, storage_options: dict | None = None) -> Rubric:
         raise RubricError(f"rubric file not found: {url!r}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as error:
         raise RubricError(f"rubric {url!r} is not valid {'JSON' if is_json else 'YAML'}: "
-                          f"{error}") from None
+                          f"{visible_lines(error)}") from None
     except ValidationError as error:
-        details = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        # A location names the file's own keys, which may hold any character: one line, visible.
+        details = visible("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                    for e in error.errors()))
         raise RubricError(f"invalid rubric {url!r}: {details}") from None
 
 

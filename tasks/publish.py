@@ -19,6 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from judges.nova_format import nova_results
 from judges.storage import filesystem, is_object_store
 from tasks.baseline import becomes_baseline, pointer_path
+from tasks.markdown_text import code
 from tasks.outputs import Publisher, RunLocation
 from tasks.report import render_report
 from tasks.report_rows import ReportInputs
@@ -114,7 +115,7 @@ def publish_run(
     html = render_report(manifest=manifest, metrics=metrics, inputs=report,
                          rejected=rejected).encode()
     publisher.write_run_file("report.html", lambda handle: handle.write(html))
-    summary = summary_markdown(manifest, metrics, f"`{location.url('report.html')}`").encode()
+    summary = summary_markdown(manifest, metrics, code(location.url("report.html"))).encode()
     publisher.write_run_file("summary.md", lambda handle: handle.write(summary))
     manifest = {**manifest, "files": [*files, "manifest.json"]}
     manifest["published_at"] = datetime.now(UTC).isoformat()

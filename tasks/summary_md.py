@@ -1,7 +1,9 @@
 """summary.md: a run in a few lines of Markdown, fit for a pull-request comment.
 
 The same text is the flow run's summary artifact in the Prefect UI. A regression run opens
-with its outcome and a table of its gates; every run then gives its key figures.
+with its outcome and a table of its gates; every run then gives its key figures. Every value
+interpolated here (suite, run id, model, gate names, reasons, errors) may come from whoever
+triggered the run: it goes through tasks/markdown_text.py, so it renders as text, never markup.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tasks.markdown_text import cell, code, inline
 from tasks.verdict_text import gate_cells, headline
 
 GATE_COLUMNS = ("verdict", "gate", "rule", "values", "delta", "n", "p", "worst", "reason")
@@ -16,11 +19,6 @@ GATE_HEADERS = ("verdict", "gate", "rule", "baseline → candidate", "Δ [95% CI
                 "p raw / Holm", "worst slice", "why")
 MAX_METRIC_LINES = 30
 ICONS = {"passed": "✅", "failed": "❌", "incomplete": "⚠️"}
-
-
-def cell(text: Any) -> str:
-    """Text safe inside a Markdown table cell: no pipe or newline can break the row."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 def _format(value: Any) -> str:
@@ -31,41 +29,46 @@ def _format(value: Any) -> str:
 
 def gate_table(gates: list[Mapping[str, Any]]) -> list[str]:
     """One Markdown table row per gate, under a header."""
-    rows = [gate_cells(g) for g in gates]
     lines = ["| " + " | ".join(GATE_HEADERS) + " |", "|" + "---|" * len(GATE_HEADERS)]
-    for row in rows:
-        row = {**row, "verdict": f"**{row['verdict']}**", "gate": f"`{row['gate']}`"}
-        lines.append("| " + " | ".join(cell(row[c]) for c in GATE_COLUMNS) + " |")
+    for gate in gates:
+        row = {c: cell(text) for c, text in gate_cells(gate).items()}
+        row["verdict"] = f"**{row['verdict']}**"
+        lines.append("| " + " | ".join(row[c] for c in GATE_COLUMNS) + " |")
     return lines
 
 
 def regression_lines(section: Mapping[str, Any], suite: str) -> list[str]:
     """The outcome, the gate table and how the rows paired."""
     outcome = section.get("outcome", "incomplete")
-    lines = [f"## {ICONS.get(outcome, '')} {cell(headline(section, suite))}", ""]
+    lines = [f"## {ICONS.get(outcome, '')} {inline(headline(section, suite))}", ""]
     if section.get("gates"):
         lines += [*gate_table(section["gates"]), ""]
     else:
         lines += ["No gates were configured.", ""]
-    pairing = section.get("pairing") or {}
+    pairing = {k: inline(v) for k, v in (section.get("pairing") or {}).items()}
     if pairing:
         lines.append(f"Rows paired with the baseline on request_id: {pairing.get('paired', 0)}; "
                      f"only in the baseline: {pairing.get('only_baseline', 0)}; only in this "
                      f"run: {pairing.get('only_candidate', 0)}; request changed: "
                      f"{pairing.get('request_changed', 0)}.")
     if section.get("pairwise_error"):
-        lines.append(f"Head-to-head comparison failed: {cell(section['pairwise_error'])}")
+        lines.append(f"Head-to-head comparison failed: {inline(section['pairwise_error'])}")
     return [*lines, ""]
 
 
 def key_figures(manifest: Mapping[str, Any], report: str) -> list[str]:
-    """Status, judge model, rows, calls and where the report is, as a Markdown list."""
+    """Status, judge model, rows, calls and where the report is, as a Markdown list.
+
+    Args:
+        manifest: the run's manifest (its values are escaped here).
+        report: where the report is, already Markdown (`markdown_text.code` or `.link`).
+    """
     judge = manifest.get("judge") or {}
-    dataset = manifest.get("dataset") or {}
-    usage = manifest.get("usage") or {}
+    dataset = {k: inline(v) for k, v in (manifest.get("dataset") or {}).items()}
+    usage = {k: inline(v) for k, v in (manifest.get("usage") or {}).items()}
     return [
-        f"- status: **{manifest.get('status', 'n/a')}**",
-        f"- judge model: `{judge.get('model')}`",
+        f"- status: **{inline(manifest.get('status', 'n/a'))}**",
+        f"- judge model: {code(judge.get('model'))}",
         f"- rows: {dataset.get('rows_total')} total, {dataset.get('rows_judged')} judged, "
         f"{dataset.get('rows_rejected')} rejected",
         f"- judge calls: {usage.get('calls')} (cache hits {usage.get('cache_hits')}, "
@@ -81,19 +84,25 @@ def metric_lines(metrics: Mapping[str, Any]) -> list[str]:
              and (k.endswith(("/percentage", "/average")) or k in ("winrate", "lower_rate",
                                                                    "upper_rate"))]
     lines = ["| metric | value |", "|---|---|"]
-    lines += [f"| `{cell(n)}` | {_format(metrics[n])} |" for n in names[:MAX_METRIC_LINES]]
+    lines += [f"| {cell(n)} | {cell(_format(metrics[n]))} |" for n in names[:MAX_METRIC_LINES]]
     if len(names) > MAX_METRIC_LINES:
         lines.append(f"| … {len(names) - MAX_METRIC_LINES} more in metrics.json | |")
     return lines
 
 
 def summary_markdown(manifest: Mapping[str, Any], metrics: Mapping[str, Any], report: str) -> str:
-    """The run's summary: outcome and gates first (regression runs), then key figures."""
+    """The run's summary: outcome and gates first (regression runs), then key figures.
+
+    Args:
+        manifest: the run's manifest.
+        metrics: its aggregates.
+        report: where the report is, already Markdown (`markdown_text.code` or `.link`).
+    """
     suite = manifest.get("suite", "")
-    lines = [f"# judgeflow {manifest.get('kind', 'run')}: {suite} / {manifest.get('run_id')}",
-             ""]
+    lines = [f"# judgeflow {inline(manifest.get('kind', 'run'))}: {inline(suite)} / "
+             f"{inline(manifest.get('run_id'))}", ""]
     if manifest.get("offline_notice"):
-        lines += [f"> **{manifest['offline_notice']}**", ""]
+        lines += [f"> **{inline(manifest['offline_notice'])}**", ""]
     if manifest.get("regression"):
         lines += regression_lines(manifest["regression"], suite)
     lines += key_figures(manifest, report)

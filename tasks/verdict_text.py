@@ -3,6 +3,11 @@
 The same strings appear in the flow run's final message, the command's output, summary.md,
 the Prefect summary artifact, JUnit XML and the report, so that every place people look
 says the same thing. Pure functions over the manifest's `regression` section (plain dicts).
+
+The strings are plain text, one line each: gate names and tags (from the gates file), reasons
+(which may quote an error from a model) and the suite and report named in the final message
+pass through `visible`, so no newline, ANSI escape or bidi override reaches a log, a state
+message or a terminal. Markdown and XML escape these strings again for their own syntax.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tasks.metric_fields import metric_field
+from tasks.plain_text import visible
 
 MINUS = "−"
 
@@ -64,17 +70,18 @@ def fmt_p(p: float | None) -> str:
 def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
     """One gate's line as the strings every view shows."""
     metric = gate["metric"]
-    name = metric if not gate.get("tag") else f"{metric} [tag {gate['tag']}]"
+    name = visible(metric if not gate.get("tag") else f"{metric} [tag {gate['tag']}]")
     base, cand = gate.get("baseline"), gate.get("candidate")
     values = fmt_value(metric, cand) if base is None else (
         f"{fmt_value(metric, base)} → {fmt_value(metric, cand)}")
     if gate.get("delta") is None and gate.get("low") is not None and gate.get("high") is not None:
         values += f" [{fmt_value(metric, gate['low'])}, {fmt_value(metric, gate['high'])}]"
     worst = gate.get("worst_slice")
+    worst_delta = fmt_delta(metric, worst["delta"], worst["low"], worst["high"]) if worst else ""
     return {
         "verdict": gate["outcome"].upper(),
         "gate": name,
-        "rule": gate.get("rule") or "",
+        "rule": visible(gate.get("rule") or ""),
         "values": values,
         "delta": fmt_delta(metric, gate.get("delta"), gate.get("low"), gate.get("high")),
         "delta_point": fmt_delta(metric, gate.get("delta"), None, None),
@@ -82,10 +89,9 @@ def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
         if gate.get("delta") is not None else "",
         "n": "—" if gate.get("n_paired") is None else f"{gate['n_paired']}",
         "p": f"{fmt_p(gate.get('p'))} / {fmt_p(gate.get('p_adjusted'))}",
-        "reason": gate.get("reason") or "",
+        "reason": visible(gate.get("reason") or ""),
         "worst": "—" if not worst else (
-            f"{worst['tag']}: {fmt_delta(metric, worst['delta'], worst['low'], worst['high'])}"
-            f" (n={worst['n_paired']})"),
+            f"{visible(worst['tag'])}: {worst_delta} (n={worst['n_paired']})"),
     }
 
 
@@ -99,7 +105,10 @@ def gate_line(gate: Mapping[str, Any]) -> str:
 
 
 def headline(section: Mapping[str, Any], suite: str) -> str:
-    """'FAILED: 1 of 3 gates breached in suite 'x' against baseline run 'y''."""
+    """'FAILED: 1 of 3 gates breached in suite 'x' against baseline run 'y''.
+
+    The suite and the baseline run id are quoted with repr, which escapes what `visible` does.
+    """
     gates = section.get("gates") or []
     outcome = section.get("outcome", "incomplete")
     counts = {o: sum(g["outcome"] == o for g in gates) for o in ("held", "breached",
@@ -122,8 +131,8 @@ def verdict_message(section: Mapping[str, Any], suite: str, report: str | None =
     lines += [f"  - {gate_line(g)}" for g in section.get("gates") or [] if g["outcome"] != "held"]
     if section.get("first_run") and section.get("outcome") == "incomplete":
         lines.append(f"  A suite's baseline is its newest run that passed: seed it with "
-                     f"`judgeflow evaluate DATA --suite {suite} ...` (same judges), or name one "
-                     "with --baseline RUN_ID.")
+                     f"`judgeflow evaluate DATA --suite {visible(suite)} ...` (same judges), "
+                     "or name one with --baseline RUN_ID.")
     if report:
-        lines.append(f"report: {report}")
+        lines.append(f"report: {visible(report)}")
     return "\n".join(lines)
