@@ -53,6 +53,8 @@ def regression_lines(section: Mapping[str, Any], suite: str) -> list[str]:
                      f"{pairing.get('request_changed', 0)}.")
     if section.get("pairwise_error"):
         lines.append(f"Head-to-head comparison failed: {inline(section['pairwise_error'])}")
+    for reason in section.get("incomplete_reasons") or []:
+        lines.append(f"- Incomplete: {inline(reason)}")
     return [*lines, ""]
 
 

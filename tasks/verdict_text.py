@@ -115,6 +115,10 @@ def headline(section: Mapping[str, Any], suite: str) -> str:
                                                                    "undecidable")}
     if outcome == "failed":
         text = f"FAILED: {counts['breached']} of {len(gates)} gate(s) breached"
+    elif outcome == "incomplete" and not counts["undecidable"] and section.get(
+            "incomplete_reasons"):
+        text = (f"INCOMPLETE: {counts['held']} of {len(gates)} gate(s) held, but the run "
+                "judged too little to pass")
     elif outcome == "incomplete":
         text = f"INCOMPLETE: {counts['undecidable']} of {len(gates)} gate(s) could not be decided"
     else:
@@ -129,6 +133,8 @@ def verdict_message(section: Mapping[str, Any], suite: str, report: str | None =
     """The flow run's final message: headline, then each gate that did not hold."""
     lines = [headline(section, suite)]
     lines += [f"  - {gate_line(g)}" for g in section.get("gates") or [] if g["outcome"] != "held"]
+    lines += [f"  - incomplete: {visible(reason)}"
+              for reason in section.get("incomplete_reasons") or []]
     if section.get("first_run") and section.get("outcome") == "incomplete":
         lines.append(f"  A suite's baseline is its newest run that passed: seed it with "
                      f"`judgeflow evaluate DATA --suite {visible(suite)} ...` (same judges), "
