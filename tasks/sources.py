@@ -2,28 +2,31 @@
 
 JSONL, JSON, CSV and Parquet, local or remote. A line that is not valid JSON does not stop the
 read: it becomes a problem that names its row, so validation can report everything at once.
-JSONL, CSV and Parquet are read as a stream: a set of any size is never held whole.
+JSONL, CSV and Parquet are read as a stream: a set of any size is never held whole. Every set,
+inline rows too, is held to the operator's input limits as it is read (tasks/input_limits.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 from collections.abc import Iterator
 from typing import IO, Any
 
-import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from judges.storage import open_url
 from tasks.csv_reader import csv_batches
+from tasks.input_limits import BATCH_BYTES, InputLimits, InputTooLarge, SetMeter, size_text
+from tasks.parquet_reader import parquet_batches
 from tasks.table import (
     DatasetReadError,
     RawTable,
     RecordBatch,
     RowProblem,
+    TextTooLong,
+    bounded_lines,
     decoded_line,
     text_of,
 )
@@ -74,17 +77,22 @@ def iter_batches(
     """The records of `url` in batches of about `size`, read as they are needed.
 
     JSONL, CSV and Parquet are read incrementally; a .json file is one JSON document and is
-    parsed whole.
+    parsed whole. A batch of large rows holds fewer than `size` (about BATCH_BYTES).
 
     Raises:
         DatasetReadError: as `read_table`, when the batch that meets the problem is read.
+        InputTooLarge: the set passes one of the input limits (JUDGEFLOW_MAX_*), raised when
+            the batch that passes it is read, before its values are held.
     """
     fmt = detect_format(url)
     readers = {"jsonl": _jsonl_batches, "json": _json_batches, "csv": csv_batches,
-               "parquet": _parquet_batches}
+               "parquet": parquet_batches}
+    meter = SetMeter(InputLimits.from_env(), url)
     with _open(url, storage_options or {}) as handle:
         try:
-            yield from readers[fmt](handle, size)
+            yield from readers[fmt](handle, size, meter)
+        except InputTooLarge:
+            raise  # its message names the set already
         except DatasetReadError as error:
             raise DatasetReadError(f"{url!r} {error}") from None
         except (FileNotFoundError, IsADirectoryError, PermissionError) as error:
@@ -112,11 +120,25 @@ def _open_error(url: str, error: OSError) -> DatasetReadError:
     return DatasetReadError(f"cannot read {url!r}: permission denied ({error})")
 
 
-def batches_of_rows(rows: list[Any], size: int = BATCH_ROWS) -> Iterator[RecordBatch]:
-    """Rows given inline (a flow parameter) in batches, checked like a file's."""
+def batches_of_rows(rows: list[Any], size: int = BATCH_ROWS,
+                    meter: SetMeter | None = None) -> Iterator[RecordBatch]:
+    """Rows given inline (a flow parameter) in batches, checked like a file's.
+
+    Args:
+        rows: the rows.
+        size: rows a batch.
+        meter: what holds them to the input limits (a .json file's); inline rows by default.
+
+    Raises:
+        InputTooLarge: the rows pass one of the input limits (JUDGEFLOW_MAX_*).
+    """
+    meter = meter or SetMeter(InputLimits.from_env(), None)
+    if len(rows) > meter.limits.rows:
+        raise meter.too_many_rows(len(rows))
     for start in range(0, len(rows), size):
         records, problems = [], []
         for index, row in enumerate(rows[start : start + size], start):
+            meter.record(index, row if isinstance(row, dict) else {"(row)": row})
             if isinstance(row, dict):
                 records.append(dict(row))
             else:
@@ -135,22 +157,29 @@ def table_from_rows(rows: list[dict[str, Any]]) -> RawTable:
     return RawTable(records, problems, "inline rows")
 
 
-def _jsonl_batches(handle: IO[bytes], size: int) -> Iterator[RecordBatch]:
-    """One record per non-blank line; a line that is not a JSON object is that row's problem."""
-    batch = RecordBatch(0, [], [])
-    index = 0
-    for line_number, raw in enumerate(handle, 1):
-        line = decoded_line(raw, line_number)
-        if not line.strip():
-            continue
-        value, reason = _json_object(line)
-        batch.records.append(value)
-        if reason:
-            batch.problems.append(RowProblem(index, None, "(row)", reason))
-        index += 1
-        if len(batch.records) >= size:
-            yield batch
-            batch = RecordBatch(index, [], [])
+def _jsonl_batches(handle: IO[bytes], size: int, meter: SetMeter) -> Iterator[RecordBatch]:
+    """One record per non-blank line; a line that is not a JSON object is that row's problem.
+
+    A line is read only up to the row limit, so an overlong one is refused unread.
+    """
+    batch, held, index = RecordBatch(0, [], []), 0, 0
+    try:
+        for line_number, raw in enumerate(
+                bounded_lines(handle, meter.limits.row_bytes, meter.limits.set_bytes), 1):
+            line = decoded_line(raw, line_number)
+            if not line.strip():
+                continue
+            value, reason = _json_object(line)
+            meter.record(index, value, len(raw))
+            batch.records.append(value)
+            if reason:
+                batch.problems.append(RowProblem(index, None, "(row)", reason))
+            index, held = index + 1, held + len(raw)
+            if len(batch.records) >= size or held >= BATCH_BYTES:
+                yield batch
+                batch, held = RecordBatch(index, [], []), 0
+    except TextTooLong as error:
+        raise meter.text_too_long(error, index, error.line) from None
     if batch.records:
         yield batch
 
@@ -165,8 +194,23 @@ def _json_object(line: str) -> tuple[dict, str | None]:
     return value, None
 
 
-def _json_batches(handle: IO[bytes], size: int) -> Iterator[RecordBatch]:
-    yield from batches_of_rows(_json_rows(handle.read()), size)
+def _json_batches(handle: IO[bytes], size: int, meter: SetMeter) -> Iterator[RecordBatch]:
+    yield from batches_of_rows(_json_rows(_read_within(handle, meter)), size, meter)
+
+
+def _read_within(handle: IO[bytes], meter: SetMeter) -> bytes:
+    """The whole file, refused before it is parsed (or even read) when over the set limit."""
+    limit, length = meter.limits.set_bytes, 0
+    with contextlib.suppress(OSError, ValueError):  # a stream that cannot seek: read and see
+        handle.seek(0, io.SEEK_END)
+        length = handle.tell()
+        handle.seek(0)
+    if length > limit:
+        raise meter.set_too_large(f": the file is {size_text(length)} and is parsed whole")
+    data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise meter.set_too_large(": the file is larger, and is parsed whole")
+    return data
 
 
 def _json_rows(data: bytes) -> list[Any]:
@@ -196,47 +240,3 @@ def _columns_to_rows(columns: dict) -> list[dict]:
         raise DatasetReadError(
             f"is a JSON object but not a table of equal-length columns ({error})"
         ) from None
-
-
-def _parquet_batches(handle: IO[bytes], size: int) -> Iterator[RecordBatch]:
-    """Record batches of a Parquet file, read a batch at a time (not row group by row group)."""
-    try:
-        parquet = pq.ParquetFile(handle)
-        index_columns = _pandas_index_columns(parquet.schema_arrow)
-        start = 0
-        for batch in parquet.iter_batches(batch_size=size):
-            records = [
-                {k: _plain(v) for k, v in row.items() if k not in index_columns}
-                for row in batch.to_pylist()
-            ]
-            yield RecordBatch(start, records, [])
-            start += len(records)
-    except pa.ArrowException as error:
-        raise DatasetReadError(
-            f"is not a readable Parquet file ({_first_line(error)}); write it again, e.g. "
-            "with pandas.DataFrame.to_parquet"
-        ) from None
-
-
-def _pandas_index_columns(schema: pa.Schema) -> set[str]:
-    """Columns pandas stored its index in (a frame written with its index): not row fields."""
-    metadata = schema.pandas_metadata or {}
-    return {c for c in metadata.get("index_columns", []) if isinstance(c, str)}
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip().splitlines()
-    return (text[0] if text else type(error).__name__)[:200]
-
-
-def _plain(value: Any) -> Any:
-    """Arrow-backed values (numpy arrays, NaN, struct dicts with null fields) to plain Python."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and np.isnan(value):
-        return None
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import io
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
@@ -66,14 +67,67 @@ def decoded_line(raw: bytes, line: int) -> str:
         raise not_utf8(raw, error.start, line) from None
 
 
-class Utf8Text(io.TextIOBase):
-    """A binary file read as UTF-8 text, line by line, so it is never held whole.
+class TextTooLong(Exception):
+    """Text read past its limit: a line (`whole` False) or the file (`whole` True).
 
-    A byte that is not UTF-8 is a DatasetReadError naming its line (a plain decoder would only
-    say where in its buffer).
+    Attributes:
+        line: the 1-based line being read when the limit was passed.
+        whole: whether the file in all, not one line, passed its limit.
     """
 
+    def __init__(self, line: int, whole: bool):
+        super().__init__(f"line {line}: {'the file' if whole else 'the line'} is too long")
+        self.line, self.whole = line, whole
+
+
+class _Raw(io.RawIOBase):
+    """Any binary file (an fsspec one too) as a raw stream, for io.BufferedReader."""
+
     def __init__(self, binary: IO[bytes]):
+        self._binary = binary
+
+    def readable(self) -> bool:
+        """Bytes can be read from it."""
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        """Read up to len(buffer) bytes into it; the number read (0 at the end)."""
+        data = self._binary.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def bounded_lines(binary: IO[bytes], max_line: int, max_total: int) -> Iterator[bytes]:
+    """The lines of a binary file, each with its newline, none read past `max_line` bytes.
+
+    fsspec's own line reading has no limit: it would read a 2 GB line whole before anything
+    could measure it. Here a line is read `max_line` + 1 bytes at most (io.BufferedReader's
+    `readline(size)`), so memory stays bounded whatever the file holds.
+
+    Raises:
+        TextTooLong: a line is longer than `max_line` bytes (its newline not counted), or the
+            lines in all are longer than `max_total`.
+    """
+    reader = io.BufferedReader(_Raw(binary), buffer_size=1 << 16)
+    line = total = 0
+    while raw := reader.readline(max_line + 1):
+        line, total = line + 1, total + len(raw)
+        if len(raw) > max_line and not raw.endswith(b"\n"):
+            raise TextTooLong(line, whole=False)
+        if total > max_total:
+            raise TextTooLong(line, whole=True)
+        yield raw
+
+
+class Utf8Text(io.TextIOBase):
+    """Lines of bytes (a binary file, or `bounded_lines` of one) read as UTF-8 text.
+
+    The lines are taken one at a time, so the file is never held whole. A byte that is not
+    UTF-8 is a DatasetReadError naming its line (a plain decoder would only say where in its
+    buffer).
+    """
+
+    def __init__(self, binary: Iterable[bytes]):
         self._lines = iter(binary)
         self._line = 0
         self._pending = ""
