@@ -29,7 +29,7 @@ CELL_ENV, ROW_ENV = "JUDGEFLOW_MAX_CELL_BYTES", "JUDGEFLOW_MAX_ROW_BYTES"
 ROWS_ENV, SET_ENV = "JUDGEFLOW_MAX_ROWS", "JUDGEFLOW_MAX_SET_BYTES"
 # Defaults: an MLflow trace of a few MB fits a 16 MiB cell several times over, and a row (a
 # trace with a request, a response and retrieved chunks beside it) fits in 32 MiB; a million
-# rows and 1 GiB are 25 and about 15 times the 40,000-row set of bench/memory.py, and still keep
+# rows and 1 GiB are 25 and about 20 times the 40,000-row set of bench/memory.py, and still keep
 # what one run reads, stages and publishes to a size a worker's disk and memory can hold.
 DEFAULTS = {CELL_ENV: 16 * MiB, ROW_ENV: 32 * MiB, ROWS_ENV: 1_000_000, SET_ENV: 1 * GiB}
 # Rows read (and decoded) at a time are kept to about this many bytes, fewer than a batch's
