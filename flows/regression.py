@@ -77,6 +77,10 @@ class RegressionParams(EvaluateParams):
     min_paired: int = Field(
         10, ge=2, description="Fewest rows paired with the baseline for a gate to be decided"
     )
+    min_coverage: float = Field(
+        0.9, ge=0, le=1, description="Smallest share of the baseline's rated rows that must "
+        "pair (same request_id, request and expected answer) for a relative gate to decide",
+    )
     def locations(self) -> list[Location]:
         """Every location a parameter names, with the access the run makes to it."""
         return super().locations() + locations_of(self, ("gates", "rubric"), ())

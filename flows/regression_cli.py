@@ -56,6 +56,9 @@ def _write_junit(path: str | None, text: str) -> None:
         help="Write JUnit XML here (one case per gate)")], None),
     "min_paired": (Annotated[int, typer.Option(
         help="Fewest paired rows to decide a gate (at least 2)")], 10),
+    "min_coverage": (Annotated[float, typer.Option(
+        help="Smallest share of the baseline's rated rows that must pair for a relative gate "
+        "to decide")], 0.9),
 })
 def regression_command(**options: Any) -> None:
     """Evaluate a candidate against the suite's baseline and gate it (exit 0/1/2/3)."""
@@ -65,7 +68,8 @@ def regression_command(**options: Any) -> None:
     params = build_params(
         RegressionParams, **fields, data=options["data"], gates=options["gates"],
         baseline=options["baseline"], pairwise=not options["no_pairwise"],
-        rubric=options["rubric"], min_paired=options["min_paired"])
+        rubric=options["rubric"], min_paired=options["min_paired"],
+        min_coverage=options["min_coverage"])
     junit = options["junit"]
     _preflight(params, junit)
     raise typer.Exit(_run(params, junit, progress=not options["no_progress"]))

@@ -91,7 +91,8 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
     join = join_rows(rows, candidate)
     comparison.pairing = {"paired": len(join.paired), "only_baseline": len(join.only_baseline),
                           "only_candidate": len(join.only_candidate),
-                          "request_changed": len(join.request_changed)}
+                          "request_changed": len(join.request_changed),
+                          "expectation_changed": len(join.expectation_changed)}
     shared = [s for s in specs if s.metric in baseline.metrics]
     comparison.deltas = paired_deltas(shared, rows, candidate, baseline.metrics, judged.metrics)
     if not params.pairwise:
@@ -113,6 +114,7 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
     context = Context(
         suite=params.suite, baseline_run_id=baseline.run_id if baseline else None,
         max_error_share=params.max_error_share, min_paired=params.min_paired,
+        min_coverage=params.min_coverage,
         pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
         tags=comparison.tags,
         pairs_without_response=comparison.pairing.get("no_response", 0), advisory={
@@ -135,8 +137,8 @@ def regression_section(params: Any, gates: list, baseline: BaselineRun | None,
         "baseline_status": baseline.manifest.get("status") if baseline else None,
         "first_run": baseline is None,
         "settings": {"max_error_share": params.max_error_share,
-                     "min_paired": params.min_paired, "gates_file": params.gates,
-                     "pairwise": params.pairwise},
+                     "min_paired": params.min_paired, "min_coverage": params.min_coverage,
+                     "gates_file": params.gates, "pairwise": params.pairwise},
         "gates": [r._asdict() for r in verdict.gates],
         "gate_config": [g.model_dump(exclude_none=True) for g in gates],
         "pairing": comparison.pairing,

@@ -39,6 +39,8 @@ class DeltaLine(NamedTuple):
     baseline_all: float | None  # the baseline run's own aggregate (all its rows)
     candidate_all: float | None  # the candidate run's own aggregate
     lower_is_better: bool
+    baseline_rated: int | None = None  # baseline rows rated on the metric (in the tag's slice)
+    expectation_changed: int = 0  # same request, another ground truth: not paired
 
     def as_dict(self) -> dict[str, Any]:
         """The line as the manifest stores it."""
@@ -52,6 +54,7 @@ class Join(NamedTuple):
     only_baseline: list[str]
     only_candidate: list[str]
     request_changed: list[str]
+    expectation_changed: list[str]
 
 
 def _same_request(a: Any, b: Any) -> bool:
@@ -59,14 +62,23 @@ def _same_request(a: Any, b: Any) -> bool:
 
 
 def join_rows(baseline: Mapping[str, RowData], candidate: Mapping[str, RowData]) -> Join:
-    """Pair rows on request_id; a changed request is no pair."""
-    paired, changed = [], []
+    """Pair rows on request_id; a changed request, or a changed ground truth, is no pair.
+
+    A row judged against another expected answer measures the expectation, not the candidate.
+    """
+    paired, changed, expectation = [], [], []
     for request_id, row in candidate.items():
         other = baseline.get(request_id)
-        if other is not None:
-            (paired if _same_request(other.request, row.request) else changed).append(request_id)
+        if other is None:
+            continue
+        if not _same_request(other.request, row.request):
+            changed.append(request_id)
+        elif not _same_request(other.expected, row.expected):
+            expectation.append(request_id)
+        else:
+            paired.append(request_id)
     return Join(paired, [r for r in baseline if r not in candidate],
-                [r for r in candidate if r not in baseline], changed)
+                [r for r in candidate if r not in baseline], changed, expectation)
 
 
 def _test(spec: MetricField, pairs: list[tuple[float, float]], seed: int) -> PairedTest:
@@ -96,6 +108,8 @@ def _line(spec: MetricField, tag: str | None, join: Join, baseline: Mapping[str,
         len(tagged(candidate, join.request_changed)), test.p_drop, test.p_rise,
         test.p_two_sided, test.test, test.losses, test.gains,
         base_metrics.get(name), cand_metrics.get(name), spec.lower_is_better,
+        sum(spec.metric in baseline[i].values for i in tagged(baseline, list(baseline))),
+        len(tagged(candidate, join.expectation_changed)),
     )
 
 

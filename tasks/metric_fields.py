@@ -61,6 +61,7 @@ class RowData(NamedTuple):
     tags: tuple[str, ...]
     values: dict[str, float]
     errors: frozenset[str]
+    expected: Any = None  # the ground truth (expected_response, expected_facts) it was judged on
 
 
 def metric_field(metric: str) -> MetricField | None:
@@ -127,7 +128,8 @@ def row_data(record: Mapping[str, Any], specs: Iterable[MetricField]) -> RowData
         elif _errored(record, spec):
             errors.add(spec.metric)
     return RowData(record.get("request"), record.get("response"), row_tags(record.get("tags")),
-                   values, frozenset(errors))
+                   values, frozenset(errors),
+                   (record.get("expected_response"), record.get("expected_facts")))
 
 
 def counts_of(metrics: Mapping[str, Any], base: str) -> tuple[Any, Any]:

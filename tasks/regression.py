@@ -41,6 +41,9 @@ class Context(NamedTuple):
     # Paired rows the head-to-head could not compare because a response is missing (its
     # generation failed): errors of the pairwise judge, as a failed pass is.
     pairs_without_response: int = 0
+    # Smallest share of the baseline's rated rows that must pair for a relative gate to decide:
+    # a candidate that dropped (or changed) most rows must not pass on the few it kept.
+    min_coverage: float = 0.0
 
 
 class GateResult(NamedTuple):
@@ -118,6 +121,12 @@ def _relative_reason(gate: Gate, ctx: Context, line: DeltaLine | None) -> str | 
     if line.n_paired < ctx.min_paired:
         return (f"only {line.n_paired} rows paired with baseline run {ctx.baseline_run_id!r} "
                 f"(min_paired {ctx.min_paired})")
+    rated = line.baseline_rated
+    if rated and line.n_paired / rated < ctx.min_coverage:
+        return (f"only {line.n_paired} of the baseline's {rated} rated rows paired "
+                f"({line.n_paired / rated:.0%}, below min_coverage {ctx.min_coverage:.0%}): "
+                f"{line.only_baseline} only in the baseline, {line.request_changed} with a "
+                f"changed request, {line.expectation_changed} with a changed expected answer")
     return None
 
 

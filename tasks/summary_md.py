@@ -50,7 +50,8 @@ def regression_lines(section: Mapping[str, Any], suite: str) -> list[str]:
         lines.append(f"Rows paired with the baseline on request_id: {pairing.get('paired', 0)}; "
                      f"only in the baseline: {pairing.get('only_baseline', 0)}; only in this "
                      f"run: {pairing.get('only_candidate', 0)}; request changed: "
-                     f"{pairing.get('request_changed', 0)}.")
+                     f"{pairing.get('request_changed', 0)}; expected answer changed: "
+                     f"{pairing.get('expectation_changed', 0)}.")
     if section.get("pairwise_error"):
         lines.append(f"Head-to-head comparison failed: {inline(section['pairwise_error'])}")
     for reason in section.get("incomplete_reasons") or []:

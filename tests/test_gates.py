@@ -80,7 +80,7 @@ def test_too_many_judge_errors_make_the_gate_undecidable():
                  for i in range(40)]
     result = verdict([Gate(metric=RATE, max_drop=0.02)], BASE, candidate)
     assert result.outcome == "incomplete"
-    assert "errored on 7.5% of the candidate's rows (3)" in result.gates[0].reason
+    assert "3 of the candidate's rows (7.5%) have no value for it" in result.gates[0].reason
 
 
 def test_too_few_paired_rows_make_the_gate_undecidable():

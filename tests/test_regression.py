@@ -183,7 +183,8 @@ def test_judge_errors_above_the_share_make_the_run_incomplete(fake_llm, tmp_path
                        judge=JudgeModel(model="openai/planted", api_base=fake_llm.api_base,
                                         backoff_seconds=0.01, max_attempts=1)))
     assert state.is_failed() and state.message.startswith("INCOMPLETE")
-    assert "errored on 15.0% of the candidate's rows (3), above max_error_share 5.0%" in (
+    assert ("3 of the candidate's rows (15.0%) have no value for it (a judge or generation "
+            "error), above max_error_share 5.0%") in (
         state.message)
     assert manifest(tmp_path, "errs")["status"] == "incomplete"
 
