@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from importlib import metadata
 
+from judges.fingerprint import fingerprint
 from judges.llm import LLMSettings, Usage
 from judges.plan import JudgePlan
 
@@ -75,9 +76,11 @@ def build_manifest(
         "dataset": {"source": source, **counts},
         "judge": judge_section(settings),
         "offline_notice": OFFLINE_NOTICE if settings.is_offline else None,
+        "judge_fingerprint": fingerprint(plan.judges, settings),
         "judges": [
             {
                 "name": j.name,
+                "prefix": j.prefix,
                 "kind": j.kind,
                 "per_chunk": j.per_chunk,
                 "version": j.version,

@@ -14,6 +14,7 @@ from prefect import get_run_logger
 
 from flows.evaluation import JudgedRun, PreparedSet
 from flows.head_to_head import head_to_head, merge_fields
+from judges.fingerprint import differences, fingerprint, recorded_judges
 from judges.llm import Usage
 from tasks.baseline import BaselineRun, read_rows
 from tasks.deltas import DeltaLine, join_rows, paired_deltas
@@ -104,6 +105,18 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
     return comparison
 
 
+def judge_changes(baseline: BaselineRun | None, judged: JudgedRun, params: Any
+                  ) -> dict[str, list[str]]:
+    """How each of this run's judges differs from the one that judged the baseline."""
+    if baseline is None:
+        return {}
+    recorded = recorded_judges(baseline.manifest)
+    current = fingerprint(judged.plan.judges, params.judge.settings())["judges"]
+    changes = {prefix: differences(recorded.get(prefix), identity)
+               for prefix, identity in current.items()}
+    return {prefix: why for prefix, why in changes.items() if why}
+
+
 def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: JudgedRun,
                comparison: Comparison) -> Verdict:
     """Apply the gates to this run's numbers; a run that judged too little never passes.
@@ -117,7 +130,8 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
         min_coverage=params.min_coverage,
         pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
         tags=comparison.tags,
-        pairs_without_response=comparison.pairing.get("no_response", 0), advisory={
+        pairs_without_response=comparison.pairing.get("no_response", 0),
+        judge_changes=judge_changes(baseline, judged, params), advisory={
             entry["key"]: entry["advisory_reason"]
             for entry in (judged.calibration or {}).get("judges", []) if entry.get("advisory")})
     verdict = decide(gates, judged.metrics, comparison.deltas, context)

@@ -44,6 +44,9 @@ class Context(NamedTuple):
     # Smallest share of the baseline's rated rows that must pair for a relative gate to decide:
     # a candidate that dropped (or changed) most rows must not pass on the few it kept.
     min_coverage: float = 0.0
+    # How each judge differs from the one that judged the baseline, by output prefix: a delta
+    # across two judges measures the judges, not the candidate.
+    judge_changes: Mapping[str, Sequence[str]] = {}
 
 
 class GateResult(NamedTuple):
@@ -115,6 +118,11 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
 def _relative_reason(gate: Gate, ctx: Context, line: DeltaLine | None) -> str | None:
     if ctx.baseline_run_id is None:
         return f"no baseline yet: first run of suite {ctx.suite!r}"
+    spec = metric_field(gate.metric)
+    changed = ctx.judge_changes.get(spec.base) if spec is not None else None
+    if changed:
+        return (f"baseline run {ctx.baseline_run_id!r} was judged by another judge "
+                f"({'; '.join(changed)}): a change would be the judge's, not the candidate's")
     if line is None or line.n_paired == 0:
         return (f"no row rated in both runs for {gate.metric!r}: the baseline run "
                 f"{ctx.baseline_run_id!r} lacks it, or no request_id matches")
