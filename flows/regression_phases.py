@@ -127,7 +127,8 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
     context = Context(
         suite=params.suite, baseline_run_id=baseline.run_id if baseline else None,
         max_error_share=params.max_error_share, min_paired=params.min_paired,
-        min_coverage=params.min_coverage,
+        min_coverage=params.min_coverage, calibration_floor=params.calibration_floor,
+        calibration_min_labels=params.calibration_min_labels,
         pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
         tags=comparison.tags,
         pairs_without_response=comparison.pairing.get("no_response", 0),

@@ -248,6 +248,11 @@ async def _in_shards(params: ShardedParams, location: RunLocation, chunk_size: i
     pool = await shard_pool(params.shard_deployment)
     write(ranges)
     runs = [ShardRun(shard, len(ranges)) for shard in ranges]
+    if len(ranges) < params.shards:  # never silently fewer than asked
+        get_run_logger().warning(
+            "judging in %d shard(s), not the %d asked for: %d rows make only %d chunk(s) of %d "
+            "rows; a smaller --chunk-size cuts them finer", len(ranges), params.shards,
+            row_count, sum(r.chunk_count for r in ranges), chunk_size)
     async with _run_slots(params) as (limit, slots):
         get_run_logger().info("judging in %d shards on work pool %r", len(ranges), pool)
         await asyncio.gather(*(

@@ -52,6 +52,12 @@ def read_calibration_run(output: str, suite: str, run_id: str,
         raise CalibrationSourceError(
             f"calibration run {run_id!r} of suite {suite!r} has no manifest.json at "
             f"{run.url()}: it does not exist or its publishing never finished")
+    if manifest.get("status") == "incomplete":
+        reasons = "; ".join(manifest.get("incomplete_reasons") or []) or "no reason recorded"
+        raise CalibrationSourceError(
+            f"calibration run {run_id!r} of suite {suite!r} is incomplete ({reasons}): its "
+            "judge failed on too many rows for its agreement to stand for the judge; name a "
+            "complete labelled run")
     metrics = read_json(run.url("metrics.json"), options) or {}
     if not calibrated_keys(metrics):
         raise CalibrationSourceError(

@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from judges.result_names import WINRATE_FIELDS, count_names
+from judges.calibration_policy import MIN_LABELS
+from judges.calibration_policy import advisory_reason as advisory_reason_of
+from judges.result_names import PAIRWISE_KEY, WINRATE_FIELDS, count_names
 from tasks.deltas import DeltaLine
 from tasks.gates import Gate, GateConfigError, advisory_reason, load_gates
-from tasks.metric_fields import is_pairwise, metric_field, tag_metric
+from tasks.metric_fields import is_pairwise, metric_field, stats_of, tag_metric
 from tasks.paired_stats import holm
 
 __all__ = ["Context", "Gate", "GateConfigError", "GateResult", "Verdict", "decide", "load_gates"]
@@ -47,6 +49,10 @@ class Context(NamedTuple):
     # How each judge differs from the one that judged the baseline, by output prefix: a delta
     # across two judges measures the judges, not the candidate.
     judge_changes: Mapping[str, Sequence[str]] = {}
+    # A calibration floor holds the pairwise judge too: without human_preference labels that
+    # reach it, win-rate gates cannot decide.
+    calibration_floor: float | None = None
+    calibration_min_labels: int = MIN_LABELS
 
 
 class GateResult(NamedTuple):
@@ -88,6 +94,12 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
             return ctx.pairwise_unavailable or "no head-to-head comparison in this run"
         if pairs.get(gate.metric) is None:
             return f"pairwise metric {gate.metric!r} is absent or undefined in this run"
+        stats = stats_of(metrics, PAIRWISE_KEY)
+        advisory = advisory_reason_of(stats, ctx.calibration_floor, bool(stats.get("stale")),
+                                      ctx.calibration_min_labels, ctx.max_error_share)
+        if advisory:
+            return (f"the pairwise judge is advisory under the calibration floor: {advisory}; "
+                    "human_preference labels calibrate it")
         missing = ctx.pairs_without_response
         errors = (pairs.get("pairs_error") or 0) + missing
         total = (pairs.get("pairs_total") or 0) + missing

@@ -230,12 +230,15 @@ class SetValidator:
         self._derived_ids: dict[str, int] = {}
         self._first_with_id: dict[str, int] = {}
         self._repeated: dict[str, list[int]] = {}
+        self._first_unreadable: RowProblem | None = None  # a line that is no JSON object
 
     def check(self, batch: RecordBatch) -> tuple[list[EvalRow], list[RowProblem]]:
         """The batch's valid rows, normalised, and the problems of its other rows."""
         self.total += len(batch.records)
         self.columns.update(dict.fromkeys(k for record in batch.records for k in record))
         problems = list(batch.problems)
+        if problems and self._first_unreadable is None:
+            self._first_unreadable = problems[0]
         unreadable = {p.row_index for p in problems}
         readable = {i: r for i, r in enumerate(batch.records, batch.start) if i not in unreadable}
         self._note_ids(readable)
@@ -267,6 +270,12 @@ class SetValidator:
         When the set as a whole is broken, row by row problems would only repeat it: a
         problem with no row index says so (see `whole_set_broken`).
         """
+        first = self._first_unreadable
+        if not self.columns and self.total and first is not None:
+            # Not one row is an object: "column missing" would hide what is wrong with it.
+            return [RowProblem(None, None, "(set)", "no row is a JSON object (a .jsonl set "
+                               f"holds one object per line); row {first.row_index}: "
+                               f"{first.problem}")]
         broken = column_problems(self.columns, self.total,
                                  responses_generated=self.options.responses_generated,
                                  allow_extra=self.options.allow_extra_columns)
