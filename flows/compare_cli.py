@@ -55,13 +55,11 @@ def print_compare_summary(summary: dict) -> None:
 def preflight_compare(params) -> None:
     """What can be refused before judging: model, endpoint, rubric, Nova file, output."""
     from flows.output_check import check_output
-    from flows.preflight import PreflightError, check_model, read_source
-    from flows.reach import check_reachable
+    from flows.preflight import PreflightError, check_models, read_source
     from tasks.pairs import RubricError, read_rubric, validate_nova  # imports Prefect (no API)
     from tasks.validation import InvalidDatasetError
 
-    check_model(params.judge.model, "--judge-model")
-    check_reachable(params.judge.model, params.judge.api_base, "--api-base")
+    check_models(params)
     if params.rubric is not None:
         try:
             read_rubric(params.rubric, params.storage_options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from flows.calibration import check_calibration_source, label_judges
+from flows.model_check import ModelConfigError, check_model_config
 from flows.output_check import OutputLocationError, check_output
 from flows.params import EvaluateParams
 from flows.reach import UnreachableModel, check_reachable
@@ -43,6 +44,7 @@ CONFIG_ERRORS: tuple[type[Exception], ...] = (
     AspectError,
     CalibrationSourceError,
     UnreachableModel,
+    ModelConfigError,
     StorageRefused,
     ParameterRefused,
 )
@@ -120,11 +122,19 @@ def check_model(model: str, option: str) -> None:
         )
 
 
-def check_models_reachable(params) -> None:
-    """Each model with its own endpoint (--api-base) must accept a connection (flows/reach.py)."""
-    check_reachable(params.judge.model, params.judge.api_base, "--api-base")
-    if params.candidate is not None:
-        check_reachable(params.candidate.model, params.candidate.api_base, "--candidate-api-base")
+def check_models(params) -> None:
+    """Each model is named, its provider known, its key at hand and its endpoint answering.
+
+    Raises:
+        PreflightError, ModelConfigError or UnreachableModel: naming the option and the fix.
+    """
+    models = [(params.judge, "--judge-model", "--api-base")]
+    if getattr(params, "candidate", None) is not None:
+        models.append((params.candidate, "--candidate-model", "--candidate-api-base"))
+    for model, option, base_option in models:
+        check_model(model.model, option)
+        check_model_config(model.model, model.api_base, model.api_key_env, option)
+        check_reachable(model.model, model.api_base, base_option)
 
 
 def check_something_to_judge(plan: JudgePlan) -> None:
@@ -168,10 +178,7 @@ def preflight_evaluate(params: EvaluateParams) -> SetCheck:
     Raises:
         One of CONFIG_ERRORS, with a message that names the problem and its fix.
     """
-    check_model(params.judge.model, "--judge-model")
-    if params.candidate is not None:
-        check_model(params.candidate.model, "--candidate-model")
-    check_models_reachable(params)
+    check_models(params)
     source = row_source(params)
     check = scan_source(source, check_options(params))
     refuse_invalid(check, params.on_invalid, source.name)

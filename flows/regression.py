@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 from flows import flow_names
 from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.params import EvaluateParams, Location, SafeName, StorageURL, locations_of
+from flows.preflight import plan_run, rows_to_plan
 from flows.regression_phases import (
     DETECTED_EVENT,
     INCOMPLETE_EVENT,
@@ -26,6 +27,7 @@ from flows.regression_phases import (
     decide_run,
     regression_section,
 )
+from flows.regression_preflight import check_gate_metrics
 from flows.run_common import run_location, run_summary
 from flows.trust import guard_parameters
 from tasks.artifacts import publish_artifacts
@@ -117,6 +119,9 @@ async def regression(params: RegressionParams) -> dict | State:
     baseline = find_baseline(params.output, params.suite, params.baseline, params.storage_options)
     location = run_location(params, started_at)
     prepared = prepare(params)
+    check_gate_metrics(gates, plan_run(params, rows_to_plan(prepared.check, params.candidate
+                                                            is not None)),
+                       params.pairwise, params.gates)
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
     generation_usage = await generate_responses(params, prepared, store)
     judged = await judge(params, prepared, store, location)

@@ -86,7 +86,7 @@ def _preflight(params, junit: str | None) -> None:
     from flows.shard_plan import ShardSetupError
 
     try:
-        preflight(params)
+        check = preflight(params)
         if params.shards > 1:  # the deployment, its pool and a worker
             from flows.shard_launch import check_shard_setup
 
@@ -94,6 +94,9 @@ def _preflight(params, junit: str | None) -> None:
     except (PreflightError, ShardSetupError) as error:
         _write_junit(junit, _crash_junit(params.suite, str(error)))
         fail(str(error))
+    from flows.evaluation import reuse_check
+
+    reuse_check(params, check)  # the flow run judges at once, without reading the set twice
 
 
 def _crash_junit(suite: str, message: str) -> str:

@@ -1,38 +1,35 @@
 """Checks a regression run's configuration before any Prefect API starts.
 
-The command line runs these first so that a bad gates file, an unreadable or invalid set, an
-unknown judge, a bad custom judge or aspect, a bad rubric or a missing baseline run exits 2
-with one sentence, in a second, instead of after the temporary API has started (about ten
-seconds). The flow checks all of it again: it also runs from deployments, with no preflight.
+A regression run is an evaluation plus gates, a rubric and a baseline: the evaluation is checked
+as `judgeflow evaluate` checks it (flows/preflight.py: models and keys, the set read as a
+stream, the judges, calibration, the output), then the gates file, the rubric, a named baseline
+and every gate's metric against what the run's judges will produce. A bad gates file, a
+misspelt gate metric or a missing baseline exits 2 with one sentence, in a second, instead of
+after a full run. The flow checks all of it again: it also runs from deployments.
 """
 
 from __future__ import annotations
 
+import difflib
+from typing import Any
+
 from pydantic import ValidationError
 
-from flows.calibration import check_calibration_source, label_judges
-from flows.evaluation import extra_judges
-from flows.preflight import check_models_reachable
-from flows.reach import UnreachableModel
-from judges.aspect_critic import AspectError
-from judges.custom import CustomJudgeError
-from judges.plan import JudgeSelectionError, plan_judges
+from flows.preflight import CONFIG_ERRORS as EVALUATE_ERRORS
+from flows.preflight import PreflightError, plan_run, preflight_evaluate, rows_to_plan
+from judges.metrics import MetricsAccumulator
+from judges.plan import JudgePlan
 from tasks.baseline import BaselineNotFound, find_baseline
-from tasks.calibration_inputs import CalibrationSourceError, with_labels
-from tasks.gates import GateConfigError, load_gates
+from tasks.gates import Gate, GateConfigError, load_gates
+from tasks.metric_fields import is_pairwise
 from tasks.pairs import RubricError, read_rubric
-from tasks.sources import DatasetReadError, read_table, table_from_rows
-from tasks.validation import InvalidDatasetError, validate_table
+from tasks.row_stream import SetCheck
 
-CONFIG_ERRORS = (
-    InvalidDatasetError, DatasetReadError, JudgeSelectionError, ValidationError,
-    CustomJudgeError, AspectError, GateConfigError, BaselineNotFound, RubricError,
-    CalibrationSourceError, UnreachableModel,
-)
+__all__ = ["CONFIG_ERRORS", "PreflightError", "check_gate_metrics", "is_config_error",
+           "preflight"]
 
-
-class PreflightError(ValueError):
-    """The run's input or configuration is invalid: nothing would be judged or published."""
+CONFIG_ERRORS = (*EVALUATE_ERRORS, ValidationError, GateConfigError, BaselineNotFound,
+                 RubricError)
 
 
 def is_config_error(error: object) -> bool:
@@ -40,28 +37,51 @@ def is_config_error(error: object) -> bool:
     return isinstance(error, CONFIG_ERRORS)
 
 
-def preflight(params) -> None:
-    """Check gates, rubric, the set (read and validated), the judges and a named baseline.
+def check_gate_metrics(gates: list[Gate], plan: JudgePlan, pairwise: bool,
+                       source: str | None) -> None:
+    """Refuse a gate on a metric this run will not produce (a typo, a judge not run).
+
+    Raises:
+        GateConfigError: naming the gate, the closest metric the run produces and the judges.
+    """
+    produced = sorted(MetricsAccumulator(plan).result())
+    where = f" in {source!r}" if source else ""
+    for gate in gates:
+        if is_pairwise(gate.metric):
+            if not pairwise:
+                raise GateConfigError(
+                    f"gate on {gate.metric!r}{where} needs the head-to-head, which this run "
+                    "does not judge (--no-pairwise): remove the gate or the option")
+            continue
+        if gate.metric in produced:
+            continue
+        close = difflib.get_close_matches(gate.metric, produced, n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise GateConfigError(
+            f"gate on {gate.metric!r}{where} names a metric this run does not produce; {hint}"
+            f"its judges are {', '.join(plan.names) or 'none'} (see README, Judges, for the "
+            "metric names)")
+
+
+def preflight(params: Any) -> SetCheck:
+    """Check the evaluation, then the gates, rubric, baseline and the gates' metrics.
+
+    Returns:
+        The set's check, which the flow run may reuse (flows/evaluation.py `reuse_check`).
 
     Raises:
         PreflightError: with the first problem found, as one message.
     """
     options = params.storage_options
     try:
-        check_models_reachable(params)
-        load_gates(params.gates, options)
+        gates = load_gates(params.gates, options)
         if params.rubric:
             read_rubric(params.rubric, options)
-        table = read_table(params.data, options) if params.data else table_from_rows(params.rows)
-        table = with_labels(table, params.labels, options)
-        validated = validate_table(table, responses_generated=params.candidate is not None,
-                                   label_judges=label_judges(params))
-        whole_set_broken = any(p.row_index is None for p in validated.problems)
-        if validated.problems and (params.on_invalid == "fail" or whole_set_broken):
-            raise InvalidDatasetError(validated.problems, validated.total)
-        plan_judges(validated.rows, params.judges, extra_judges(params, validated.rows))
         if params.baseline:
             find_baseline(params.output, params.suite, params.baseline, options)
-        check_calibration_source(params)
+        check = preflight_evaluate(params)
+        plan = plan_run(params, rows_to_plan(check, params.candidate is not None))
+        check_gate_metrics(gates, plan, params.pairwise, params.gates)
+        return check
     except CONFIG_ERRORS as error:
         raise PreflightError(str(error)) from None

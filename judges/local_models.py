@@ -25,3 +25,8 @@ def is_local_model(name: str) -> bool:
 def local_model(name: str) -> LocalModel | None:
     """The local model registered under `name`, if any."""
     return _LOCAL_MODELS.get(name)
+
+
+def local_model_names() -> list[str]:
+    """The names of the registered local models, sorted."""
+    return sorted(_LOCAL_MODELS)
