@@ -52,8 +52,8 @@ def read_calibration_run(output: str, suite: str, run_id: str,
         raise CalibrationSourceError(
             f"calibration run {run_id!r} of suite {suite!r} has no manifest.json at "
             f"{run.url()}: it does not exist or its publishing never finished")
-    if manifest.get("status") == "incomplete":
-        reasons = "; ".join(manifest.get("incomplete_reasons") or []) or "no reason recorded"
+    if manifest.get("incomplete_reasons"):  # its judging fell short (not just its gates)
+        reasons = "; ".join(manifest["incomplete_reasons"])
         raise CalibrationSourceError(
             f"calibration run {run_id!r} of suite {suite!r} is incomplete ({reasons}): its "
             "judge failed on too many rows for its agreement to stand for the judge; name a "
