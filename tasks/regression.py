@@ -166,6 +166,9 @@ def _relative_breach(gate: Gate, line: DeltaLine, p_adj: float | None) -> tuple[
         if gate.alpha is not None and not (p_adj is not None and p_adj < gate.alpha):
             return False, (f"{word} {change:.4f} > {limit:g}, but not significant "
                            f"(adjusted p {p_adj:.4g} ≥ α {gate.alpha:g})")
+        if gate.alpha is None:
+            return True, (f"{word} {change:.4f}, more than {limit:g} (decided on the point "
+                          "estimate: the gate has no alpha, so noise alone can breach it)")
         return True, f"{word} {change:.4f}, more than {limit:g}"
     return False, f"change {delta:+.4f} within the limit"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.deltas import paired_deltas
+from tasks.deltas import DeltaLine, paired_deltas
 from tasks.gates import Gate, GateConfigError, load_gates
 from tasks.metric_fields import RowData, metric_fields, row_data, tag_metric
 from tasks.regression import Context, decide
@@ -192,3 +192,24 @@ def test_gates_file_default_alpha_and_errors(tmp_path):
             load_gates(str(path))
     with pytest.raises(GateConfigError, match="not found"):
         load_gates(str(tmp_path / "missing.yaml"))
+
+
+def test_a_gate_without_alpha_says_it_decided_on_the_point_estimate():
+    from tasks.regression import _relative_breach
+
+    line = DeltaLine("m", None, 0.9, 0.85, -0.05, -0.1, 0.0, 40, 0, 0, 0, 0.06, 0.95, 0.12,
+                     "mcnemar-exact", 4, 2, 0.9, 0.85, False)
+    breached, why = _relative_breach(Gate(metric="m/rating/percentage", max_drop=0.02), line,
+                                     None)
+    assert breached and "decided on the point estimate" in why
+    held, why = _relative_breach(Gate(metric="m/rating/percentage", max_drop=0.02, alpha=0.05),
+                                 line, 0.06)
+    assert not held and "not significant" in why
+
+
+def test_the_shipped_gates_file_has_an_alpha():
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parent.parent / "deployments" / "gates.yaml"
+    relative = [g for g in load_gates(str(shipped)) if g.relative]
+    assert relative and all(g.alpha == 0.05 for g in relative)
