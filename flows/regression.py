@@ -137,10 +137,14 @@ async def regression(params: RegressionParams) -> dict | State:
     message = verdict_message(section, params.suite, urls["report.html"])
     summary = {**run_summary(location, manifest, judged.metrics, urls),
                "status": verdict.outcome, "regression": section, "deltas": section["deltas"]}
+    # One log line per gate (a multi-line message shows in the UI's log as one line of "\n"s).
+    lines = [line.strip() for line in message.splitlines()]
+    for line in lines:
+        (logger.info if verdict.outcome == "passed" else logger.error)(line)
     if verdict.outcome == "passed":
-        logger.info(message)
         return summary
     _emit(params, DETECTED_EVENT if verdict.outcome == "failed" else INCOMPLETE_EVENT,
           location.run_id, urls, section)
-    # A returned Failed state ends the run with this message and no traceback in its log.
-    return Failed(message=message, data=RegressionNotPassed(message, summary))
+    # A returned Failed state ends the run with this message (one line: the state's message is
+    # shown as written) and no traceback in its log.
+    return Failed(message=" | ".join(lines), data=RegressionNotPassed(message, summary))

@@ -14,11 +14,11 @@ from typing import Any
 from tasks.markdown_text import cell, code, inline
 from tasks.verdict_text import gate_cells, headline
 
-GATE_COLUMNS = ("verdict", "gate", "rule", "values", "delta", "n", "p", "worst", "reason")
-GATE_HEADERS = ("verdict", "gate", "rule", "baseline → candidate", "Δ [95% CI]", "n paired",
-                "p raw / Holm", "worst slice", "why")
+# Four columns: a table that fits the Prefect UI's artifact view (about 1,400 px) and a pull
+# request's comment; each gate's statistics follow the table as a line of their own.
+GATE_COLUMNS = ("verdict", "gate", "values", "reason")
+GATE_HEADERS = ("verdict", "gate", "baseline → candidate", "why")
 MAX_METRIC_LINES = 30
-ICONS = {"passed": "✅", "failed": "❌", "incomplete": "⚠️"}
 
 
 def _format(value: Any) -> str:
@@ -28,19 +28,23 @@ def _format(value: Any) -> str:
 
 
 def gate_table(gates: list[Mapping[str, Any]]) -> list[str]:
-    """One Markdown table row per gate, under a header."""
+    """One Markdown table row per gate, under a header, then each gate's statistics."""
     lines = ["| " + " | ".join(GATE_HEADERS) + " |", "|" + "---|" * len(GATE_HEADERS)]
+    details = []
     for gate in gates:
-        row = {c: cell(text) for c, text in gate_cells(gate).items()}
+        cells = gate_cells(gate)
+        row = {c: cell(text) for c, text in cells.items()}
         row["verdict"] = f"**{row['verdict']}**"
         lines.append("| " + " | ".join(row[c] for c in GATE_COLUMNS) + " |")
-    return lines
+        details.append(f"- {inline(cells['gate'])}: rule {inline(cells['rule'])}; Δ "
+                       f"{inline(cells['delta'])}; n paired {inline(cells['n'])}; p raw / Holm "
+                       f"{inline(cells['p'])}; worst slice {inline(cells['worst'])}")
+    return [*lines, "", *details]
 
 
 def regression_lines(section: Mapping[str, Any], suite: str) -> list[str]:
     """The outcome, the gate table and how the rows paired."""
-    outcome = section.get("outcome", "incomplete")
-    lines = [f"## {ICONS.get(outcome, '')} {inline(headline(section, suite))}", ""]
+    lines = [f"## {inline(headline(section, suite))}", ""]
     if section.get("gates"):
         lines += [*gate_table(section["gates"]), ""]
     else:

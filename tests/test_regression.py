@@ -126,7 +126,7 @@ def test_first_run_is_incomplete_and_an_evaluate_run_seeds_the_baseline(fake_llm
     assert pointer(tmp_path, "latest") == "night1" and pointer(tmp_path, "baseline") is None
     assert events(INCOMPLETE_EVENT, "night1")
     summary_artifact, report_artifact = artifacts("judgeflow-nightly", "judgeflow-nightly-report")
-    assert "## ⚠️ INCOMPLETE\\: 1 of 1 gate\\(s\\)" in summary_artifact.data  # escaped text
+    assert "## INCOMPLETE\\: 1 of 1 gate\\(s\\)" in summary_artifact.data  # escaped text
     assert "| **UNDECIDABLE** |" in summary_artifact.data
     # Local output: no link a browser could not follow; the path as text and the figures.
     assert report_artifact.type == "markdown"
