@@ -8,18 +8,26 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install demo test bench lint clean
+.PHONY: install dev demo test bench lint clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet uv==$(UV_VERSION)
 
-# The lock file pins every version; --frozen refuses to install anything else.
+# The lock file pins every version; --frozen refuses to install anything else. The demo needs
+# only the runtime, installed quietly; --inexact keeps the development tools if they are there.
 $(VENV)/.installed: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen --extra dev --compile-bytecode --python $(PYTHON)
+	$(UV) sync --frozen --inexact --quiet --compile-bytecode --python $(PYTHON)
 	touch $@
 
+# Tests, lint and the benchmark also need the development extras (pytest, moto, ruff).
+$(VENV)/.installed-dev: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --extra dev --compile-bytecode --python $(PYTHON)
+	touch $@ $(VENV)/.installed
+
 install: $(VENV)/.installed
+
+dev: $(VENV)/.installed-dev
 
 # The demo's temporary Prefect API keeps its database in its own folder, away from any other
 # Prefect process on the machine (SQLite does not like sharing).
@@ -30,10 +38,10 @@ demo: install
 	$(VENV)/bin/judgeflow compare examples/pairs.jsonl --judge-model judgeflow/offline \
 		--output ./results --suite demo-compare
 
-test: install
+test: dev
 	$(VENV)/bin/pytest
 
-lint: install
+lint: dev
 	$(VENV)/bin/ruff check .
 
 clean:
@@ -41,5 +49,5 @@ clean:
 
 # The benchmark of record (README "Performance"): writes bench/results.json, prints the table.
 # BENCH_ARGS="--scale 0.25 --repeat 1" for a quick look.
-bench: install
+bench: dev
 	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)

@@ -18,7 +18,7 @@ from typing import Any
 
 from judges.base import JudgeSpec
 
-# Below this many labels a kappa interval is too wide to say much (README: about ±0.2 at 50).
+# Below this many labels a kappa interval is too wide to say much (docs/calibration.md).
 MIN_LABELS = 50
 MEASURED_WITH = (("model", "judge model"), ("api_base", "endpoint"),
                  ("temperature", "temperature"), ("samples", "samples per verdict"),
