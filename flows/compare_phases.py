@@ -108,15 +108,17 @@ async def judge_pairs(params: CompareParams, prepared: PreparedPairs,
     if params.shards > 1:  # the shards judge; this flow run merges what they stored
         sharded = await pairs_in_shards(params, location, pairs, prepared.options, chunk_size)
         store = sharded.pair_merge_view(store or ChunkStore.for_run(location), pairs)
+    progress = await PhaseProgress.start("judging pairs", len(pairs),
+                                         2.0 if prepared.options.swap else 1.0)
     try:
-        progress = await PhaseProgress.start("judging pairs", len(pairs))
         verdicts, usage = await judge_all_pairs(
             pairs, prepared.options, params.judge.settings(), chunk_size, cache_url(params),
             params.storage_options, staging, store, progress)
-        await progress.finish()
     except BaseException:
         staging.cleanup()
         raise
+    finally:
+        await progress.finish()
     summary = compare_summary(verdicts, prepared.options, seed=params.bootstrap_seed,
                               resamples=params.bootstrap_resamples)
     metrics = {**pairwise_metric_fields(summary),

@@ -140,17 +140,18 @@ async def generate_responses(
         prepared.generated_shapes.add(rows)
         prepared.generation_errors += sum(GENERATION_ERROR in r.extra for r in rows)
 
+    progress = await PhaseProgress.start("generating", prepared.check.valid_count)
     try:
-        progress = await PhaseProgress.start("generating", prepared.check.valid_count)
         usage = await generate_all(
             prepared.row_stream(), params.candidate.settings(),
             params.chunk_size or auto_chunk_size(prepared.check.valid_count), keep, store,
             progress,
         )
-        await progress.finish()
     except BaseException:
         spool.cleanup()
         raise
+    finally:
+        await progress.finish()
     prepared.generated = spool
     return usage
 
@@ -182,17 +183,19 @@ async def judge(
         rows = list(rows)  # sharding cuts the set into ranges: it holds every row
         sharded = await judge_in_shards(params, location, rows, plan, chunk_size)
         store = sharded.merge_view(store or ChunkStore.for_run(location), rows)
+    progress = await PhaseProgress.start("judging", row_count,
+                                         plan.calls_per_row(prepared.plan_rows()))
     try:
-        progress = await PhaseProgress.start("judging", row_count)
         usage = await judge_all(
             rows, plan, params.judge.settings(), chunk_size, cache_url(params),
             params.storage_options, staging, accumulator, calibration, report.rows, store,
             progress,
         )
-        await progress.finish()
     except BaseException:
         staging.cleanup()
         raise
+    finally:
+        await progress.finish()
     check = prepared.check
     calibrated = calibrate(params, plan, calibration)
     report.summary = accumulator.summary()

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from flows.compare_phases import judge_all_pairs
 from flows.execution import auto_chunk_size
+from flows.progress import PhaseProgress
 from flows.run_common import cache_url
 from judges.llm import Usage
 from judges.pairwise_judge import Pair, PairResult, PairwiseOptions, compare_summary
@@ -76,13 +77,15 @@ async def head_to_head(params: Any, rows: Iterable[EvalRow], baseline: Mapping[s
     rubric = read_rubric(params.rubric, params.storage_options) if params.rubric else None
     options = PairwiseOptions(rubric, swap=True, strict_ties=params.strict_ties)
     staging = ResultStaging()
+    progress = await PhaseProgress.start("judging head to head", len(pairs), 2.0)
     try:
         verdicts, usage = await judge_all_pairs(
             pairs, options, params.judge.settings(),
             params.chunk_size or auto_chunk_size(len(pairs)), cache_url(params),
-            params.storage_options, staging)
+            params.storage_options, staging, progress=progress)
     finally:
         staging.cleanup()
+        await progress.finish()
     results = {p.pair_id: PairResult(p, v) for p, v in zip(pairs, verdicts, strict=True)}
     fields = {pair_id: head_to_head_fields(r) for pair_id, r in results.items()}
     summary = compare_summary(verdicts, options, seed=BOOTSTRAP_SEED,

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from judges.base import BinaryVerdict, untrusted_blocks
 from judges.cache import ReplyCache, cache_key
+from judges.call_meter import FINISHED_CALLS
 from judges.llm import LLMCallError, LLMClient, Usage
 from judges.parsing import QuotedContent, ReplyParseError, parse_reply, verdict_of
 
@@ -98,6 +99,7 @@ async def judged_call(
         "verdict": None if exchange.verdict is None else verdict_of(exchange.verdict),
         "error": exchange.error,
     })
+    FINISHED_CALLS.add()
     return CallOutcome(exchange.verdict, exchange.error)
 
 

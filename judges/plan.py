@@ -36,6 +36,15 @@ class JudgePlan:
         """Names of the judges, then the metrics, that run."""
         return [j.name for j in self.judges] + [m.name for m in self.metrics]
 
+    def calls_per_row(self, rows: list[EvalRow]) -> float:
+        """The model calls a row needs, averaged over `rows` (for progress estimates only)."""
+        if not rows:
+            return 1.0
+        calls = sum(
+            judge.samples * (len(row.chunks_with_content) if judge.per_chunk else 1)
+            for row in rows for judge in self.judges if judge.applies_to(as_planned(row)))
+        return max(calls / len(rows), 1.0)
+
 
 def plan_judges(
     rows: Sequence[EvalRow],

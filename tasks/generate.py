@@ -6,6 +6,7 @@ import asyncio
 
 from prefect import task
 
+from judges.call_meter import FINISHED_CALLS
 from judges.llm import LLMCallError, LLMClient, LLMSettings, Usage
 from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.chunk_task import CHUNK_TASK_OPTIONS
@@ -29,8 +30,10 @@ async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRo
         completion = await client.complete(messages, call_usage)
     except LLMCallError as error:
         usage.add(call_usage)
+        FINISHED_CALLS.add()
         return mark_generation_failed(row, str(error))
     usage.add(call_usage)
+    FINISHED_CALLS.add()
     return row.model_copy(update={
         "response": completion.text,
         # The provider's time for the answering attempt; attempts are recorded apart.

@@ -126,3 +126,58 @@ def test_no_display_when_stderr_is_piped_or_with_no_progress(fake_llm, tmp_path)
     assert code == 0, terminal[-3000:]
     assert "calls/s" not in terminal
     assert "Finished in state Completed" in terminal  # the logs are still there
+
+
+# --- calls counted as they finish -----------------------------------------------------------
+
+def test_calls_and_time_left_move_before_a_chunk_ends():
+    from flows.progress import PhaseProgress
+    from judges.call_meter import FINISHED_CALLS
+
+    async def scenario():
+        phase = PhaseProgress("judging", total=100, calls_per_row=4.0)
+        assert "about" not in phase.summary()  # nothing done: no time left to show yet
+        FINISHED_CALLS.add(40)  # ten rows' calls, their chunk still running
+        await asyncio.sleep(0.05)
+        line = phase.summary()
+        assert line.startswith("judging: 10 of 100 rows, 40 calls (")
+        assert re.search(r"about \d+ s left", line), line
+        assert phase.percent == 10.0
+
+    asyncio.run(scenario())
+
+
+def test_the_progress_artifact_moves_while_the_first_chunk_runs(fake_llm, tmp_path):
+    """One chunk of 12 rows at 0.6 s a call, two in flight: the artifact, read from the API
+    while the chunk still runs, already counts calls and gives a time left."""
+    import threading
+    import time
+
+    fake_llm.script = lambda body: Reply('{"rationale": "ok", "rating": "yes"}',
+                                         delay_seconds=0.6)
+    judge = JudgeModel(model="openai/slow", api_base=fake_llm.api_base, concurrency=2)
+    params = EvaluateParams(data=str(EXAMPLE), judge=judge, output=str(tmp_path),
+                            suite="progress", run_id="live", chunk_size=12, use_cache=False,
+                            judges=["safety"])
+    seen: list[str] = []
+
+    def watch() -> None:
+        async def read():
+            async with get_client() as client:
+                found = await client.read_artifacts()
+                return [a.description for a in found if a.type == "progress"
+                        and a.key == "judgeflow-progress-judging" and a.data < 100]
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not seen:
+            seen.extend(d for d in asyncio.run(read()) if " 0 calls" not in d)
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    state = asyncio.run(evaluate(params, return_state=True))
+    watcher.join()
+    assert state.is_completed()
+    assert seen, "no progress seen before the chunk ended"
+    assert re.search(r"judging: \d+ of 12 rows, [1-9]\d* calls", seen[0]), seen[0]
+    assert "left" in seen[0]
