@@ -104,7 +104,7 @@ async def judge_pairs(params: CompareParams, prepared: PreparedPairs,
     """
     pairs, staging = prepared.pair_set.pairs, ResultStaging()
     started, sharded = time.perf_counter(), None
-    chunk_size = params.chunk_size or auto_chunk_size(len(pairs))
+    chunk_size = params.chunk_size or auto_chunk_size(len(pairs), params.shards)
     if params.shards > 1:  # the shards judge; this flow run merges what they stored
         sharded = await pairs_in_shards(params, location, pairs, prepared.options, chunk_size)
         store = sharded.pair_merge_view(store or ChunkStore.for_run(location), pairs)

@@ -176,7 +176,8 @@ async def judge(
     staging, accumulator, report = ResultStaging(), MetricsAccumulator(plan), ReportInputs()
     calibration = new_accumulator(params, plan)
     row_count = prepared.check.valid_count
-    started, chunk_size = time.perf_counter(), params.chunk_size or auto_chunk_size(row_count)
+    started = time.perf_counter()
+    chunk_size = params.chunk_size or auto_chunk_size(row_count, params.shards)
     rows, sharded = prepared.row_stream(), None
     mark("judging planned")
     if params.shards > 1:  # the shards judge; this flow run merges what they stored

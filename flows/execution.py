@@ -28,6 +28,7 @@ from tasks.judge import judge_chunk
 from tasks.report_rows import RowSample
 from tasks.staging import ResultStaging
 
+CHUNKS_PER_SHARD = 4
 TARGET_TASK_RUNS = 200
 # Each chunk costs Prefect tens of ms of the flow's event loop and API (a task run, its state
 # changes, the chunk's staging): at 50 rows that held the provider-bound rate 0.1 below 200
@@ -42,9 +43,17 @@ JUDGE_KIND = "judge"
 GENERATE_KIND = "generate"
 
 
-def auto_chunk_size(row_count: int) -> int:
-    """Rows per task: a run gets tens to a few hundred task runs, never one per row."""
-    return max(MIN_CHUNK_SIZE, math.ceil(row_count / TARGET_TASK_RUNS))
+def auto_chunk_size(row_count: int, shards: int = 1) -> int:
+    """Rows per task: a run gets tens to a few hundred task runs, never one per row.
+
+    A sharded run cuts finer, into at least CHUNKS_PER_SHARD chunks per shard: shards get whole
+    chunks, so with 3 chunks of 200 rows over 2 shards one would judge 400 rows and the other
+    200, and the run would wait for the slower.
+    """
+    size = max(MIN_CHUNK_SIZE, math.ceil(row_count / TARGET_TASK_RUNS))
+    if shards > 1:
+        size = min(size, max(1, math.ceil(row_count / (shards * CHUNKS_PER_SHARD))))
+    return size
 
 
 def chunks_in_flight(concurrency: int, chunk_size: int) -> int:

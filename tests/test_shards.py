@@ -55,6 +55,18 @@ def test_shards_cover_every_chunk_once_in_order():
         assert len(ranges) == min(shards, -(-rows // size))  # no empty shard
 
 
+def test_a_sharded_run_is_cut_so_that_shards_finish_together():
+    from flows.execution import auto_chunk_size
+
+    for rows, shards in [(600, 2), (200, 4), (1000, 3), (50_000, 8), (7, 4)]:
+        ranges = split_shards(rows, auto_chunk_size(rows, shards), shards)
+        sizes = [r.row_count for r in ranges]
+        assert len(ranges) == min(shards, rows)
+        assert max(sizes) - min(sizes) <= auto_chunk_size(rows, shards), (rows, shards, sizes)
+        assert max(sizes) <= 1.25 * rows / len(ranges) + 1, (rows, shards, sizes)
+    assert auto_chunk_size(600) == 200 and auto_chunk_size(600, 1) == 200  # unsharded: as before
+
+
 def test_budget_shares_add_up_to_the_run_s_budget():
     for total, shards in [(64, 2), (7, 3), (600, 7), (3, 3)]:
         parts = [share(total, shards, k) for k in range(shards)]
