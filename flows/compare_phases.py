@@ -15,6 +15,7 @@ from prefect import get_run_logger
 from flows.compare_params import CompareParams
 from flows.completeness import Completeness, assess_pairs
 from flows.execution import auto_chunk_size
+from flows.integrity import integrity_section
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.pair_judging import PAIRS_KIND, judge_all_pairs  # noqa: F401 - flows.compare
 from flows.progress import PhaseProgress
@@ -147,6 +148,7 @@ def publish_pairs(params: CompareParams, location: RunLocation, prepared: Prepar
     manifest = compare_manifest(params, location, prepared.pair_set, prepared.rubric,
                                 judged.usage, started_at, judged.timings, judged.completeness)
     manifest.update(judged.sections)
+    manifest["integrity"] = integrity_section([judged.usage], judged.store)
     try:
         urls = publish_run(location, judged.staging, judged.metrics, manifest,
                            prepared.pair_set.rejected, pairwise=judged.metrics,

@@ -17,6 +17,7 @@ from prefect.utilities.annotations import quote
 from flows.calibration import calibrate, new_accumulator
 from flows.completeness import Completeness, assess
 from flows.execution import auto_chunk_size, generate_all, judge_all
+from flows.integrity import integrity_section
 from flows.manifest import OFFLINE_NOTICE, build_manifest
 from flows.params import EvaluateParams
 from flows.preflight import (
@@ -232,8 +233,13 @@ def publish(
     extra_sections: dict | None = None,
     pairwise: dict | None = None,
     kind: str = "evaluate",
+    integrity: dict | None = None,
 ) -> tuple[dict, dict[str, str]]:
-    """Write the run's files (manifest last); returns the manifest and the file URLs."""
+    """Write the run's files (manifest last); returns the manifest and the file URLs.
+
+    `integrity` is the manifest's integrity section when the caller read more back than the
+    judge phase did (a regression's baseline and head-to-head); by default it is made here.
+    """
     settings = params.judge.settings()
     counts = {f"rows_{key[len('rows/'):]}": value
               for key, value in judged.metrics.items() if key.startswith("rows/")}
@@ -247,6 +253,8 @@ def publish(
     )
     manifest.update(extra_sections or {})
     manifest.update(judged.sections)
+    manifest["integrity"] = integrity or integrity_section(
+        [judged.usage], judged.store, calibration=params.calibration)
     if judged.calibration:
         manifest["calibration"] = judged.calibration
     if params.candidate is not None:

@@ -18,11 +18,13 @@ from pydantic import Field, model_validator
 
 from flows import flow_names
 from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
+from flows.integrity import integrity_section
 from flows.params import EvaluateParams, Location, SafeName, StorageURL, locations_of
 from flows.preflight import plan_run, rows_to_plan
 from flows.regression_phases import (
     DETECTED_EVENT,
     INCOMPLETE_EVENT,
+    baseline_check,
     compare_with_baseline,
     decide_run,
     regression_section,
@@ -131,8 +133,13 @@ async def regression(params: RegressionParams) -> dict | State:
     extra: dict[str, Any] = {"status": verdict.outcome, "regression": section}
     if params.candidate is not None:
         extra["generation_usage"] = generation_usage.as_dict()
+    integrity = integrity_section(
+        [judged.usage, comparison.usage], judged.store, calibration=params.calibration,
+        baseline=baseline_check(baseline, comparison) or "none",
+        baseline_refused=comparison.baseline_refused)
     manifest, urls = publish(params, location, prepared, judged, started_at, extra,
-                             pairwise=comparison.pairwise, kind="regression")
+                             pairwise=comparison.pairwise, kind="regression",
+                             integrity=integrity)
     publish_artifacts(manifest, judged.metrics, urls)
     message = verdict_message(section, params.suite, urls["report.html"])
     summary = {**run_summary(location, manifest, judged.metrics, urls),

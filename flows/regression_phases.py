@@ -2,7 +2,9 @@
 
 compare_with_baseline reads the baseline's per-row results, pairs them with the candidate's
 on request_id, computes the paired deltas (whole run and per tag) and, unless disabled, the
-head-to-head verdicts; decide_run applies the gates; the flow only sequences them.
+head-to-head verdicts; decide_run applies the gates; the flow only sequences them. A baseline
+refused by its integrity check (tasks/baseline.py), when found or when its results.jsonl is
+read, is never compared with: no deltas, no head-to-head, and the run cannot pass.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from flows.evaluation import JudgedRun, PreparedSet
 from flows.head_to_head import head_to_head, merge_fields
 from judges.fingerprint import differences, fingerprint, recorded_judges
 from judges.llm import Usage
-from tasks.baseline import BaselineRun, read_rows
+from tasks.baseline import BaselineRefused, BaselineRun, read_rows
 from tasks.deltas import DeltaLine, join_rows, paired_deltas
 from tasks.metric_fields import RowData, metric_fields, row_data
 from tasks.plain_text import visible
@@ -38,6 +40,7 @@ class Comparison:
     pairwise_unavailable: str | None = None
     pairwise_error: str | None = None
     baseline_rows_error: str | None = None
+    baseline_refused: str | None = None  # the sentence naming the baseline and what failed
     usage: Usage = field(default_factory=Usage)
 
 
@@ -51,6 +54,10 @@ def _baseline_rows(baseline: BaselineRun, judged: JudgedRun, params: Any,
                    comparison: Comparison) -> dict[str, RowData]:
     try:
         return read_rows(baseline, metric_fields(judged.metrics), params.storage_options)
+    except BaselineRefused as error:
+        comparison.baseline_refused = str(error)
+        get_run_logger().warning("%s", visible(error))
+        return {}
     except (OSError, ValueError) as error:  # missing or unreadable results: nothing pairs
         comparison.baseline_rows_error = f"{type(error).__name__}: {error}"
         get_run_logger().warning("cannot read the baseline's results: %s", visible(error))
@@ -88,7 +95,13 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
     if baseline is None:
         comparison.pairwise_unavailable = f"no baseline yet: first run of suite {params.suite!r}"
         return comparison
-    rows = _baseline_rows(baseline, judged, params, comparison)
+    if baseline.refused is not None:
+        get_run_logger().warning("%s", visible(baseline.refused))
+        comparison.baseline_refused = baseline.refused
+    rows = {} if baseline.refused else _baseline_rows(baseline, judged, params, comparison)
+    if comparison.baseline_refused is not None:  # found so, or its results.jsonl was
+        comparison.pairwise_unavailable = comparison.baseline_refused
+        return comparison
     join = join_rows(rows, candidate)
     comparison.pairing = {"paired": len(join.paired), "only_baseline": len(join.only_baseline),
                           "only_candidate": len(join.only_candidate),
@@ -130,7 +143,7 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
         min_coverage=params.min_coverage, calibration_floor=params.calibration_floor,
         calibration_min_labels=params.calibration_min_labels,
         pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
-        tags=comparison.tags,
+        tags=comparison.tags, baseline_refused=comparison.baseline_refused,
         pairs_without_response=comparison.pairing.get("no_response", 0),
         judge_changes=judge_changes(baseline, judged, params), advisory={
             entry["key"]: entry["advisory_reason"]
@@ -139,6 +152,13 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
     if verdict.outcome == "passed" and judged.completeness.status != "complete":
         return verdict._replace(outcome="incomplete")
     return verdict
+
+
+def baseline_check(baseline: BaselineRun | None, comparison: Comparison) -> str | None:
+    """How the baseline was taken: "verified", "unchecked" (no key), "refused"; None if none."""
+    if baseline is None:
+        return None
+    return "refused" if comparison.baseline_refused is not None else baseline.check
 
 
 def regression_section(params: Any, gates: list, baseline: BaselineRun | None,
@@ -150,6 +170,8 @@ def regression_section(params: Any, gates: list, baseline: BaselineRun | None,
         "baseline_run_id": baseline.run_id if baseline else None,
         "baseline_url": baseline.url if baseline else None,
         "baseline_status": baseline.manifest.get("status") if baseline else None,
+        "baseline_check": baseline_check(baseline, comparison),
+        "baseline_refused": comparison.baseline_refused,
         "first_run": baseline is None,
         "settings": {"max_error_share": params.max_error_share,
                      "min_paired": params.min_paired, "min_coverage": params.min_coverage,

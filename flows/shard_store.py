@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from judges.engine import failed_rows
+from judges.integrity import SIGNING_KEY_ENV
 from judges.llm import Usage
 from judges.pairwise_judge import Pair, PairResult, PairwiseOptions, failed_verdict
 from judges.plan import JudgePlan
@@ -22,6 +23,14 @@ from judges.rows import EvalRow
 from tasks.chunk_store import ChunkStore
 from tasks.compare import PairChunkResult
 from tasks.judge import ChunkResult
+
+
+def _refused(store: ChunkStore, kind: str, index: int) -> str | None:
+    """Why a chunk a shard stored was not taken, when the store refused it for its MAC."""
+    if (kind, index) not in store.refused:
+        return None
+    return (f"not judged: the stored chunk {index} has no valid MAC (altered, or its shard's "
+            f"worker signs with another {SIGNING_KEY_ENV}, or none)")
 
 
 class ShardStoreView:
@@ -39,6 +48,11 @@ class ShardStoreView:
     def url(self) -> str:
         """Where the run's chunks are (the store's URL)."""
         return self.store.url
+
+    @property
+    def rejected(self) -> int:
+        """Stored chunks the store refused for a missing or wrong MAC."""
+        return self.store.rejected
 
     def load(self, kind: str, index: int, fingerprint: str, plan: JudgePlan
              ) -> ChunkResult | None:
@@ -89,6 +103,11 @@ class MergeView:
         """Where the run's chunks are (the store's URL)."""
         return self.store.url
 
+    @property
+    def rejected(self) -> int:
+        """Stored chunks the store refused for a missing or wrong MAC."""
+        return self.store.rejected
+
     def load(self, kind: str, index: int, fingerprint: str, plan: JudgePlan) -> ChunkResult:
         """The chunk a shard finished, or a result per row carrying why it is missing."""
         chunk = list(self.rows[index * self.chunk_size:(index + 1) * self.chunk_size])
@@ -96,7 +115,8 @@ class MergeView:
         if found is not None and len(found.results) == len(chunk):
             return found
         self.missing.append(index)
-        return ChunkResult(index, failed_rows(chunk, plan, self.why_missing(index)), Usage(), [])
+        why = _refused(self.store, kind, index) or self.why_missing(index)
+        return ChunkResult(index, failed_rows(chunk, plan, why), Usage(), [])
 
     def save(self, kind: str, index: int, fingerprint: str, result: ChunkResult) -> None:
         """Never reached: every load answers, so the parent runs no chunk task."""
@@ -121,6 +141,11 @@ class PairMergeView:
         """Where the run's chunks are (the store's URL)."""
         return self.store.url
 
+    @property
+    def rejected(self) -> int:
+        """Stored chunks the store refused for a missing or wrong MAC."""
+        return self.store.rejected
+
     def load_pairs(self, kind: str, index: int, fingerprint: str, options: PairwiseOptions
                    ) -> PairChunkResult:
         """The chunk a shard finished, or an error verdict per pair saying why it is missing."""
@@ -129,7 +154,8 @@ class PairMergeView:
         if found is not None and len(found.verdicts) == len(chunk):
             return found
         self.missing.append(index)
-        verdicts = [failed_verdict(self.why_missing(index), options.swap) for _ in chunk]
+        why = _refused(self.store, kind, index) or self.why_missing(index)
+        verdicts = [failed_verdict(why, options.swap) for _ in chunk]
         records = [pair_fields(PairResult(p, v, options.swap))
                    for p, v in zip(chunk, verdicts, strict=True)]
         return PairChunkResult(index, records, verdicts, Usage(), [])

@@ -108,7 +108,10 @@ async def _cached(
 ) -> Exchange | None:
     if ctx.cache is None:
         return None
-    reply = await asyncio.to_thread(ctx.cache.get, key)
+    found = await asyncio.to_thread(ctx.cache.read, key)
+    if found.rejected:
+        ctx.usage.cache_rejected += 1  # the manifest's integrity section counts them
+    reply = found.reply
     if reply is None:
         return None
     try:

@@ -29,6 +29,7 @@ class Usage:
 
     calls: int = 0
     cache_hits: int = 0
+    cache_rejected: int = 0  # entries refused for a missing or wrong MAC (judged again)
     retries: int = 0
     failures: int = 0
     input_tokens: int = 0

@@ -4,18 +4,23 @@ People often label after the fact, in a separate file: `--labels FILE` (JSONL, J
 Parquet rows of `{request_id, human_labels}`, optionally `human_preference`) is joined onto the
 set on request_id before validation, so its labels are checked like a column's. A run without
 labels may reuse the calibration of an earlier labelled run of its suite (`--calibration
-RUN_ID`): its metrics.json and manifest are read here.
+RUN_ID`): its metrics.json and manifest are read here. With a signing key (judges/integrity.py)
+that run's manifest MAC and its metrics.json digest must verify, or it is refused like a wrong
+run id: a configuration error, before any call.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, NamedTuple
 
 from judges.calibration_rows import LABELS_COLUMN, PREFERENCE_COLUMN
+from judges.integrity import signing_key
 from tasks.baseline import read_json
 from tasks.metric_fields import calibrated_keys
 from tasks.normalise import stable_request_id
 from tasks.outputs import RunLocation
+from tasks.run_integrity import RunRefused, manifest_problem, read_covered
 from tasks.sources import DatasetReadError, RawTable, read_table
 
 LABEL_COLUMNS = (LABELS_COLUMN, PREFERENCE_COLUMN)
@@ -26,7 +31,7 @@ class LabelsFileError(DatasetReadError):
 
 
 class CalibrationSourceError(ValueError):
-    """The run named to reuse a calibration from does not exist or has no calibration."""
+    """The run named to reuse a calibration from is absent, uncalibrated, or fails its check."""
 
 
 class CalibrationSource(NamedTuple):
@@ -43,7 +48,8 @@ def read_calibration_run(output: str, suite: str, run_id: str,
     """The earlier run of `suite` whose calibration is reused.
 
     Raises:
-        CalibrationSourceError: it has no manifest (absent or unfinished) or no calibration.
+        CalibrationSourceError: it has no manifest (absent or unfinished), no calibration, or,
+            with a signing key, a manifest or metrics.json that fails its check.
     """
     options = storage_options or {}
     run = RunLocation(output, suite, run_id, options)
@@ -52,18 +58,40 @@ def read_calibration_run(output: str, suite: str, run_id: str,
         raise CalibrationSourceError(
             f"calibration run {run_id!r} of suite {suite!r} has no manifest.json at "
             f"{run.url()}: it does not exist or its publishing never finished")
+    key = signing_key()
+    problem = manifest_problem(manifest, run, key) if key is not None else None
+    if problem is not None:  # checked before anything the manifest says is believed
+        raise _refusal(problem, run)
     if manifest.get("incomplete_reasons"):  # its judging fell short (not just its gates)
         reasons = "; ".join(manifest["incomplete_reasons"])
         raise CalibrationSourceError(
             f"calibration run {run_id!r} of suite {suite!r} is incomplete ({reasons}): its "
             "judge failed on too many rows for its agreement to stand for the judge; name a "
             "complete labelled run")
-    metrics = read_json(run.url("metrics.json"), options) or {}
+    metrics = _metrics(run, manifest, options, verified=key is not None)
     if not calibrated_keys(metrics):
         raise CalibrationSourceError(
             f"run {run_id!r} of suite {suite!r} has no calibration to reuse: none of its rows "
             "carried human_labels")
     return CalibrationSource(run_id, run.url(), metrics, manifest)
+
+
+def _refusal(problem: str, run: RunLocation) -> CalibrationSourceError:
+    return CalibrationSourceError(f"calibration run {run.run_id!r} of suite {run.suite!r} "
+                                  f"refused: {problem}")
+
+
+def _metrics(run: RunLocation, manifest: dict, options: dict, verified: bool) -> dict:
+    """The run's metrics.json; of a verified run, only if its digest is the manifest's."""
+    if not verified:
+        return read_json(run.url("metrics.json"), options) or {}
+    try:
+        return json.loads(read_covered(run.url("metrics.json"), options, manifest,
+                                       "metrics.json"))
+    except FileNotFoundError:
+        return {}  # then it has no calibration to reuse, which says so
+    except RunRefused as error:
+        raise _refusal(str(error), run) from None
 
 
 def _label_rows(url: str, storage_options: dict) -> dict[str, dict[str, Any]]:

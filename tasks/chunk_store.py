@@ -13,6 +13,12 @@ process killed mid-write leaves no half chunk behind.
 
 After a run publishes its manifest, `clear` deletes the folder: the published files hold
 everything, and a rerun of a published run id costs no call anyway (the reply cache).
+
+The fingerprint is an unkeyed hash anyone can compute, so it only tells runs apart; it vouches
+for nothing. With a signing key (judges/integrity.py) each document also carries a MAC over its
+result, bound to the run (suite/run_id), kind, index and fingerprint: a document whose MAC is
+missing or wrong is refused like a miss (judged again, its good result stored over it), counted
+in `rejected`, and a warning is logged.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ import contextlib
 import json
 import logging
 import secrets
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from pydantic import ValidationError
 
+from judges.integrity import CHUNK, as_read_back, canonical, signing_key
 from judges.llm import Usage
 from judges.pair_codec import decode_pair_verdict, encode_pair_verdict
 from judges.pairwise_judge import PairwiseOptions
@@ -58,21 +66,48 @@ class ChunkStore:
     Args:
         url: the folder (any fsspec URL), normally `{run}/.chunks` (see `for_run`).
         storage_options: fsspec options of that URL (credentials stay in memory, never stored).
+        run: the run the chunks belong to ("suite/run_id"), bound into each chunk's MAC so
+            that a chunk signed for one run is refused by another.
     """
 
-    def __init__(self, url: str, storage_options: dict | None = None):
-        self.url = url
+    def __init__(self, url: str, storage_options: dict | None = None, run: str = ""):
+        self.url, self.run = url, run
         self._fs, self._root = url_to_fs(url, storage_options)
         self._root = self._root.rstrip("/")
         self._object_store = is_object_store(self._fs)
         # Every file this store read or wrote: what `clear` deletes on an object store.
         self._touched: set[str] = set()
         self._readable = True
+        self._key = signing_key()
+        self._lock = threading.Lock()  # reads run in worker threads
+        self.refused: set[tuple[str, int]] = set()  # (kind, index) refused for their MAC
 
     @classmethod
     def for_run(cls, location: RunLocation) -> ChunkStore:
         """The store of a run: `{output}/{suite}/{run_id}/.chunks`."""
-        return cls(location.url(CHUNKS_FOLDER), location.storage_options)
+        return cls(location.url(CHUNKS_FOLDER), location.storage_options,
+                   run=f"{location.suite}/{location.run_id}")
+
+    @property
+    def rejected(self) -> int:
+        """How many stored chunks were refused for a missing or wrong MAC."""
+        return len(self.refused)
+
+    def _binding(self, kind: str, index: int, fingerprint: str) -> dict:
+        return {"run": self.run, "kind": kind, "index": index, "fingerprint": fingerprint}
+
+    def _authentic(self, document: dict, kind: str, index: int, fingerprint: str) -> bool:
+        """Whether the document's MAC is valid (always, without a signing key)."""
+        if self._key is None:
+            return True
+        if self._key.verify(CHUNK, self._binding(kind, index, fingerprint),
+                            canonical(document.get("result")), document.get("mac")):
+            return True
+        with self._lock:
+            self.refused.add((kind, index))
+        logger.warning("stored chunk %s/%d has no valid MAC (unsigned, altered, or signed with "
+                       "another key), judging it again", kind, index)
+        return False
 
     def _path(self, kind: str, index: int) -> str:
         return f"{self._root}/{kind}/{index:06d}.json"
@@ -102,13 +137,20 @@ class ChunkStore:
             return None
         if document.get("fingerprint") != fingerprint or document.get("kind") != kind:
             return None  # other rows, judges or model under this run id: not this chunk
-        self._touched.add(path)
+        self._touched.add(path)  # refused or not, the run's own file: `clear` deletes it
+        if not self._authentic(document, kind, index, fingerprint):
+            return None
         return document.get("result")
 
     def write(self, kind: str, index: int, fingerprint: str, result: dict) -> None:
         """Store a finished chunk's result document; a storage error is logged and skipped."""
         document = {"format": FORMAT, "kind": kind, "index": index, "fingerprint": fingerprint,
                     "result": result}
+        if self._key is not None:
+            # The MAC covers the result as a reader will parse it back.
+            document["result"] = result = as_read_back(result)
+            document["mac"] = self._key.mac(CHUNK, self._binding(kind, index, fingerprint),
+                                            canonical(result))
         data = json.dumps(document, ensure_ascii=False, default=str)
         path = self._path(kind, index)
         try:

@@ -11,6 +11,7 @@ multipart upload, is atomic; elsewhere the file is written under a temporary nam
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -73,6 +74,14 @@ class RunLocation:
         return self.fs.unstrip_protocol(path)
 
 
+def _sha256_of(local: str) -> str:
+    digest = hashlib.sha256()
+    with open(local, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 class Publisher:
     """Writes files in order, retrying each upload, and remembers what is written.
 
@@ -87,6 +96,7 @@ class Publisher:
         self.location = location
         self.planned = list(planned) if planned is not None else None
         self.written: list[str] = []
+        self.digests: dict[str, str] = {}  # sha256 (hex) of each file written, by path
 
     def write(self, path: str, produce: Callable[[IO[bytes]], None]) -> None:
         """Produce a file once, then upload it to `path`, retrying the upload.
@@ -104,6 +114,7 @@ class Publisher:
                     produce(handle)
             except Exception as error:
                 raise PublishError(self._failure(url, f"could not produce {url}", error)) from error
+            digest = _sha256_of(local)  # of the bytes uploaded: the manifest vouches for them
             last_error: Exception | None = None
             for attempt in range(WRITE_ATTEMPTS):
                 if attempt:
@@ -117,6 +128,7 @@ class Publisher:
                     last_error = error
                 else:
                     self.written.append(url)
+                    self.digests[path] = digest
                     return
         raise PublishError(
             self._failure(url, f"could not write {url} after {attempt + 1} attempt(s)", last_error)

@@ -16,6 +16,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from judges.integrity import signing_key
 from judges.nova_format import nova_results
 from judges.storage import filesystem, is_object_store
 from tasks.baseline import becomes_baseline, pointer_path
@@ -24,6 +25,7 @@ from tasks.outputs import Publisher, RunLocation
 from tasks.report import render_report
 from tasks.report_rows import ReportInputs
 from tasks.results_parquet import write_results_parquet
+from tasks.run_integrity import seal
 from tasks.slices import slices_of_records
 from tasks.staging import ResultStaging
 from tasks.summary_md import summary_markdown
@@ -87,6 +89,9 @@ def publish_run(
 ) -> dict[str, str]:
     """Write results, metrics, report and summary.md, then manifest.json, then the pointers.
 
+    The manifest records each file's sha256 and, with $JUDGEFLOW_SIGNING_KEY, carries a MAC
+    over itself (tasks/run_integrity.py).
+
     Per-tag aggregates (tasks/slices.py) are added to the metrics here when the caller has
     not, so every kind of run publishes them. The report is rendered from `report`'s typed
     values (its drill-down already bounded), never from the staged records read back.
@@ -119,6 +124,10 @@ def publish_run(
     publisher.write_run_file("summary.md", lambda handle: handle.write(summary))
     manifest = {**manifest, "files": [*files, "manifest.json"]}
     manifest["published_at"] = datetime.now(UTC).isoformat()
+    # The manifest vouches for every file above (their sha256) and, with a signing key, for
+    # itself: a later run reading this one back as its baseline checks both.
+    digests = {name: publisher.digests[f"{location.run_dir}/{name}"] for name in files}
+    manifest = seal(manifest, location, digests, signing_key())
     publisher.write_json(f"{location.run_dir}/manifest.json", manifest)
     pointer = {
         "suite": location.suite,

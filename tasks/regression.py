@@ -4,6 +4,9 @@ Each gate held, was breached or is undecidable; the run passed, failed or is inc
 
 A gate is undecidable when the run cannot tell: the metric is missing, the candidate's judge
 errored on too many rows, too few rows pair with the baseline, or there is no baseline yet.
+A baseline refused by its integrity check (tasks/baseline.py) decides nothing: the relative
+gates are undecidable, and a line of its own, undecidable too, says why, so that a run with
+only absolute gates still cannot pass on it.
 Failed wins over incomplete (a known regression is reported even if another gate could not
 be checked), and incomplete never counts as passed. Relative gates with an alpha breach only
 on a significant change, their one-sided p-values adjusted by Holm across the run's gates.
@@ -53,6 +56,7 @@ class Context(NamedTuple):
     # reach it, win-rate gates cannot decide.
     calibration_floor: float | None = None
     calibration_min_labels: int = MIN_LABELS
+    baseline_refused: str | None = None  # why the baseline failed its integrity check
 
 
 class GateResult(NamedTuple):
@@ -128,6 +132,8 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
 
 
 def _relative_reason(gate: Gate, ctx: Context, line: DeltaLine | None) -> str | None:
+    if ctx.baseline_refused is not None:
+        return ctx.baseline_refused
     if ctx.baseline_run_id is None:
         return f"no baseline yet: first run of suite {ctx.suite!r}"
     spec = metric_field(gate.metric)
@@ -233,10 +239,18 @@ def decide(gates: Sequence[Gate], metrics: Mapping[str, Any], lines: Sequence[De
     adjusted = dict(zip(tested, holm([raw[i] for i in tested]), strict=True))
     results = [_result(g, ctx, metrics, found[i], common[i], relative[i], raw[i],
                        adjusted.get(i), lines) for i, g in enumerate(gates)]
+    if ctx.baseline_refused is not None:
+        results.insert(0, _baseline_refusal(ctx.baseline_refused))
     outcomes = {r.outcome for r in results}
     outcome: Outcome = ("failed" if "breached" in outcomes
                         else "incomplete" if "undecidable" in outcomes else "passed")
     return Verdict(outcome, results)
+
+
+def _baseline_refusal(reason: str) -> GateResult:
+    """The line of a refused baseline: undecidable, whatever the gates on the candidate say."""
+    return GateResult("baseline", None, "signed and unaltered", "undecidable", reason,
+                      None, None, None, None, None, None, None, None, None)
 
 
 def _result(gate: Gate, ctx: Context, metrics: Mapping[str, Any], line: DeltaLine | None,
