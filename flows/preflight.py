@@ -156,7 +156,9 @@ def rows_to_plan(check: SetCheck, responses_generated: bool) -> list[EvalRow]:
     """
     if not responses_generated:
         return check.sample
-    return [r if r.response is not None else r.model_copy(update={"response": "(generated)"})
+    generated = {"response": "(generated)", "latency_seconds": 0.0, "total_token_count": 0,
+                 "total_input_token_count": 0, "total_output_token_count": 0}
+    return [r if r.response is not None else r.model_copy(update=generated)
             for r in check.sample]
 
 
