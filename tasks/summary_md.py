@@ -14,10 +14,10 @@ from typing import Any
 from tasks.markdown_text import cell, code, inline
 from tasks.verdict_text import gate_cells, headline
 
-# Four columns: a table that fits the Prefect UI's artifact view (about 1,400 px) and a pull
-# request's comment; each gate's statistics follow the table as a line of their own.
-GATE_COLUMNS = ("verdict", "gate", "values", "reason")
-GATE_HEADERS = ("verdict", "gate", "baseline → candidate", "why")
+# Three short columns: a table that fits the Prefect UI's artifact view (about 1,400 px) and a
+# pull request's comment; each gate's reason and statistics follow it, a line each.
+GATE_COLUMNS = ("verdict", "gate", "values")
+GATE_HEADERS = ("verdict", "gate", "baseline → candidate")
 MAX_METRIC_LINES = 30
 
 
@@ -36,9 +36,10 @@ def gate_table(gates: list[Mapping[str, Any]]) -> list[str]:
         row = {c: cell(text) for c, text in cells.items()}
         row["verdict"] = f"**{row['verdict']}**"
         lines.append("| " + " | ".join(row[c] for c in GATE_COLUMNS) + " |")
-        details.append(f"- {inline(cells['gate'])}: rule {inline(cells['rule'])}; Δ "
-                       f"{inline(cells['delta'])}; n paired {inline(cells['n'])}; p raw / Holm "
-                       f"{inline(cells['p'])}; worst slice {inline(cells['worst'])}")
+        details.append(f"- {inline(cells['gate'])}: {inline(cells['reason'])}. Rule "
+                       f"{inline(cells['rule'])}; Δ {inline(cells['delta'])}; n paired "
+                       f"{inline(cells['n'])}; p raw / Holm {inline(cells['p'])}; worst slice "
+                       f"{inline(cells['worst'])}")
     return [*lines, "", *details]
 
 

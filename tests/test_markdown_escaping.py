@@ -162,7 +162,7 @@ def test_summary_md_shows_hostile_values_as_text(value):
     assert_only_text(md)
     ordinary = summary_markdown(*ORDINARY, report_reference({"report.html": "/r/report.html"}))
     assert shape(md) == shape(ordinary)  # same headings, lists, tables, bold and code spans
-    assert tables(md) == tables(ordinary) == [[9, 9, 9, 9], [2, 2, 2]]
+    assert tables(md) == tables(ordinary) == [[3, 3, 3, 3], [2, 2, 2]]
 
 
 @pytest.mark.parametrize("value", [*PAYLOADS.values(), ALL], ids=[*PAYLOADS, "all at once"])
@@ -184,7 +184,7 @@ def test_ordinary_values_look_as_they_are():
     assert "- judge model: `openai/gpt-4o-mini`" in figures
     cells = texts("\n".join(regression_lines(ORDINARY[0]["regression"], "nightly")))
     assert RATE in cells  # the gate name reads as itself
-    assert "90.0% → 80.0%" in cells and "−10.00 pp [−20.00, −1.00]" in cells
+    assert "90.0% → 80.0%" in cells and "−10.00 pp [−20.00, −1.00]" in " ".join(cells)
 
 
 @pytest.mark.parametrize("text", [
@@ -233,7 +233,7 @@ def test_the_prefect_artifacts_show_hostile_values_as_text(value, monkeypatch):
     assert shape(summary) == shape(summary_markdown(*ORDINARY, "`/x/r.html`"))
     assert_only_text(summary)
     assert_only_text(local)
-    assert tables(local) == [[9, 9, 9, 9], [2, 2, 2]]
+    assert tables(local) == [[3, 3, 3, 3], [2, 2, 2]]
     ordinary_local = local_report_markdown({**ORDINARY[0], "suite": "nightly"}, ORDINARY[1],
                                            "/x/r.html")
     assert shape(local) == shape(ordinary_local)
@@ -339,23 +339,43 @@ GATES = """gates:
     tag: "<img src=x onerror=alert(1)>\\r\\nPASSED"
     min: 0.5
 """
+# Tags are the user's own words: any text, gated like a metric's slice.
+TAG_GATES = """gates:
+  - metric: response/llm_judged/correctness/rating/percentage
+    tag: "x` ![t](http://evil.example/i.png) `\\n## PASSED \\e[31m\\u202e|"
+    min: 0.5
+  - metric: response/llm_judged/correctness/rating/percentage
+    tag: "<img src=x onerror=alert(1)>\\r\\nPASSED"
+    min: 0.5
+"""
 
 
 def test_a_regression_run_with_a_hostile_gates_file_and_model(fake_llm, tmp_path):
     fake_llm.script = PlantedJudge()
     model = f"openai/planted{AUDIT}"
-    params = regression_params(fake_llm, tmp_path, rows(12, {0}), RUN_ID, gates=GATES,
+    # A gate on a metric that is no metric is refused before anything is judged, and the
+    # refusal, which quotes it, is one line of visible text.
+    refused = run_regression(regression_params(
+        fake_llm, tmp_path, rows(12, {0}), "refused", gates=GATES, suite=SUITE,
+        judge=JudgeModel(model=model, api_base=fake_llm.api_base)))
+    assert refused.is_failed() and "names a metric this run does not produce" in (
+        refused.message)
+    assert "\n" not in refused.message and hidden(refused.message) == []
+    assert fake_llm.requests == []
+
+    params = regression_params(fake_llm, tmp_path, rows(12, {0}), RUN_ID, gates=TAG_GATES,
                                suite=SUITE,
                                judge=JudgeModel(model=model, api_base=fake_llm.api_base))
     state = run_regression(params)
     assert state.is_failed() and state.message.startswith("INCOMPLETE: 2 of 2 gate(s)")
-    lines = state.message.split("\n")
-    assert [x[:4] for x in lines[1:3]] == ["  - ", "  - "] and len(lines) == 5
+    parts = state.message.split(" | ")  # one line: the headline, each gate, the report
+    assert "\n" not in state.message
+    assert [x[:2] for x in parts[1:3]] == ["- ", "- "] and len(parts) == 5
     assert hidden(state.message) == []
     assert all(hidden(m, allowed="") == [] for m in run_logs(state))
     summary = (tmp_path / "out" / SUITE / RUN_ID / "summary.md").read_text()
     html = assert_only_text(summary)
-    assert tables(summary)[0] == [9, 9, 9]  # both gates, each in its own row of 9 cells
+    assert tables(summary)[0] == [3, 3, 3]  # both gates, each in its own row of 3 cells
     assert f"<code>{model.replace('<', '&lt;')}</code>" in html
     key = f"judgeflow-{SUITE}".lower().replace("_", "-").replace(".", "-")
     summary_artifact, report_artifact = latest_artifacts(key, f"{key}-report")

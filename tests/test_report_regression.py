@@ -97,9 +97,9 @@ def test_summary_md_and_junit_carry_the_same_lines(failed_run):
     # Escaped as any text is in summary.md (tasks/markdown_text.py); it renders as written.
     assert md.splitlines()[2].startswith("## FAILED\\: 2 of 5 gate\\(s\\) breached")
     table = [line for line in md.splitlines() if line.startswith("| **")]
-    # Four columns, so the table fits the Prefect UI; each gate's statistics below it.
-    assert len(table) == 5 and all(line.count(" | ") == 3 for line in table)  # pipes escaped
-    details = [line for line in md.splitlines() if line.startswith("- ") and "rule " in line]
+    # Three columns, so the table fits the Prefect UI; each gate's reason and statistics below.
+    assert len(table) == 5 and all(line.count(" | ") == 2 for line in table)  # pipes escaped
+    details = [line for line in md.splitlines() if line.startswith("- ") and "Rule " in line]
     assert len(details) == 5 and all("p raw / Holm" in line for line in details)
     assert not any(symbol in md for symbol in ("✅", "❌", "⚠"))  # text that renders everywhere
     root = ET.fromstring(junit_xml(m["regression"], "support-bot", "out/report.html"))
