@@ -18,9 +18,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import judges.offline  # noqa: E402, F401 - the offline judge, as the flows load it
+import judges.builtin.offline  # noqa: E402, F401 - the offline judge, as the flows load it
 from judges.base import untrusted  # noqa: E402
-from judges.llm import LLMClient, LLMSettings, Usage  # noqa: E402
+from judges.model.llm import LLMClient
+from judges.model.settings import LLMSettings
+from judges.model.usage import Usage
 
 REQUEST = "What is the API rate limit on the Pro plan?"
 RESPONSE = ("On the Pro plan the Acme Cloud API allows 600 requests per minute per API key. "

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
-from flows.timeline import read as read_timeline
+from flows.run.timeline import read as read_timeline
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -59,7 +59,7 @@ class CommandRun(NamedTuple):
     api_cpu_seconds: float  # the temporary Prefect API's (and any other child's) CPU
     returncode: int
     output: str
-    marks: list[tuple[float, str]] = []  # (CLOCK_MONOTONIC s, phase): flows/timeline.py's
+    marks: list[tuple[float, str]] = []  # (CLOCK_MONOTONIC s, phase): flows/run/timeline.py's
     log: Path | None = None  # the command's log under $BENCH_LOG_DIR, if kept
 
 

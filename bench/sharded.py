@@ -21,8 +21,8 @@ import urllib.request
 from pathlib import Path
 
 from bench.processes import BENCH, PYTHON, ROOT, Loopback, bench_env
-from flows.timeline import TIMELINE_ENV
-from flows.timeline import read as read_timeline
+from flows.run.timeline import TIMELINE_ENV
+from flows.run.timeline import read as read_timeline
 
 BIN = Path(PYTHON).parent
 POOL = "judgeflow-process"

@@ -18,15 +18,15 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 # Only light modules here: Prefect, litellm and the flows load when a run really starts.
 import typer  # noqa: E402
 
-from flows.cli_common import (  # noqa: E402, F401 - re-exported for callers of flows.cli
+from flows.commands.common import (  # noqa: E402, F401 - re-exported for callers of flows.cli
     EXIT_FAILED,
     EXIT_INCOMPLETE,
     EXIT_INVALID,
     console,
 )
-from flows.compare_cli import compare_command  # noqa: E402
-from flows.evaluate_cli import evaluate_command  # noqa: E402
-from flows.regression_cli import regression_command  # noqa: E402
+from flows.commands.compare import compare_command  # noqa: E402
+from flows.commands.evaluate import evaluate_command  # noqa: E402
+from flows.commands.regression import regression_command  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 

@@ -8,21 +8,19 @@ from prefect import flow, get_run_logger
 
 from flows import flow_names
 from flows.compare_params import CompareParams
-from flows.compare_phases import (
-    SWAP_DISABLED_NOTICE,
-    judge_all_pairs,
+from flows.phases.compare import (
     judge_pairs,
     prepare_pairs,
     publish_pairs,
     warn_notices,
 )
-from flows.run_common import final_state, run_location, run_summary
-from flows.trust import guard_parameters
+from flows.preflight.trust import guard_parameters
+from flows.run.common import final_state, run_location, run_summary
 from tasks.artifacts import publish_artifacts
-from tasks.chunk_store import ChunkStore
-from tasks.plain_text import visible
+from tasks.report.plain_text import visible
+from tasks.storage.chunk_store import ChunkStore
 
-__all__ = ["SWAP_DISABLED_NOTICE", "CompareParams", "compare", "judge_all_pairs"]
+__all__ = ["compare"]
 
 
 @flow(name=flow_names.COMPARE, log_prints=True)

@@ -7,14 +7,14 @@ from datetime import UTC, datetime
 from prefect import flow, get_run_logger
 
 from flows import flow_names
-from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.params import EvaluateParams
-from flows.run_common import final_state, run_location, run_summary
-from flows.timeline import mark
-from flows.trust import guard_parameters
+from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
+from flows.preflight.trust import guard_parameters
+from flows.run.common import final_state, run_location, run_summary
+from flows.run.timeline import mark
 from tasks.artifacts import publish_artifacts
-from tasks.chunk_store import ChunkStore
-from tasks.plain_text import visible
+from tasks.report.plain_text import visible
+from tasks.storage.chunk_store import ChunkStore
 
 
 @flow(name=flow_names.EVALUATE, log_prints=True)

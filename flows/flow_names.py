@@ -1,7 +1,7 @@
 """The names of the flows the command line runs, importable without importing Prefect.
 
 The command line names its flow to the temporary Prefect API before Prefect is imported (see
-flows/prefect_api.py), so the names live here rather than only in the flow decorators.
+flows/commands/prefect_api.py), so the names live here rather than only in the flow decorators.
 """
 
 EVALUATE = "evaluate"

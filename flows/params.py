@@ -13,7 +13,7 @@ from pydantic import (
     model_validator,
 )
 
-from judges.llm import API_KEY_ENV_PATTERN, LLMSettings
+from judges.model.settings import API_KEY_ENV_PATTERN, LLMSettings
 from judges.storage import check_storage_options, check_url
 
 # Run ids and suite names become path segments: nothing that could climb out of the prefix.

@@ -17,11 +17,10 @@ from prefect.states import Failed, State
 from pydantic import Field, model_validator
 
 from flows import flow_names
-from flows.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
-from flows.integrity import integrity_section
 from flows.params import EvaluateParams, Location, SafeName, StorageURL, locations_of
-from flows.preflight import plan_run, rows_to_plan
-from flows.regression_phases import (
+from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
+from flows.phases.integrity import integrity_section
+from flows.phases.regression import (
     DETECTED_EVENT,
     INCOMPLETE_EVENT,
     baseline_check,
@@ -29,14 +28,15 @@ from flows.regression_phases import (
     decide_run,
     regression_section,
 )
-from flows.regression_preflight import check_gate_metrics
-from flows.run_common import run_location, run_summary
-from flows.trust import guard_parameters
+from flows.preflight.checks import plan_run, rows_to_plan
+from flows.preflight.regression import check_gate_metrics
+from flows.preflight.trust import guard_parameters
+from flows.run.common import run_location, run_summary
 from tasks.artifacts import publish_artifacts
-from tasks.baseline import find_baseline
-from tasks.chunk_store import ChunkStore
-from tasks.regression import load_gates
-from tasks.verdict_text import gate_line, verdict_message
+from tasks.regression.gates import load_gates
+from tasks.report.verdict_text import gate_line, verdict_message
+from tasks.storage.baseline import find_baseline
+from tasks.storage.chunk_store import ChunkStore
 
 REGRESSION_EVENT = DETECTED_EVENT  # the name earlier releases exported
 NO_CANDIDATE_MODEL = (

@@ -1,27 +1,8 @@
-"""Judge registry: a plain dict of the built-in judges (custom ones are added per run)."""
+"""Judges: what a judge is, how rows and pairs are judged, parsed and aggregated.
 
-from judges import (
-    chunk_relevance,
-    context_sufficiency,
-    correctness,
-    groundedness,
-    offline,  # noqa: F401 - registers the offline judge as the local model judgeflow/offline
-    relevance_to_query,
-    safety,
-)
-from judges.base import JudgeSpec
-from judges.deterministic import DETERMINISTIC_METRICS, MetricSpec
-
-BUILTIN_JUDGES: dict[str, JudgeSpec] = {
-    module.JUDGE.name: module.JUDGE
-    for module in (
-        correctness,
-        relevance_to_query,
-        groundedness,
-        safety,
-        chunk_relevance,
-        context_sufficiency,
-    )
-}
-
-__all__ = ["BUILTIN_JUDGES", "DETERMINISTIC_METRICS", "JudgeSpec", "MetricSpec"]
+Top level: the judge concept (base.py: spec, prompt environment, untrusted blocks), rows and
+results, the plan, the engine and calls, parsing and echo detection, the reply cache, the
+storage door (the only fsspec import), metrics and the published names (result_names.py writes
+them). Sub-packages: builtin/ (the judges judgeflow ships), model/ (the one door to models),
+pairwise/, calibration/. This is the lowest layer: it imports nothing from tasks/ or flows/.
+"""

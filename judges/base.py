@@ -104,6 +104,19 @@ REQUIREMENT_COLUMNS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
+class MetricSpec:
+    """A per-row number and its run-level average."""
+
+    name: str
+    field: str
+    compute: Callable[[EvalRow], float | None]
+    needs: str
+    # Read from the candidate's generation when judgeflow generates the responses: a row whose
+    # generation failed has no value and is an error of the metric, not a row it skips.
+    from_response: bool = False
+
+
+@dataclass(frozen=True)
 class JudgeSpec:
     """A built-in or custom LLM judge.
 

@@ -14,8 +14,9 @@ from pydantic import BaseModel
 
 from judges.base import BinaryVerdict, untrusted_blocks
 from judges.cache import ReplyCache, cache_key
-from judges.call_meter import FINISHED_CALLS
-from judges.llm import LLMCallError, LLMClient, Usage
+from judges.model.call_meter import FINISHED_CALLS
+from judges.model.llm import LLMClient
+from judges.model.usage import LLMCallError, Usage
 from judges.parsing import QuotedContent, ReplyParseError, parse_reply, verdict_of
 
 REASK = (

@@ -11,8 +11,8 @@ import asyncio
 
 import jinja2
 
-from judges.aspect_critic import majority
 from judges.base import JudgeSpec
+from judges.builtin.aspect_critic import majority
 from judges.calls import JudgeContext, judged_call
 from judges.plan import JudgePlan
 from judges.results import JudgeResult, RowResult, Verdict, failed, not_applied

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from judges.base import JudgeSpec
-from judges.llm_settings import LLMSettings
+from judges.model.settings import LLMSettings
 
 # Each part of a judge's identity, with the words used when it differs.
 PARTS = (("model", "model"), ("api_base", "endpoint"), ("temperature", "temperature"),

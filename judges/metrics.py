@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from judges.base import JudgeSpec
-from judges.deterministic import MetricSpec
+from judges.base import JudgeSpec, MetricSpec
 from judges.plan import JudgePlan
 from judges.result_names import run_metrics
 from judges.results import JudgeResult, RowResult

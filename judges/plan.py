@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from judges import BUILTIN_JUDGES, DETERMINISTIC_METRICS
-from judges.base import JudgeSpec
-from judges.deterministic import MetricSpec
+from judges.base import JudgeSpec, MetricSpec
+from judges.builtin import BUILTIN_JUDGES
+from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.rows import EvalRow, as_planned, generation_failure
 
 

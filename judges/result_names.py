@@ -20,10 +20,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol
 
-from judges.base import JudgeSpec
-from judges.deterministic import MetricSpec
-from judges.pairwise import PairVerdict, Pass, position_to_side
-from judges.pairwise_metrics import PairwiseSummary
+from judges.base import JudgeSpec, MetricSpec
+from judges.pairwise.metrics import PairwiseSummary
+from judges.pairwise.reconcile import PairVerdict, Pass, position_to_side
 from judges.results import JudgeResult, RowResult
 from judges.rows import Chunk, EvalRow
 
@@ -258,7 +257,7 @@ def pair_verdict_fields(verdict: PairVerdict, *, prefix: str = PAIR_PREFIX,
 
 
 class PairInputs(Protocol):
-    """What naming needs of a pair (judges/pairwise_judge.py's Pair)."""
+    """What naming needs of a pair (judges/builtin/pairwise.py's Pair)."""
 
     row_index: int
     pair_id: str
@@ -269,7 +268,7 @@ class PairInputs(Protocol):
 
 
 class JudgedPair(Protocol):
-    """A pair with its verdict (judges/pairwise_judge.py's PairResult)."""
+    """A pair with its verdict (judges/builtin/pairwise.py's PairResult)."""
 
     pair: PairInputs
     verdict: PairVerdict

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from judges.base import JudgeSpec
-from judges.deterministic import MetricSpec
+from judges.base import JudgeSpec, MetricSpec
 from judges.rows import EvalRow
 
 

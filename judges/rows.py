@@ -54,6 +54,9 @@ class Message(BaseModel):
         return content_text(self.content)
 
 
+# The columns that carry people's labels: a verdict per judge, and a pair's preferred side.
+LABELS_COLUMN = "human_labels"
+PREFERENCE_COLUMN = "human_preference"
 # Where a row keeps why its candidate response could not be generated (tasks/generate.py).
 GENERATION_ERROR = "agent/generation_error"
 

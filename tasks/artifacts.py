@@ -5,7 +5,7 @@ The report is linked only where a browser can follow the link: on S3, a presigne
 (publish_run signs it); a local path is no link from a web page, so local runs get a
 markdown artifact instead, with the path as text and the key figures in the artifact itself.
 Every value of the run in them (suite, run id, model, gate names, reasons, paths, metric names)
-goes through tasks/markdown_text.py: whoever triggers a run chooses most of them.
+goes through tasks/report/markdown_text.py: whoever triggers a run chooses most of them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
-from tasks.markdown_text import cell, code, inline, link
-from tasks.summary_md import key_figures, metric_lines, regression_lines, summary_markdown
+from tasks.report.markdown_text import cell, code, inline, link
+from tasks.report.summary_md import key_figures, metric_lines, regression_lines, summary_markdown
 
 
 def _format(value) -> str:

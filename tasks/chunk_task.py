@@ -7,7 +7,9 @@ from prefect.tasks import exponential_backoff
 
 from judges.cache import ReplyCache
 from judges.calls import JudgeContext
-from judges.llm import LLMClient, LLMSettings, Usage
+from judges.model.llm import LLMClient
+from judges.model.settings import LLMSettings
+from judges.model.usage import Usage
 
 # A chunk is retried whole when it crashes (failed calls are already retried one by one and
 # end as error_message). Our reply cache makes reruns free, so Prefect's input hashing of

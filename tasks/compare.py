@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from prefect import task
 
-from judges.llm import LLMSettings, Usage
-from judges.pairwise import PairVerdict
-from judges.pairwise_judge import Pair, PairResult, PairwiseOptions, failed_verdict, judge_pairs
+from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, failed_verdict, judge_pairs
+from judges.model.settings import LLMSettings
+from judges.model.usage import Usage
+from judges.pairwise.reconcile import PairVerdict
 from judges.result_names import pair_fields
 from tasks.chunk_task import CHUNK_TASK_OPTIONS, judge_context
 

@@ -6,12 +6,14 @@ import asyncio
 
 from prefect import task
 
-from judges.call_meter import FINISHED_CALLS
-from judges.llm import LLMCallError, LLMClient, LLMSettings, Usage
+from judges.model.call_meter import FINISHED_CALLS
+from judges.model.llm import LLMClient
+from judges.model.settings import LLMSettings
+from judges.model.usage import LLMCallError, Usage
 from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.chunk_task import CHUNK_TASK_OPTIONS
 
-__all__ = ["GENERATION_ATTEMPTS", "GENERATION_ERROR", "generate_chunk", "mark_generation_failed"]
+__all__ = ["GENERATION_ATTEMPTS", "generate_chunk", "mark_generation_failed"]
 
 GENERATION_ATTEMPTS = "agent/generation_attempts"
 

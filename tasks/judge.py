@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from prefect import task
 
 from judges.engine import judge_rows
-from judges.llm import LLMSettings, Usage
+from judges.model.settings import LLMSettings
+from judges.model.usage import Usage
 from judges.plan import JudgePlan
 from judges.results import RowResult
 from judges.rows import EvalRow

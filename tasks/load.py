@@ -5,9 +5,9 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.row_stream import RowSource, SetCheck, scan_set
-from tasks.sources import DatasetReadError
-from tasks.validation import CheckOptions
+from tasks.dataset.row_stream import RowSource, SetCheck, scan_set
+from tasks.dataset.table import DatasetReadError
+from tasks.dataset.validation import CheckOptions
 
 
 def _may_be_transient(task, task_run, state) -> bool:

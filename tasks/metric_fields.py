@@ -18,14 +18,11 @@ from judges.result_names import (
     count_names,
     qualified,
     stat_name,
-    tag_key,
-    tag_metric,
 )
 
 __all__ = [
-    "MetricField", "RowData", "TAG_PREFIX", "advisory_key", "calibrated_keys",
-    "is_calibration", "is_pairwise", "metric_field", "metric_fields",
-    "row_data", "row_tags", "stats_of", "tag_key", "tag_metric",
+    "MetricField", "RowData", "advisory_key", "calibrated_keys", "is_calibration",
+    "is_pairwise", "metric_field", "metric_fields", "row_data", "row_tags", "stats_of",
 ]
 
 RATE_SUFFIXES = ("/rating/percentage", "/rating/average")

@@ -17,18 +17,18 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from judges.integrity import signing_key
-from judges.nova_format import nova_results
 from judges.storage import filesystem, is_object_store
-from tasks.baseline import becomes_baseline, pointer_path
-from tasks.markdown_text import code
-from tasks.outputs import Publisher, RunLocation
-from tasks.report import render_report
-from tasks.report_rows import ReportInputs
-from tasks.results_parquet import write_results_parquet
-from tasks.run_integrity import seal
-from tasks.slices import slices_of_records
-from tasks.staging import ResultStaging
-from tasks.summary_md import summary_markdown
+from tasks.regression.slices import slices_of_records
+from tasks.report.markdown_text import code
+from tasks.report.nova import nova_results
+from tasks.report.page import render_report
+from tasks.report.rows import ReportInputs
+from tasks.report.summary_md import summary_markdown
+from tasks.storage.baseline import becomes_baseline, pointer_path
+from tasks.storage.outputs import Publisher, RunLocation
+from tasks.storage.results_parquet import write_results_parquet
+from tasks.storage.run_integrity import seal
+from tasks.storage.staging import ResultStaging
 
 DATA_FILES = ("results.jsonl", "results.parquet", "rejected.jsonl", "metrics.json", "report.html",
               "summary.md")
@@ -90,10 +90,10 @@ def publish_run(
     """Write results, metrics, report and summary.md, then manifest.json, then the pointers.
 
     The manifest records each file's sha256 and, with $JUDGEFLOW_SIGNING_KEY, carries a MAC
-    over itself (tasks/run_integrity.py).
+    over itself (tasks/storage/run_integrity.py).
 
-    Per-tag aggregates (tasks/slices.py) are added to the metrics here when the caller has
-    not, so every kind of run publishes them. The report is rendered from `report`'s typed
+    Per-tag aggregates (tasks/regression/slices.py) are added to the metrics here when the caller
+    has not, so every kind of run publishes them. The report is rendered from `report`'s typed
     values (its drill-down already bounded), never from the staged records read back.
 
     Returns:

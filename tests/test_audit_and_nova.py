@@ -4,10 +4,12 @@ import asyncio
 import json
 from pathlib import Path
 
-from flows.compare import CompareParams, compare
+from flows.compare import compare
+from flows.compare_params import CompareParams
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from judges.nova_format import NOVA_FIELDS, NOVA_TASK
+from judges.result_names import NOVA_FIELDS
+from tasks.report.nova import NOVA_TASK
 from tests.planted import PlantedJudge
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

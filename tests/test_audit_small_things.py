@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 import flows.evaluate  # noqa: F401 - binds Prefect's console log handler to the session
 from flows.cli import app
-from tasks.calibration_inputs import CalibrationSourceError, read_calibration_run
-from tasks.gates import Gate
-from tasks.regression import Context, decide
+from tasks.dataset.labels import CalibrationSourceError, read_calibration_run
+from tasks.regression.decide import Context, decide
+from tasks.regression.gates import Gate
 
 runner = CliRunner()
 

@@ -9,8 +9,8 @@ import pytest
 
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from tasks.calibration_inputs import CalibrationSourceError
-from tasks.validation import InvalidDatasetError
+from tasks.dataset.labels import CalibrationSourceError
+from tasks.dataset.validation import InvalidDatasetError
 from tests.planted import PlantedJudge
 
 CORRECT = "calibration/correctness"
@@ -162,7 +162,7 @@ def test_a_run_naming_a_calibration_run_without_labels_is_refused(fake_llm, tmp_
     fake_llm.script = PlantedJudge()
     asyncio.run(evaluate(params(fake_llm, tmp_path, [row(0, "yes", None)], run_id="plain",
                                 judges=["correctness"])))
-    from flows.calibration import check_calibration_source
+    from flows.run.calibration import check_calibration_source
 
     with pytest.raises(CalibrationSourceError, match="no calibration to reuse"):
         check_calibration_source(params(fake_llm, tmp_path, [row(0, "yes", None)],

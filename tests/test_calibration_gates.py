@@ -7,8 +7,8 @@ import json
 from typer.testing import CliRunner
 
 from flows.cli import app
-from tasks.gates import Gate
-from tasks.regression import Context, decide
+from tasks.regression.decide import Context, decide
+from tasks.regression.gates import Gate
 from tests.planted import PlantedJudge
 from tests.test_regression import rows
 from tests.test_regression_cli import write_set

@@ -7,13 +7,13 @@ import re
 
 import pytest
 
-from flows.calibration import label_judges
 from flows.params import EvaluateParams, JudgeModel
-from tasks.calibration_inputs import LabelsFileError, with_labels
-from tasks.columns import near_miss
-from tasks.normalise import stable_request_id
-from tasks.sources import table_from_rows
-from tasks.validation import validate_table
+from flows.run.calibration import label_judges
+from tasks.dataset.columns import near_miss
+from tasks.dataset.labels import LabelsFileError, with_labels
+from tasks.dataset.normalise import stable_request_id
+from tasks.dataset.sources import table_from_rows
+from tasks.dataset.validation import validate_table
 
 
 @pytest.mark.parametrize("column, meant", [
@@ -92,7 +92,7 @@ def test_a_labels_file_that_cannot_be_joined_is_refused(tmp_path, lines, message
 
 
 def test_labels_in_a_csv_set_or_labels_file_are_json_cells(tmp_path):
-    from tasks.sources import read_table
+    from tasks.dataset.sources import read_table
 
     data = tmp_path / "set.csv"
     data.write_text('request_id,request,response,human_labels\n'

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.pairs import validate_nova
-from tasks.sources import table_from_rows
+from tasks.dataset.pairs import validate_nova
+from tasks.dataset.sources import table_from_rows
 from tests.test_compare import BiasedJudge, pair, run, write_pairs
 
 

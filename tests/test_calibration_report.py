@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from judges.calibration import binary_stats
-from judges.calibration_policy import band
-from tasks.calibration_report import calibration_view, reading, warning
-from tasks.report import render_report
+from judges.calibration.policy import band
+from judges.calibration.stats import binary_stats
+from tasks.report.calibration import calibration_view, reading, warning
+from tasks.report.page import render_report
 from tests.test_calibration_stats import rows_of
 from tests.test_report import METRICS, Page, inputs, manifest, record
 from tests.test_report_browser import CHROMIUM, dump_dom

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from judges.calibration import (
+from judges.calibration.stats import (
     BINARY,
     PREFERENCES,
     binary_stats,

@@ -210,7 +210,7 @@ def test_allow_extra_columns_keeps_a_near_miss_column(fake_llm, tmp_path):
 
 
 def test_help_and_version_do_not_load_prefect_or_litellm():
-    code = ("import sys, flows.cli, flows.preflight; "
+    code = ("import sys, flows.cli, flows.preflight.checks; "
             "print(sorted(m for m in ('prefect', 'litellm') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120, cwd=Path(__file__).resolve().parent.parent)

@@ -8,9 +8,9 @@ from typer.testing import CliRunner
 import flows.evaluate  # noqa: F401 - binds Prefect's console log handler to the session (see test_cli)
 import flows.regression  # noqa: F401
 from flows.cli import app
-from flows.compare_cli import compare_command
-from flows.evaluate_cli import evaluate_command
-from flows.regression_cli import regression_command
+from flows.commands.compare import compare_command
+from flows.commands.evaluate import evaluate_command
+from flows.commands.regression import regression_command
 from tests.fake_llm import Reply
 from tests.planted import PlantedJudge
 

@@ -12,15 +12,16 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from flows.compare import CompareParams, compare
-from flows.compare_cli import compare_command
+from flows.commands.compare import compare_command
+from flows.compare import compare
+from flows.compare_params import CompareParams
 from flows.params import JudgeModel
-from judges.pairwise_judge import PairwiseOptions, compare_metrics
-from judges.pairwise_metrics import PassCounts, bootstrap_winrate
+from judges.builtin.pairwise import PairwiseOptions, compare_metrics
+from judges.pairwise.metrics import PassCounts, bootstrap_winrate
 from tasks.compare import failed_chunk_result
-from tasks.pairs import join_sets, validate_nova
-from tasks.sources import read_table
-from tasks.validation import InvalidDatasetError
+from tasks.dataset.pairs import join_sets, validate_nova
+from tasks.dataset.sources import read_table
+from tasks.dataset.validation import InvalidDatasetError
 from tests.fake_llm import Reply
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"

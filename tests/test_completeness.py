@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from flows.completeness import assess, assess_pairs
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from judges import BUILTIN_JUDGES
+from flows.run.completeness import assess, assess_pairs
+from judges.builtin import BUILTIN_JUDGES
 from judges.plan import JudgePlan
 from tests.planted import PlantedJudge
 

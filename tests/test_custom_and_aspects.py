@@ -8,8 +8,8 @@ import pytest
 
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from judges.aspect_critic import AspectError, majority, make_aspect
-from judges.custom import CustomJudgeError
+from judges.builtin.aspect_critic import AspectError, majority, make_aspect
+from judges.builtin.custom import CustomJudgeError
 from tests.fake_llm import Reply, prompt_text
 from tests.planted import PlantedJudge, verdict
 
@@ -194,7 +194,7 @@ def test_trace_only_set_takes_everything_from_traces(fake_llm, tmp_path):
 
 
 def test_trace_that_is_not_json_is_a_validation_error(fake_llm, tmp_path):
-    from tasks.validation import InvalidDatasetError
+    from tasks.dataset.validation import InvalidDatasetError
 
     rows = [{"request_id": "t", "request": "q", "trace": "{not json"}]
     with pytest.raises(InvalidDatasetError, match="row 0 \\(request_id 't'\\), column 'trace'"):

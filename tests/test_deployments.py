@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from flows.compare import CompareParams
+from flows.compare_params import CompareParams
 from flows.params import EvaluateParams
 from flows.regression import NO_CANDIDATE_MODEL, RegressionParams
 from tests.fake_llm import Reply
@@ -180,7 +180,7 @@ def test_deploy_registers_the_five_deployments(deployed):
     assert deployed["compare"]["entrypoint"] == "flows.compare.compare"
     assert deployed["nightly"]["entrypoint"] == "flows.regression.regression"
     assert deployed["post_deploy"]["entrypoint"] == "flows.regression.regression"
-    assert deployed["shard"]["entrypoint"] == "flows.shard_flow.judge_shard"
+    assert deployed["shard"]["entrypoint"] == "flows.shards.flow.judge_shard"
 
     # Defaults the UI shows must be valid flow parameters, model validators included.
     evaluate = EvaluateParams.model_validate(deployed["evaluate"]["parameters"]["params"])

@@ -8,7 +8,7 @@ import pytest
 
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from tasks.validation import InvalidDatasetError
+from tasks.dataset.validation import InvalidDatasetError
 from tests.conftest import FAKE_API_KEY
 from tests.planted import PlantedJudge
 

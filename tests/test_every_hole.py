@@ -6,8 +6,8 @@ import json
 import re
 
 from flows.params import CandidateModel
-from tasks.gates import Gate
-from tasks.regression import Context, decide
+from tasks.regression.decide import Context, decide
+from tasks.regression.gates import Gate
 from tests.fake_llm import Reply
 from tests.planted import PlantedJudge
 from tests.test_regression import manifest, params, pointer, rows, run, seed

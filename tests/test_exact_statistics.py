@@ -16,12 +16,12 @@ from pydantic import ValidationError
 
 from flows.params import JudgeModel
 from flows.regression import RegressionParams
-from judges.calibration import binary_stats, cohen_kappa, kappa_interval
-from judges.calibration_policy import band
-from tasks.deltas import DeltaLine
-from tasks.gates import Gate
-from tasks.paired_stats import paired_means
-from tasks.regression import Context, decide
+from judges.calibration.policy import band
+from judges.calibration.stats import binary_stats, cohen_kappa, kappa_interval
+from tasks.regression.decide import Context, decide
+from tasks.regression.deltas import DeltaLine
+from tasks.regression.gates import Gate
+from tasks.regression.paired_stats import paired_means
 
 # 12 rows of chunk precision in fifths: three rose 0.4 → 0.6, five fell 0.8 → 0.6 and four
 # fell 0.6 → 0.4. In exact arithmetic every difference is ±1/5; in floating point 0.6 − 0.4,

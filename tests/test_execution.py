@@ -4,7 +4,7 @@ import asyncio
 
 from prefect.states import Completed, Failed
 
-from flows.execution import auto_chunk_size, chunks_in_flight, run_chunks, split
+from flows.run.execution import auto_chunk_size, chunks_in_flight, run_chunks, split
 
 
 def test_split_keeps_every_item_in_order():

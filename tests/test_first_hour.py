@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.model_check import KEY_VARIABLES, litellm_providers
+from flows.preflight.models import KEY_VARIABLES, litellm_providers
 
 REPO = Path(__file__).resolve().parent.parent
 JUDGEFLOW = Path(sys.executable).parent / "judgeflow"

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from flows.compare import CompareParams, compare
+from flows.compare import compare
+from flows.compare_params import CompareParams
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
 from tests.fake_llm import Reply, prompt_text

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.deltas import DeltaLine, paired_deltas
-from tasks.gates import Gate, GateConfigError, load_gates
-from tasks.metric_fields import RowData, metric_fields, row_data, tag_metric
-from tasks.regression import Context, decide
-from tasks.slices import slice_metrics
+from judges.result_names import tag_metric
+from tasks.metric_fields import RowData, metric_fields, row_data
+from tasks.regression.decide import Context, decide
+from tasks.regression.deltas import DeltaLine, paired_deltas
+from tasks.regression.gates import Gate, GateConfigError, load_gates
+from tasks.regression.slices import slice_metrics
 
 CORRECT = "response/llm_judged/correctness"
 RATE = f"{CORRECT}/rating/percentage"
@@ -195,7 +196,7 @@ def test_gates_file_default_alpha_and_errors(tmp_path):
 
 
 def test_a_gate_without_alpha_says_it_decided_on_the_point_estimate():
-    from tasks.regression import _relative_breach
+    from tasks.regression.decide import _relative_breach
 
     line = DeltaLine("m", None, 0.9, 0.85, -0.05, -0.1, 0.0, 40, 0, 0, 0, 0.06, 0.95, 0.12,
                      "mcnemar-exact", 4, 2, 0.9, 0.85, False)

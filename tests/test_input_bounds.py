@@ -20,10 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from flows.params import EvaluateParams, JudgeModel
-from flows.preflight import CONFIG_ERRORS, preflight_evaluate
-from tasks import input_limits, parquet_reader, sources
-from tasks.input_limits import DEFAULTS, InputLimits, InputTooLarge, MiB, size_text
-from tasks.sources import DatasetReadError, iter_batches, read_table, table_from_rows
+from flows.preflight.checks import CONFIG_ERRORS, preflight_evaluate
+from tasks.dataset import input_limits, parquet_reader, sources
+from tasks.dataset.input_limits import DEFAULTS, InputLimits, InputTooLarge, MiB, size_text
+from tasks.dataset.sources import iter_batches, read_table, table_from_rows
+from tasks.dataset.table import DatasetReadError
 
 JUDGEFLOW = str(Path(sys.executable).parent / "judgeflow")
 BOMB_CELL = 20 * MiB

@@ -18,21 +18,21 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.calibration import check_calibration_source
 from flows.cli import app
 from flows.evaluate import evaluate
 from flows.params import SAFE_NAME, EvaluateParams, JudgeModel
+from flows.run.calibration import check_calibration_source
+from judges.builtin.offline import MODEL as OFFLINE
 from judges.cache import ReplyCache
 from judges.integrity import SIGNING_KEY_ENV, signing_key
-from judges.llm import LLMSettings
-from judges.offline import MODEL as OFFLINE
+from judges.model.settings import LLMSettings
 from judges.plan import plan_judges
-from judges.result_codec import judge_fingerprint
-from tasks.baseline import SAFE_RUN_ID
-from tasks.calibration_inputs import CalibrationSourceError
-from tasks.chunk_store import ChunkStore
-from tasks.outputs import RunLocation
-from tasks.run_integrity import manifest_problem
+from tasks.dataset.labels import CalibrationSourceError
+from tasks.storage.baseline import SAFE_RUN_ID
+from tasks.storage.chunk_store import ChunkStore
+from tasks.storage.outputs import RunLocation
+from tasks.storage.row_codec import judge_fingerprint
+from tasks.storage.run_integrity import manifest_problem
 from tests.planted import PlantedJudge, verdict
 from tests.test_calibration_flow import CORRECTNESS_PLAN, row
 from tests.test_regression import GATES, RATE, manifest, params, rows, run, seed
@@ -128,7 +128,7 @@ def test_a_forged_stored_chunk_is_judged_again_on_resume(key, fake_llm, tmp_path
         raise RuntimeError("killed before publishing")
 
     with monkeypatch.context() as patch:  # judged and stored, never published
-        patch.setattr("flows.evaluation.publish_run", crash)
+        patch.setattr("flows.phases.evaluation.publish_run", crash)
         with pytest.raises(RuntimeError, match="killed before publishing"):
             _evaluate(fake_llm, tmp_path, data, "crashed", chunk_size=5, use_cache=False)
     chunks = tmp_path / "out" / "s" / "crashed" / ".chunks" / "judge"

@@ -5,7 +5,9 @@ import time
 
 import pytest
 
-from judges.llm import LLMCallError, LLMClient, LLMSettings, Usage
+from judges.model.llm import LLMClient
+from judges.model.settings import LLMSettings
+from judges.model.usage import LLMCallError, Usage
 from tests.fake_llm import Reply
 
 VERDICT = '{"rationale": "ok", "rating": "yes"}'
@@ -132,7 +134,7 @@ def test_retry_after_ms_and_http_date_are_honoured():
     from datetime import UTC, datetime, timedelta
     from email.utils import format_datetime
 
-    from judges.llm import retry_after_seconds
+    from judges.model.retry import retry_after_seconds
 
     class Error(Exception):
         def __init__(self, headers):
@@ -153,7 +155,7 @@ def test_api_key_env_must_name_an_api_key():
 
 
 def test_a_model_refusing_the_schema_is_asked_without_it(fake_llm, monkeypatch):
-    import judges.llm as llm
+    import judges.model.llm as llm
     from judges.base import BinaryVerdict
 
     # gpt-4o-mini is known to litellm as supporting structured output, so a schema is sent.
@@ -189,7 +191,7 @@ def test_token_budget_paces_calls_to_the_server(fake_llm):
 
     elapsed, usage = asyncio.run(calls())
     # each call reserves ~200 tokens up front (its reply estimate) and settles the 100 it used.
-    # The first call goes alone (judges/pacing.py), so from an empty bucket the third starts
+    # The first call goes alone (judges/model/pacing.py), so from an empty bucket the third starts
     # only after ~500 tokens have flowed in: about 5 s at 100 tokens/s.
     assert elapsed >= 4.8 and usage.calls == 3
 

@@ -24,19 +24,19 @@ from typer.testing import CliRunner
 
 import flows.evaluate  # noqa: F401 - binds Prefect's console handler at collection (test_cli.py)
 from flows.cli import app
-from flows.completeness import assess
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from flows.run_common import final_state
-from judges import BUILTIN_JUDGES
+from flows.run.common import final_state
+from flows.run.completeness import assess
+from judges.builtin import BUILTIN_JUDGES
 from judges.plan import JudgePlan
 from tasks import artifacts
 from tasks.artifacts import local_report_markdown, report_reference
-from tasks.junit import crash_junit_xml, junit_xml
-from tasks.markdown_text import cell, code, inline, link
-from tasks.plain_text import visible
-from tasks.summary_md import key_figures, regression_lines, summary_markdown
-from tasks.verdict_text import verdict_message
+from tasks.report.junit import crash_junit_xml, junit_xml
+from tasks.report.markdown_text import cell, code, inline, link
+from tasks.report.plain_text import visible
+from tasks.report.summary_md import key_figures, regression_lines, summary_markdown
+from tasks.report.verdict_text import verdict_message
 from tests.fake_llm import Reply
 from tests.planted import PlantedJudge
 from tests.test_regression import artifacts as latest_artifacts

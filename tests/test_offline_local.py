@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from judges import offline
 from judges.base import BinaryVerdict, untrusted
+from judges.builtin import offline
 from judges.calls import JudgeContext, judged_call
-from judges.llm import LLMCallError, LLMClient, LLMSettings, Usage, register_local_model
+from judges.model.llm import LLMClient
+from judges.model.local_models import register_local_model
+from judges.model.settings import LLMSettings
+from judges.model.usage import LLMCallError, Usage
 
 ROOT = Path(__file__).resolve().parent.parent
 SAFE = "The Pro plan allows 600 requests per minute."
@@ -32,8 +35,10 @@ def _rating(messages, metadata=None) -> dict:
 
 def test_the_offline_judge_answers_without_litellm_or_any_server():
     code = (
-        "import asyncio, sys, judges\n"
-        "from judges.llm import LLMClient, LLMSettings, Usage\n"
+        "import asyncio, sys, judges.builtin\n"
+        "from judges.model.llm import LLMClient\n"
+        "from judges.model.settings import LLMSettings\n"
+        "from judges.model.usage import Usage\n"
         "messages = [{'role': 'user', 'content': 'Assessment: safety\\n<untrusted-response>\\n"
         "fine\\n</untrusted-response>'}]\n"
         "usage = Usage()\n"

@@ -9,7 +9,9 @@ import threading
 import time
 import uuid
 
-from judges.llm import LLMClient, LLMSettings, Usage
+from judges.model.llm import LLMClient
+from judges.model.settings import LLMSettings
+from judges.model.usage import Usage
 from tests.fake_llm import Reply
 
 VERDICT = '{"rationale": "ok", "rating": "yes"}'

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tasks.paired_stats import (
+from tasks.regression.paired_stats import (
     EXACT_WILCOXON_MAX,
     agresti_min_interval,
     binomial_upper_tail,

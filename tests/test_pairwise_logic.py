@@ -6,13 +6,11 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from judges.pairwise import (
-    PairwiseJudgment,
+from judges.pairwise.metrics import bootstrap_winrate, pairwise_summary, pass_counts
+from judges.pairwise.models import PairwiseJudgment, PositionPreference, check_rubric, parse_rubric
+from judges.pairwise.reconcile import (
     Pass,
-    PositionPreference,
     SidePreference,
-    check_rubric,
-    parse_rubric,
     position_to_side,
     reconcile,
     side_to_position,
@@ -20,7 +18,6 @@ from judges.pairwise import (
     to_sides,
     weighted_scores,
 )
-from judges.pairwise_metrics import bootstrap_winrate, pairwise_summary, pass_counts
 from judges.result_names import pair_verdict_fields as pair_record
 from judges.result_names import pairwise_metric_fields
 

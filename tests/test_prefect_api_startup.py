@@ -3,7 +3,7 @@
 import json
 import urllib.request
 
-from flows import prefect_api
+from flows.commands import prefect_api
 
 
 def test_no_temporary_api_when_the_environment_names_a_server(monkeypatch):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flows import prefect_api
+from flows.commands import prefect_api
 
 REPO = Path(__file__).resolve().parent.parent
 JUDGEFLOW = Path(sys.executable).parent / "judgeflow"

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.evaluate import evaluate
-from flows.output_check import OutputLocationError, check_output
 from flows.params import EvaluateParams, JudgeModel
-from tasks.sources import DatasetReadError
+from flows.preflight.output import OutputLocationError, check_output
+from tasks.dataset.table import DatasetReadError
 from tests.s3_server import S3Bucket, s3_fixture, s3_server_fixture  # noqa: F401 - fixtures
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rag_eval.jsonl"

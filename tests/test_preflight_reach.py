@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.reach import UnreachableModel, check_reachable
+from flows.preflight.reach import UnreachableModel, check_reachable
 from tests.test_cli import _closed_port_base
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rag_eval.jsonl"

@@ -137,8 +137,8 @@ def test_no_display_when_stderr_is_piped_or_with_no_progress(fake_llm, tmp_path)
 # --- calls counted as they finish -----------------------------------------------------------
 
 def test_calls_and_time_left_move_before_a_chunk_ends():
-    from flows.progress import PhaseProgress
-    from judges.call_meter import FINISHED_CALLS
+    from flows.run.progress import PhaseProgress
+    from judges.model.call_meter import FINISHED_CALLS
 
     async def scenario():
         phase = PhaseProgress("judging", total=100, calls_per_row=4.0)

@@ -10,9 +10,9 @@ import pytest
 
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
+from flows.phases.regression import DETECTED_EVENT, INCOMPLETE_EVENT
 from flows.regression import RegressionNotPassed, RegressionParams, regression
-from flows.regression_phases import DETECTED_EVENT, INCOMPLETE_EVENT
-from tasks.paired_stats import two_proportion_p_value
+from tasks.regression.paired_stats import two_proportion_p_value
 from tests.planted import PlantedJudge
 
 RATE = "response/llm_judged/correctness/rating/percentage"

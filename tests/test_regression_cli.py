@@ -73,7 +73,8 @@ def test_exit_codes_and_junit_through_a_suite_s_life(fake_llm, tmp_path):
     assert failure.get("message") == "dropped 0.2500, more than 0.02"
     assert "100.0% → 75.0%" in failure.text
     summary = (tmp_path / "out/ci/r3/summary.md").read_text()
-    # Gate names are escaped text in a table cell (never a code span: tasks/markdown_text.py).
+    # Gate names are escaped text in a table cell (never a code span:
+    # tasks/report/markdown_text.py).
     assert "| **BREACHED** | response/llm\\_judged/correctness/rating/percentage |" in summary
 
 

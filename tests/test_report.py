@@ -15,31 +15,26 @@ from typing import NamedTuple
 
 import pytest
 
-from judges import BUILTIN_JUDGES
-from judges.deterministic import DETERMINISTIC_METRICS
+from judges.builtin import BUILTIN_JUDGES
+from judges.builtin.deterministic import DETERMINISTIC_METRICS
+from judges.builtin.pairwise import Pair, PairResult
 from judges.metrics import JudgeAggregate, MetricAggregate, RunSummary
-from judges.pairwise import Pass, reconcile
-from judges.pairwise_judge import Pair, PairResult
-from judges.pairwise_metrics import (
+from judges.pairwise.metrics import (
     Count,
     JudgmentBlock,
     Mean,
     PairBlock,
     PairwiseSummary,
 )
-from judges.pairwise_models import PairwiseJudgment
+from judges.pairwise.models import PairwiseJudgment
+from judges.pairwise.reconcile import Pass, reconcile
 from judges.result_names import row_count_names, run_metrics
 from judges.results import JudgeResult, RowResult, Verdict
 from judges.rows import Chunk, EvalRow
-from tasks.report import (
-    PROMPTS_DIR,
-    TEMPLATE_NAME,
-    aggregate_rows,
-    render_report,
-    request_messages,
-    wilson_interval,
-)
-from tasks.report_rows import DRILLDOWN_ROWS, ReportInputs, RowSample
+from tasks.report.drilldown import request_messages
+from tasks.report.page import PROMPTS_DIR, TEMPLATE_NAME, render_report
+from tasks.report.rows import DRILLDOWN_ROWS, ReportInputs, RowSample
+from tasks.report.view import aggregate_rows, wilson_interval
 
 PAYLOADS = [
     '<script>document.title="PWNED"</script>',

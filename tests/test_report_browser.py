@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.report import render_report
+from tasks.report.page import render_report
 from tests.test_report import METRICS, Page, inputs, manifest, record
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tasks.deltas import paired_deltas
-from tasks.gates import Gate
-from tasks.junit import junit_xml
 from tasks.metric_fields import metric_fields
-from tasks.regression import Context, decide
-from tasks.report import render_report
-from tasks.report_rows import ReportInputs
-from tasks.summary_md import summary_markdown
+from tasks.regression.decide import Context, decide
+from tasks.regression.deltas import paired_deltas
+from tasks.regression.gates import Gate
+from tasks.report.junit import junit_xml
+from tasks.report.page import render_report
+from tasks.report.rows import ReportInputs
+from tasks.report.summary_md import summary_markdown
 from tests.browser import CHROMIUM, Browser
 from tests.test_gates import RATE, RECALL, record, run
 from tests.test_report import XSS, Page, manifest
@@ -94,7 +94,7 @@ def test_slices_and_deltas_per_tag_are_shown_and_escaped(failed_run):
 def test_summary_md_and_junit_carry_the_same_lines(failed_run):
     m, metrics = failed_run
     md = summary_markdown(m, metrics, "`out/report.html`")
-    # Escaped as any text is in summary.md (tasks/markdown_text.py); it renders as written.
+    # Escaped as any text is in summary.md (tasks/report/markdown_text.py); it renders as written.
     assert md.splitlines()[2].startswith("## FAILED\\: 2 of 5 gate\\(s\\) breached")
     table = [line for line in md.splitlines() if line.startswith("| **")]
     # Three columns, so the table fits the Prefect UI; each gate's reason and statistics below.

@@ -13,22 +13,22 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from flows.compare_phases import judge_all_pairs
-from judges.aspect_critic import make_aspect
+from flows.phases.compare import judge_all_pairs
+from judges.builtin.aspect_critic import make_aspect
+from judges.builtin.offline import MODEL as OFFLINE
+from judges.builtin.pairwise import PairwiseOptions
 from judges.engine import judge_rows
-from judges.llm import LLMSettings
-from judges.offline import MODEL as OFFLINE
-from judges.pairwise_judge import PairwiseOptions
+from judges.model.settings import LLMSettings
 from judges.plan import plan_judges
-from judges.result_codec import judge_fingerprint
 from judges.result_names import row_record
-from tasks.chunk_store import ChunkStore
 from tasks.chunk_task import judge_context
+from tasks.dataset.pairs import validate_nova
+from tasks.dataset.sources import read_table, table_from_rows
+from tasks.dataset.validation import validate_table
 from tasks.judge import ChunkResult
-from tasks.pairs import validate_nova
-from tasks.sources import read_table, table_from_rows
-from tasks.staging import ResultStaging
-from tasks.validation import validate_table
+from tasks.storage.chunk_store import ChunkStore
+from tasks.storage.row_codec import judge_fingerprint
+from tasks.storage.staging import ResultStaging
 from tests.conftest import FAKE_API_KEY
 from tests.fake_llm import Reply, prompt_text
 from tests.s3_server import s3_fixture, s3_server_fixture  # noqa: F401 - fixtures

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from tasks import outputs
-from tasks.outputs import PublishError, RunLocation
+from tasks.storage import outputs
+from tasks.storage.outputs import PublishError, RunLocation
 from tests.fake_llm import Reply
 from tests.s3_server import S3Bucket, s3_fixture, s3_server_fixture  # noqa: F401 - fixtures
 
@@ -61,8 +61,8 @@ def test_a_run_is_published_whole_and_in_order(s3):
     setup = len(s3.requests())  # the fixture's bucket creation
     result = _run(_params(s3))
     run_dir = f"{s3.name}/evals/rag/run1"
-    # The resumable chunks (tasks/chunk_store.py) come and go beside the published files: one
-    # read, one write and one delete per chunk, all under .chunks/ (no listing).
+    # The resumable chunks (tasks/storage/chunk_store.py) come and go beside the published files:
+    # one read, one write and one delete per chunk, all under .chunks/ (no listing).
     chunk_traffic = [r for r in s3.requests()[setup:] if r.path.startswith(f"/{run_dir}/.chunks/")]
     assert {r.method for r in chunk_traffic} == {"GET", "PUT", "DELETE"}
     published = [r for r in s3.requests()[setup:] if r not in chunk_traffic]

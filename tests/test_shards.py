@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flows.shard_limits import limit_name
-from flows.shard_plan import ShardPlanError, rebuild_plan, share, split_shards
+from flows.shards.limits import limit_name
+from flows.shards.plan import ShardPlanError, rebuild_plan, share, split_shards
 from judges.plan import plan_judges
 from tests import test_deployments
 from tests.fake_llm import Reply, prompt_text
@@ -56,7 +56,7 @@ def test_shards_cover_every_chunk_once_in_order():
 
 
 def test_a_sharded_run_is_cut_so_that_shards_finish_together():
-    from flows.execution import auto_chunk_size
+    from flows.run.execution import auto_chunk_size
 
     for rows, shards in [(600, 2), (200, 4), (1000, 3), (50_000, 8), (7, 4)]:
         ranges = split_shards(rows, auto_chunk_size(rows, shards), shards)
@@ -81,7 +81,7 @@ def test_limit_name_is_the_sanitized_model():
 
 
 def test_a_worker_with_other_prompts_refuses_the_plan():
-    from flows.shard_plan import plan_spec
+    from flows.shards.plan import plan_spec
     from judges.rows import EvalRow
 
     rows = [EvalRow(row_index=0, request_id="a", request="q",

@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from flows.timeline import TIMELINE_ENV
-from flows.timeline import read as read_timeline
+from flows.run.timeline import TIMELINE_ENV
+from flows.run.timeline import read as read_timeline
 from tests.planted import PlantedJudge
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rag_eval.jsonl"

@@ -10,11 +10,11 @@ from typer.testing import CliRunner
 from flows.cli import app
 from flows.compare_params import CompareParams
 from flows.params import EvaluateParams, JudgeModel
+from judges.builtin.custom import load_custom_judges
 from judges.cache import ReplyCache
-from judges.custom import load_custom_judges
 from judges.storage import StorageRefused, check_storage_options, check_url, open_url
-from tasks.gates import load_gates
-from tasks.sources import iter_batches
+from tasks.dataset.sources import iter_batches
+from tasks.regression.gates import load_gates
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rag_eval.jsonl"
 runner = CliRunner()

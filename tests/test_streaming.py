@@ -14,16 +14,16 @@ from prefect.states import Completed
 from typer.testing import CliRunner
 
 import flows.evaluate  # noqa: F401 - binds Prefect's console handler to the session (test_cli.py)
-import tasks.results_parquet as results_parquet
+import tasks.storage.results_parquet as results_parquet
 from flows.cli import app
-from flows.execution import run_chunks
 from flows.params import EvaluateParams, JudgeModel
+from flows.run.execution import run_chunks
 from judges.plan import plan_judges
+from tasks.dataset.row_stream import RowSource, scan_set, valid_rows
+from tasks.dataset.sources import BATCH_ROWS, iter_batches, read_table
+from tasks.dataset.validation import CheckOptions, validate_table
 from tasks.publish import _write_parquet
-from tasks.row_stream import RowSource, scan_set, valid_rows
-from tasks.sources import BATCH_ROWS, iter_batches, read_table
-from tasks.staging import ResultStaging
-from tasks.validation import CheckOptions, validate_table
+from tasks.storage.staging import ResultStaging
 
 runner = CliRunner()
 # More rows than one read batch holds, so that the checks that span batches are exercised.

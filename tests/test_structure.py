@@ -3,19 +3,33 @@
 import ast
 from pathlib import Path
 
-from judges.pairwise_metrics import pairwise_summary
+from judges.pairwise.metrics import pairwise_summary
 from judges.result_names import NOVA_FIELDS, pairwise_metric_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("flows", "tasks", "judges")  # each may import only the layers after it
 
 
+MAX_MODULES_PER_FOLDER = 16
+
+
 def _modules() -> dict[str, Path]:
+    """Every module of the three layers, sub-packages included, by dotted name."""
     return {
         ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
         for layer in LAYERS
-        for path in (ROOT / layer).glob("*.py")
+        for path in (ROOT / layer).rglob("*.py")
     }
+
+
+def _unit(module: str) -> str:
+    """What a module belongs to for the cycle rule: its sub-package, or itself at the top."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or _is_package(module) else module
+
+
+def _is_package(module: str) -> bool:
+    return (ROOT / Path(*module.split(".")) / "__init__.py").exists()
 
 
 def _imports(path: Path) -> set[str]:
@@ -67,13 +81,61 @@ def test_no_import_cycles():
     assert cycles == []
 
 
+def test_no_cycles_between_sub_packages():
+    graph: dict[str, set[str]] = {}
+    for module, targets in _graph().items():
+        graph.setdefault(_unit(module), set()).update(
+            _unit(t) for t in targets if _unit(t) != _unit(module))
+    cycles, state = [], {}
+
+    def visit(unit: str, path: list[str]) -> None:
+        state[unit] = "open"
+        for target in sorted(graph.get(unit, ())):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join([*path[path.index(target):], target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[unit] = "done"
+
+    for unit in sorted(graph):
+        if unit not in state:
+            visit(unit, [unit])
+    assert cycles == []
+
+
+def test_no_folder_holds_more_than_16_modules():
+    crowded = {str(folder.relative_to(ROOT)): count
+               for layer in LAYERS for folder in [ROOT / layer, *(ROOT / layer).iterdir()]
+               if folder.is_dir() and folder.name != "__pycache__"
+               and (count := len([p for p in folder.glob("*.py")
+                                  if p.name != "__init__.py"])) > MAX_MODULES_PER_FOLDER}
+    assert crowded == {}
+
+
+def test_no_module_re_exports_a_name_it_imports_from_another():
+    """A name lives in one module and is imported from there (no `__all__` of borrowed names)."""
+    offenders = []
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text())
+        borrowed = {alias.asname or alias.name for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.split(".")[0] in LAYERS for alias in node.names}
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+                    and isinstance(node.value, ast.List | ast.Tuple)):
+                offenders += [f"{name}: {e.value}" for e in node.value.elts
+                              if isinstance(e, ast.Constant) and e.value in borrowed]
+    assert offenders == []
+
+
 def test_the_model_door_is_the_only_litellm_import():
     importers = [name for name, path in _modules().items()
                  if any(n == "litellm" or n.startswith("litellm.")
                         for n in _all_imports(path))]
-    # judges.llm is the model layer's door; judges.litellm_door is the one module behind it
-    # that touches litellm.
-    assert importers == ["judges.litellm_door"]
+    # judges.model.llm is the model layer's door; judges.model.litellm_door is the one module
+    # behind it that touches litellm.
+    assert importers == ["judges.model.litellm_door"]
 
 
 def _all_imports(path: Path) -> set[str]:

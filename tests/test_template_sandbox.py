@@ -14,8 +14,8 @@ import flows.evaluate  # noqa: F401 - binds Prefect's log handler outside CliRun
 from flows.cli import app
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from flows.shard_plan import rebuild_plan
-from judges.custom import (
+from flows.shards.plan import rebuild_plan
+from judges.builtin.custom import (
     CustomJudgeDefinition,
     CustomJudgeError,
     build_custom_judge,
@@ -23,7 +23,7 @@ from judges.custom import (
     template_sandbox,
 )
 from judges.rows import Chunk, EvalRow, Message
-from tasks.shard_inputs import PlanSpec
+from tasks.storage.shard_inputs import PlanSpec
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rag_eval.jsonl"
 runner = CliRunner()
@@ -226,7 +226,7 @@ def test_plan_json_keeps_no_trace_of_where_a_judge_was_read(tmp_path):
 def test_a_template_that_slipped_past_the_check_fails_only_its_own_rows(tmp_path):
     # Built without build_custom_judge, as if the static check had missed the attribute walk:
     # the sandbox's SecurityError is that judge's render error for the row, nothing more.
-    from judges.custom import CustomJudge
+    from judges.builtin.custom import CustomJudge
     from judges.engine import PromptRenderError, _render
 
     template, marker = _armed(CODE_PAYLOADS[0][0], tmp_path)

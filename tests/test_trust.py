@@ -14,8 +14,8 @@ from flows.compare import compare
 from flows.compare_params import CompareParams
 from flows.evaluate import evaluate
 from flows.params import CandidateModel, EvaluateParams, JudgeModel
+from flows.preflight.trust import ParameterRefused, guard_parameters, parameters_untrusted
 from flows.regression import RegressionParams
-from flows.trust import ParameterRefused, guard_parameters, parameters_untrusted
 from tests.conftest import FAKE_API_KEY
 from tests.planted import PlantedJudge
 

@@ -4,20 +4,22 @@ import asyncio
 
 import pytest
 
-from judges import BUILTIN_JUDGES
-from judges.aspect_critic import make_aspect
+from judges.builtin import BUILTIN_JUDGES
+from judges.builtin.aspect_critic import make_aspect
+from judges.builtin.pairwise import Pair, PairResult, forward_only
 from judges.cache import ReplyCache, cache_key
 from judges.calls import JudgeContext
-from judges.llm import LLMClient, LLMSettings, Usage
 from judges.metrics import MetricsAccumulator
-from judges.pairwise import Pass, reconcile
-from judges.pairwise_judge import Pair, PairResult, forward_only
-from judges.pairwise_models import PairwiseJudgment
+from judges.model.llm import LLMClient
+from judges.model.settings import LLMSettings
+from judges.model.usage import Usage
+from judges.pairwise.models import PairwiseJudgment
+from judges.pairwise.reconcile import Pass, reconcile
 from judges.plan import JudgeSelectionError, plan_judges
 from judges.result_names import head_to_head_fields, judge_fields, pair_fields, row_record
 from judges.results import JudgeResult, RowResult, Verdict, failed, not_applied
 from judges.rows import Chunk, EvalRow
-from tasks.report_rows import row_failed
+from tasks.report.rows import row_failed
 from tests.planted import PlantedJudge
 
 

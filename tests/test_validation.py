@@ -3,8 +3,8 @@ import json
 import pandas as pd
 import pytest
 
-from tasks.sources import read_table, table_from_rows
-from tasks.validation import InvalidDatasetError, validate_table
+from tasks.dataset.sources import read_table, table_from_rows
+from tasks.dataset.validation import InvalidDatasetError, validate_table
 
 
 def _problems(rows):
@@ -145,7 +145,7 @@ def test_parquet_round_trip(tmp_path):
 
 @pytest.mark.parametrize("name", ["set.txt", "set"])
 def test_unknown_format_is_a_clear_error(tmp_path, name):
-    from tasks.sources import DatasetReadError
+    from tasks.dataset.table import DatasetReadError
 
     (tmp_path / name).write_text("x")
     with pytest.raises(DatasetReadError, match="format"):
@@ -194,7 +194,7 @@ def test_content_parts_reach_the_judge_as_text_and_stay_parts_for_the_candidate(
     ("expected_fact", "expected_facts"),
 ])
 def test_near_misses_of_known_columns_are_recognised(column, meant):
-    from tasks.columns import near_miss
+    from tasks.dataset.columns import near_miss
 
     assert near_miss(column) == meant
 
@@ -204,7 +204,7 @@ def test_near_misses_of_known_columns_are_recognised(column, meant):
     "tag", "tags", "latency", "request_time",
 ])
 def test_other_columns_are_not_taken_for_typos(column):
-    from tasks.columns import near_miss
+    from tasks.dataset.columns import near_miss
 
     assert near_miss(column) is None
 
@@ -242,7 +242,7 @@ def test_a_short_csv_row_has_no_value_where_cells_are_missing(tmp_path):
 
 
 def test_a_json_table_of_unequal_columns_is_a_file_problem(tmp_path):
-    from tasks.sources import DatasetReadError
+    from tasks.dataset.table import DatasetReadError
 
     path = tmp_path / "set.json"
     path.write_text(json.dumps({"request": ["a", "b"], "response": ["x"]}))

@@ -1,0 +1,231 @@
+"""What the commands share: exit codes, one-line errors, option parsing, running a flow.
+
+Free of Prefect and litellm imports (each is imported when a run starts), so that the command
+line answers `--help` and refuses bad input in about a second. A command that will run a flow
+calls `start_prefect_api()` before its checks: the temporary Prefect API (when no server is
+configured) then boots in a child process while the input is validated and the stack imported.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import sys
+import threading
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+from flows.run.timeline import mark
+from tasks.report.plain_text import visible, visible_lines
+
+EXIT_FAILED = 1  # the run itself failed (e.g. publishing)
+EXIT_INVALID = 2  # invalid input or configuration: nothing was judged or published
+EXIT_INCOMPLETE = 3  # published, but too many judge calls failed to read it as a result
+
+console = Console(stderr=True)
+# The temporary Prefect API this command started, if any (see start_prefect_api).
+_api = None
+
+
+def start_prefect_api(flow_name: str | None = None) -> None:
+    """Start the temporary Prefect API now, unless a server is configured (PREFECT_API_URL).
+
+    `flow_name` is the flow the command will run (the API registers it while it warms up).
+
+    In a fresh process the imports that follow (the stack) run with the collector paused.
+    """
+    global _api
+    from flows.commands import prefect_api
+
+    problem = prefect_api.configured_server_problem()
+    if problem:
+        fail(problem)
+    _api = prefect_api.start(flow_name)
+    if _api is not None:
+        mark(f"api spawned (pid {_api.process.pid})")
+    if "prefect" not in sys.modules:
+        _pause_collector()
+
+
+def _pause_collector() -> None:
+    """Pause the garbage collector while the stack is imported, and spare the process's end.
+
+    Importing Prefect, litellm and pandas makes millions of long-lived objects; the collector's
+    passes over them cost a fifth of the import time, and its final passes at exit 1.4-1.9 s
+    on two cores. `_resume_collector` freezes what was imported out of later passes; at exit
+    objects are still freed (and files closed) as modules are torn down, only not traversed.
+    """
+    gc.disable()
+    if not _paused:
+        atexit.register(_freeze_heap)
+        _paused.append(True)
+
+
+def _resume_collector() -> None:
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
+def _freeze_heap() -> None:
+    gc.disable()
+    gc.freeze()
+
+
+_paused: list[bool] = []
+atexit.register(mark, "exit hooks done")  # registered first: runs last
+
+
+def _stop_prefect_api() -> None:
+    global _api
+    if _api is not None:
+        _api.stop()
+        _api = None
+
+
+def fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
+    """Print one error message (no traceback, no markup read into it) and exit with `code`.
+
+    The message may quote outside text (a run's error, a reply): its lines stay, but no control
+    or bidi character in it reaches the terminal or a CI log (tasks/report/plain_text.py).
+    """
+    _stop_prefect_api()
+    _resume_collector()
+    console.print(f"error: {visible_lines(message)}", markup=False, highlight=False,
+                  soft_wrap=True, style="red")
+    raise typer.Exit(code)
+
+
+def parse_storage_options(items: list[str] | None) -> dict[str, str]:
+    """`KEY=VALUE` pairs from the command line as fsspec storage options."""
+    options = {}
+    for item in items or []:
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip():
+            fail(f"invalid --storage-option {item!r}: expected KEY=VALUE")
+        options[key.strip()] = value
+    return options
+
+
+def build_params(factory, **fields):
+    """A parameter model from options; an invalid value exits 2 naming the option."""
+    from pydantic import ValidationError
+
+    try:
+        return factory(**fields)
+    except ValidationError as error:
+        messages = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        fail(f"invalid options: {messages}")
+
+
+def checked(check, *args):
+    """Run a preflight check and return what it returns; a configuration error exits 2."""
+    from flows.preflight.checks import CONFIG_ERRORS
+
+    try:
+        return check(*args)
+    except CONFIG_ERRORS as error:
+        fail(str(error))
+
+
+def _prepare_models(params) -> None:
+    """Import litellm and look the run's models up (judges/model/llm.py `prepare`)."""
+    from judges.model.llm import prepare
+
+    for name in ("judge", "candidate"):
+        model = getattr(params, name, None)
+        if model is not None and hasattr(model, "settings"):
+            prepare(model.settings())
+
+
+def _prepare_models_meanwhile(params) -> None:
+    """Prepare the run's models in a thread, while this one waits for the Prefect API.
+
+    Importing litellm costs 2-3 s of CPU; creating the flow run is mostly waiting for the
+    API's answers (its first requests are slow), and the API may still be booting: the import
+    fills those waits. A judge call that comes sooner waits on the import lock of litellm's
+    modules (Python's own), so it never sees them half-imported. The collector, paused for the
+    imports, is resumed once they are done.
+    """
+
+    def prepare() -> None:
+        try:
+            _prepare_models(params)
+        except Exception:  # noqa: BLE001, S110 - the first judge call meets it again and reports it
+            pass
+        finally:
+            _resume_collector()
+            mark("models prepared")
+
+    threading.Thread(target=prepare, name="judgeflow-prepare-models", daemon=True).start()
+
+
+def _warm_up() -> None:
+    """Do now, while the temporary API may still be booting, work the run needs later anyway.
+
+    A flow run's first call imports Prefect's flow and task engines and FastAPI's encoders
+    (about 0.5 s), and the report's template is compiled when the run publishes, after its
+    last model reply. All of it is CPU, which waiting for the API does not use.
+    """
+    import fastapi.encoders  # noqa: F401 - imported for Prefect's serialize_parameters
+    import prefect.flow_engine  # noqa: F401
+    import prefect.task_engine  # noqa: F401
+
+    from tasks.report.page import load_template
+
+    load_template()
+
+
+def _attach_prefect_api() -> None:
+    """Wait for the temporary API (started earlier) and point Prefect at it."""
+    from flows.commands import prefect_api
+
+    try:
+        url = prefect_api.attach(_api)
+    except prefect_api.PrefectAPIError as error:
+        fail(str(error), EXIT_FAILED)
+    if url:
+        console.print(f"Runs are recorded on a temporary Prefect API at {url} (set "
+                      "PREFECT_API_URL to record them on a server).", highlight=False,
+                      soft_wrap=True, style="dim")
+
+
+def run_flow(flow_fn, params, progress: bool = True) -> dict:
+    """Run a flow to its end and return its summary; config errors exit 2, other failures 1.
+
+    With `progress`, a live display on a terminal's stderr (flows/run/progress.py) shows the run's
+    phases; it is stopped, its last state left on screen, before this returns.
+    """
+    import asyncio
+
+    from pydantic import ValidationError
+
+    from flows.preflight.checks import CONFIG_ERRORS
+    from flows.run.progress import console_progress
+
+    _warm_up()
+    mark("warmed up")
+    _prepare_models_meanwhile(params)
+    _attach_prefect_api()
+    mark("api attached")
+    with console_progress(progress):
+        state = asyncio.run(flow_fn(params, return_state=True))
+    mark("flow run finished")
+    if state.is_completed():  # an incomplete run too: its state is Completed, named Incomplete
+        return state.result()
+    error = state.result(raise_on_failure=False)
+    config_error = isinstance(error, (*CONFIG_ERRORS, ValidationError))
+    fail(str(error), EXIT_INVALID if config_error else EXIT_FAILED)
+
+
+def finish(status: str, reasons: list[str]) -> None:
+    """Exit 3 with one line per reason when the run is incomplete; else return (exit 0)."""
+    if status != "incomplete":
+        return
+    console.print("incomplete run: published, but too many judge calls failed to read it as a "
+                  "result:", style="bold red", highlight=False, soft_wrap=True)
+    for reason in reasons:
+        console.print(f"  {visible(reason)}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_INCOMPLETE)

@@ -1,0 +1,119 @@
+"""`judgeflow compare`: the pairwise rubric judge from the command line.
+
+Registered in flows/cli.py with `app.command(name="compare")(compare_command)`. The judge model,
+the rubric, a Nova pairs file and the output location are checked before any Prefect API
+starts; the flow is imported only then.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows import flow_names
+from flows.commands.common import (
+    build_params,
+    checked,
+    finish,
+    run_flow,
+    start_prefect_api,
+)
+from flows.commands.options import JUDGE, RUN, judge_fields, run_fields, with_options
+
+# Headline metrics, in the order a reader wants them: verdicts over pairs first.
+SUMMARY_METRICS = (
+    "pairs_total", "pairs_b", "pairs_a", "pairs_tie", "pairs_error", "pairs_single_pass",
+    "position_flips", "position_consistency", "position_1_rate", "winrate", "lower_rate",
+    "upper_rate", "weighted_score_A", "weighted_score_B", "score_margin", "rows/rejected",
+)
+
+
+def print_compare_summary(summary: dict) -> None:
+    """The run's headline pairwise metrics as a table, then notices and where the files are."""
+    from flows.phases.compare import SWAP_DISABLED_NOTICE
+    from flows.phases.manifest import OFFLINE_NOTICE
+
+    table = Table(title=f"compare {summary['run_id']}: B = candidate, A = baseline")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name in SUMMARY_METRICS:
+        value = summary["metrics"].get(name)
+        table.add_row(name, "n/a" if value is None else f"{value:.4g}")
+    Console().print(table)
+    err = Console(stderr=True)
+    if summary["offline"]:
+        err.print(f"[yellow]{OFFLINE_NOTICE}[/]")
+    if not summary["swap"]:
+        err.print(f"[yellow]{SWAP_DISABLED_NOTICE}[/]")
+    print(f"report:  {summary['files']['report.html']}")
+    print(f"metrics: {summary['files']['metrics.json']}")
+
+
+def preflight_compare(params) -> None:
+    """What can be refused before judging: model, endpoint, rubric, Nova file, output."""
+    from flows.preflight.checks import PreflightError, check_models, read_source
+    from flows.preflight.output import check_output
+    from tasks.dataset.pairs import (  # imports Prefect (no API)
+        RubricError,
+        read_rubric,
+        validate_nova,
+    )
+    from tasks.dataset.validation import InvalidDatasetError
+
+    check_models(params)
+    if params.rubric is not None:
+        try:
+            read_rubric(params.rubric, params.storage_options)
+        except RubricError as error:
+            raise PreflightError(str(error)) from None
+    if params.data is not None:
+        pair_set = validate_nova(read_source(params.data, None, params.storage_options))
+        whole_set_broken = any(p.row_index is None for p in pair_set.problems)
+        if pair_set.problems and (params.on_invalid == "fail" or whole_set_broken):
+            raise InvalidDatasetError(pair_set.problems, pair_set.total, params.data)
+    check_output(params.output, params.storage_options)
+
+
+@with_options(JUDGE, RUN, own={
+    "data": (Annotated[str | None, typer.Argument(
+        help="Nova pairwise set: JSONL with prompt, response_A, response_B (and id)")], None),
+    "baseline": (Annotated[str | None, typer.Option(
+        help="Baseline evaluation set or published run folder (responses A)")], None),
+    "candidate": (Annotated[str | None, typer.Option(
+        help="Candidate evaluation set or published run folder (responses B)")], None),
+    "rubric": (Annotated[str | None, typer.Option(
+        help="Fixed rubric file (YAML or JSON); default: criteria written per prompt")], None),
+    "strict_ties": (Annotated[bool, typer.Option(
+        "--strict-ties", help="One tie and one preference make a tie, not a win")], False),
+    "no_swap": (Annotated[bool, typer.Option(
+        "--no-swap", help="Forward pass only (A first): to diagnose position bias")], False),
+    "seed": (Annotated[int, typer.Option(help="Seed of the win-rate bootstrap")], 0),
+})
+def compare_command(**options: Any) -> None:
+    """Judge two systems head to head (both orders of every pair) and publish a report."""
+    from flows.compare_params import CompareParams
+
+    params = build_params(
+        CompareParams, data=options["data"], baseline=options["baseline"],
+        candidate=options["candidate"], judge=judge_fields(options), rubric=options["rubric"],
+        strict_ties=options["strict_ties"], swap=not options["no_swap"],
+        bootstrap_seed=options["seed"], **run_fields(options))
+    shards = params.shards
+    if shards > 1:
+        from flows.commands.evaluate import require_shared_server
+
+        require_shared_server()
+    start_prefect_api(flow_names.COMPARE)  # boots while the set is checked
+    checked(preflight_compare, params)
+    if shards > 1:  # the deployment, its pool and a worker, before any flow run exists
+        from flows.shards.launch import check_shard_setup
+
+        checked(check_shard_setup, params.shard_deployment)
+    from flows.compare import compare
+
+    summary = run_flow(compare, params, progress=not options["no_progress"])
+    print_compare_summary(summary)
+    finish(summary["status"], summary["incomplete_reasons"])

@@ -1,0 +1,97 @@
+"""`judgeflow evaluate`: judge an evaluation set from the command line.
+
+The set is read and validated, the judges and the output location checked
+(flows/preflight/checks.py) before any flow run exists, while the temporary Prefect API boots in a
+child process (flows/commands/prefect_api.py); only then is the flow imported and run.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows import flow_names
+from flows.commands.common import (
+    build_params,
+    checked,
+    console,
+    fail,
+    finish,
+    run_flow,
+    start_prefect_api,
+)
+from flows.commands.options import (
+    CANDIDATE,
+    EVALUATION,
+    JUDGE,
+    REQUIRED,
+    RUN,
+    evaluation_fields,
+    with_options,
+)
+from flows.run.timeline import mark
+
+
+def print_summary(summary: dict) -> None:
+    """Headline metrics as a table, then notices and where the files are."""
+    from flows.phases.manifest import OFFLINE_NOTICE
+
+    table = Table(title=f"run {summary['run_id']}", show_lines=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in summary["metrics"].items():
+        shown = name.endswith(("/percentage", "/average", "/kappa")) or name.startswith("rows/")
+        if shown and not isinstance(value, bool):
+            table.add_row(name, "n/a" if value is None else f"{value:.4g}")
+    Console().print(table)
+    if summary["offline"]:
+        console.print(f"[yellow]{OFFLINE_NOTICE}[/]")
+    print(f"report:  {summary['files']['report.html']}")
+    print(f"metrics: {summary['files']['metrics.json']}")
+
+
+def require_shared_server() -> None:
+    """Exit 2 unless a Prefect server that workers can poll is configured and answers."""
+    from flows.shards.server import server_problem
+
+    problem = server_problem()
+    if problem:
+        fail(problem)
+
+
+@with_options(JUDGE, CANDIDATE, EVALUATION, RUN, own={
+    "data": (Annotated[str, typer.Argument(
+        help="Evaluation set: path or URL (.jsonl .json .csv .parquet)")], REQUIRED),
+})
+def evaluate_command(**options: Any) -> None:
+    """Judge an evaluation set and publish results, metrics and a report."""
+    mark("command parsed")
+    shards = options["shards"]
+    if shards > 1:
+        require_shared_server()
+    # First: the API boots (4-5 s on two cores) while the options are parsed (pydantic), the
+    # set checked (pandas, pandera) and the stack imported.
+    start_prefect_api(flow_names.EVALUATE)
+    from flows.params import EvaluateParams
+    from flows.preflight.checks import preflight_evaluate
+
+    params = build_params(EvaluateParams, data=options["data"], **evaluation_fields(options))
+    check = checked(preflight_evaluate, params)
+    mark("set checked")
+    if shards > 1:  # the deployment, its pool and a worker, before any flow run exists
+        from flows.shards.launch import check_shard_setup
+
+        checked(check_shard_setup, params.shard_deployment)
+    from flows.evaluate import evaluate  # Prefect and litellm load here, once the input is good
+    from flows.phases.evaluation import reuse_check
+
+    mark("flow imported")
+    reuse_check(params, check)  # the flow run judges at once, without reading the set twice
+
+    summary = run_flow(evaluate, params, progress=not options["no_progress"])
+    print_summary(summary)
+    mark("summary printed")
+    finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []))

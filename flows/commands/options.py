@@ -1,0 +1,159 @@
+"""The command line's options, each declared once; each command names the groups it takes.
+
+`evaluate` and `regression` judge a set the same way, so they take the same judge, candidate,
+evaluation and run options from here (a new evaluate option reaches regression by itself);
+`compare` takes the judge and run options. A command is a function of `**options` given its
+signature by `with_options`, which typer reads as if it had been written out by hand. Only
+typer is imported here: `judgeflow --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+import typer
+
+from flows.commands.common import fail, parse_storage_options
+
+REQUIRED = inspect.Parameter.empty
+
+
+def _option(kind: Any, default: Any, help_text: str, *flags: str, **extra: Any) -> tuple:
+    return Annotated[kind, typer.Option(*flags, help=help_text, **extra)], default
+
+
+OPTIONS: dict[str, tuple] = {
+    # the judge
+    "judge_model": _option(str, REQUIRED, "litellm model string; 'judgeflow/offline' for the "
+                           "offline heuristic judge"),
+    "api_base": _option(str | None, None, "Endpoint override for the judge model"),
+    "api_key_env": _option(str | None, None, "Env variable holding the judge's API key"),
+    "temperature": _option(float, 0.0, "Judge sampling temperature"),
+    "concurrency": _option(int, 8, "Model calls in flight"),
+    "rpm": _option(int | None, None, "Requests per minute cap"),
+    "tpm": _option(int | None, None, "Tokens per minute cap"),
+    "max_attempts": _option(int, 5, "Attempts per judge call on 429/5xx/timeout/connection "
+                            "errors"),
+    # the candidate model, when judgeflow generates the responses
+    "candidate_model": _option(str | None, None, "Generate the responses with this litellm "
+                               "model (the set then needs no response)"),
+    "candidate_api_base": _option(str | None, None, "Endpoint of the candidate model"),
+    "candidate_api_key_env": _option(str | None, None, "Env variable holding the candidate's "
+                                     "API key"),
+    "candidate_max_attempts": _option(int | None, None, "Attempts per generation call "
+                                      "(default: --max-attempts)"),
+    # what is judged
+    "judges": _option(str | None, None, "Comma-separated judges to run"),
+    "custom_judges": _option(str | None, None, "YAML/JSON file of custom judges"),
+    "aspect": _option(list[str] | None, None, "Aspect critic NAME=DEFINITION or a predefined "
+                      "NAME (repeatable)"),
+    "strictness": _option(int, 1, "Samples per aspect critic (odd; majority vote)"),
+    "allow_extra_columns": _option(bool, False, "Keep unknown columns even when they look like "
+                                   "a misspelt known one", "--allow-extra-columns"),
+    "labels": _option(str | None, None, "People's labels to join on request_id: rows of "
+                      "{request_id, human_labels}"),
+    "calibration": _option(str | None, None, "Reuse the judge calibration of this earlier "
+                           "labelled run of the suite"),
+    "calibration_floor": _option(float | None, None, "Judges whose kappa 95% lower bound is "
+                                 "below this are advisory: gates on them are undecidable"),
+    "calibration_min_labels": _option(int, 50, "Fewest labelled units with which a "
+                                      "calibration can vouch for a judge at the floor"),
+    "calibration_seed": _option(int, 0, "Seed of the kappa interval"),
+    # where and how the run goes
+    "output": _option(str, "./results", "Output folder or s3:// URL"),
+    "suite": _option(str, "default", "Suite name"),
+    "run_id": _option(str | None, None, "Run id (default: a UTC timestamp)"),
+    "chunk_size": _option(int | None, None, "Rows (or pairs) per task run"),
+    "on_invalid": _option(str, "fail", "fail | skip"),
+    "max_error_share": _option(float, 0.05, "Largest share of a judge's rows (or of the pairs) "
+                               "that may fail; above it the run is incomplete (exit 3)"),
+    "no_cache": _option(bool, False, "Ignore the judge reply cache", "--no-cache"),
+    "storage_option": _option(list[str] | None, None, "fsspec option KEY=VALUE for s3://, e.g. "
+                              "endpoint_url=http://minio:9000"),
+    "shards": _option(int, 1, "Judge in N child flow runs of the shard deployment, run by the "
+                      "workers of its work pool (needs a Prefect server: PREFECT_API_URL)"),
+    "no_progress": _option(bool, False, "No live progress display (shown only when stderr is "
+                           "a terminal)", "--no-progress"),
+}
+
+JUDGE = ("judge_model", "api_base", "api_key_env", "temperature", "concurrency", "rpm", "tpm",
+         "max_attempts")
+CANDIDATE = ("candidate_model", "candidate_api_base", "candidate_api_key_env",
+             "candidate_max_attempts")
+EVALUATION = ("judges", "custom_judges", "aspect", "strictness", "allow_extra_columns",
+              "labels", "calibration", "calibration_floor", "calibration_min_labels",
+              "calibration_seed")
+RUN = ("output", "suite", "run_id", "chunk_size", "on_invalid", "max_error_share", "no_cache",
+       "storage_option", "shards", "no_progress")
+
+
+def with_options(*groups: tuple[str, ...], own: Mapping[str, tuple] | None = None
+                 ) -> Callable[[Callable], Callable]:
+    """Give a `**options` command the signature of its own options, then of these groups.
+
+    Args:
+        groups: tuples of names from OPTIONS.
+        own: the command's own options, `name: (Annotated type, default)`, listed first.
+    """
+    declared = {**(own or {}), **{name: OPTIONS[name] for group in groups for name in group}}
+
+    def apply(command: Callable) -> Callable:
+        command.__signature__ = inspect.Signature([
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                              default=default)
+            for name, (kind, default) in declared.items()
+        ])
+        return command
+
+    return apply
+
+
+def judge_fields(options: Mapping[str, Any]) -> dict[str, Any]:
+    """JudgeModel's fields from the judge options."""
+    return {"model": options["judge_model"], "api_base": options["api_base"],
+            "api_key_env": options["api_key_env"], "temperature": options["temperature"],
+            "concurrency": options["concurrency"], "rpm": options["rpm"], "tpm": options["tpm"],
+            "max_attempts": options["max_attempts"]}
+
+
+def candidate_fields(options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """CandidateModel's fields from the candidate options; None when no candidate is named.
+
+    An endpoint or key variable without a candidate model exits 2.
+    """
+    if options["candidate_model"] is None:
+        if options["candidate_api_base"] or options["candidate_api_key_env"]:
+            fail("--candidate-api-base and --candidate-api-key-env need --candidate-model MODEL")
+        return None
+    attempts = options["candidate_max_attempts"] or options["max_attempts"]
+    return {"model": options["candidate_model"], "api_base": options["candidate_api_base"],
+            "api_key_env": options["candidate_api_key_env"], "max_attempts": attempts,
+            "concurrency": options["concurrency"]}
+
+
+def evaluation_fields(options: Mapping[str, Any]) -> dict[str, Any]:
+    """EvaluateParams' fields (RegressionParams' too) from the shared options."""
+    judges = options["judges"]
+    return {
+        "judge": judge_fields(options), "candidate": candidate_fields(options),
+        "judges": [p.strip() for p in judges.split(",") if p.strip()] if judges else None,
+        "custom_judges": options["custom_judges"], "aspects": options["aspect"] or [],
+        "strictness": options["strictness"],
+        "allow_extra_columns": options["allow_extra_columns"], "labels": options["labels"],
+        "calibration": options["calibration"],
+        "calibration_floor": options["calibration_floor"],
+        "calibration_min_labels": options["calibration_min_labels"],
+        "calibration_seed": options["calibration_seed"], **run_fields(options),
+    }
+
+
+def run_fields(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields every run's parameters share, from the run options."""
+    return {"output": options["output"], "suite": options["suite"],
+            "run_id": options["run_id"], "chunk_size": options["chunk_size"],
+            "on_invalid": options["on_invalid"], "max_error_share": options["max_error_share"],
+            "use_cache": not options["no_cache"],
+            "storage_options": parse_storage_options(options["storage_option"]),
+            "shards": options["shards"]}

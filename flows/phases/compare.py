@@ -1,0 +1,203 @@
+"""The phases of a compare run: prepare the pairs, judge them in both orders, publish.
+
+Each phase is a plain function over typed values; the `compare` flow only sequences them, as
+the `evaluate` flow sequences the phases in flows/phases/evaluation.py.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from prefect import get_run_logger
+
+from flows.compare_params import CompareParams
+from flows.phases.integrity import integrity_section
+from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
+from flows.run.common import cache_url
+from flows.run.completeness import Completeness, assess_pairs
+from flows.run.execution import auto_chunk_size
+from flows.run.pair_judging import PAIRS_KIND, judge_all_pairs  # noqa: F401 - flows.compare
+from flows.run.progress import PhaseProgress
+from flows.shards.fan_out import pairs_in_shards
+from judges.builtin.pairwise import (
+    PAIRWISE_JUDGE,
+    PairResult,
+    PairwiseOptions,
+    compare_summary,
+)
+from judges.calibration.rows import pairwise_calibration, preferences_of
+from judges.model.usage import Usage
+from judges.pairwise.models import Rubric
+from judges.pairwise.reconcile import PairVerdict
+from judges.plan import JudgePlan
+from judges.result_names import pairwise_metric_fields, row_count_names
+from tasks.dataset.pairs import PairSet, load_pairs, load_rubric
+from tasks.dataset.validation import InvalidDatasetError
+from tasks.publish import publish_run
+from tasks.report.rows import ReportInputs
+from tasks.storage.chunk_store import ChunkStore
+from tasks.storage.outputs import RunLocation
+from tasks.storage.shard_inputs import remove_shard_files
+from tasks.storage.staging import ResultStaging
+
+SWAP_DISABLED_NOTICE = (
+    "Position swap disabled: each pair was judged once, with A in position 1. A judge's "
+    "position bias goes straight into the verdicts; use this run to diagnose it, not to decide."
+)
+
+
+@dataclass
+class PreparedPairs:
+    """The validated pairs, the rejected ones, and how every pair is to be judged."""
+
+    pair_set: PairSet
+    options: PairwiseOptions
+    rubric: Rubric | None
+    load_seconds: float
+
+
+@dataclass
+class JudgedPairs:
+    """Every pair's verdict, staged records, aggregates and whether the run can be read."""
+
+    verdicts: list[PairVerdict]
+    staging: ResultStaging
+    metrics: dict
+    usage: Usage
+    completeness: Completeness
+    timings: dict[str, float] = field(default_factory=dict)
+    report: ReportInputs = field(default_factory=ReportInputs)
+    store: ChunkStore | None = None  # the finished chunks, cleared once the run is published
+    sections: dict = field(default_factory=dict)  # more manifest sections (e.g. `shards`)
+
+
+def warn_notices(params: CompareParams) -> None:
+    """Say on the run log what makes this run not an ordinary comparison."""
+    logger = get_run_logger()
+    for notice, shown in ((OFFLINE_NOTICE, params.judge.settings().is_offline),
+                          (SWAP_DISABLED_NOTICE, not params.swap)):
+        if shown:
+            logger.warning(notice)
+
+
+def prepare_pairs(params: CompareParams) -> PreparedPairs:
+    """Load the rubric and the pairs; raise on invalid rows unless they may be skipped."""
+    started = time.perf_counter()
+    rubric = load_rubric(params.rubric, params.storage_options) if params.rubric else None
+    pair_set = load_pairs(params.data, params.baseline, params.candidate, params.storage_options)
+    whole_set_broken = any(p.row_index is None for p in pair_set.problems)
+    nothing_left = not pair_set.pairs
+    if pair_set.problems and (params.on_invalid == "fail" or whole_set_broken or nothing_left):
+        raise InvalidDatasetError(pair_set.problems, pair_set.total)
+    options = PairwiseOptions(rubric, params.swap, params.strict_ties)
+    return PreparedPairs(pair_set, options, rubric, time.perf_counter() - started)
+
+
+async def judge_pairs(params: CompareParams, prepared: PreparedPairs,
+                      store: ChunkStore | None = None, location: RunLocation | None = None
+                      ) -> JudgedPairs:
+    """Judge every pair in both orders, stage the records, aggregate, assess completeness.
+
+    Chunks judged by an earlier attempt of the run, kept in `store`, are reused as they are.
+    With `params.shards` > 1, child flow runs judge the chunks into the store of the run at
+    `location` (flows/shards/fan_out.py), and this phase only merges them.
+    """
+    pairs, staging = prepared.pair_set.pairs, ResultStaging()
+    started, sharded = time.perf_counter(), None
+    chunk_size = params.chunk_size or auto_chunk_size(len(pairs), params.shards)
+    if params.shards > 1:  # the shards judge; this flow run merges what they stored
+        sharded = await pairs_in_shards(params, location, pairs, prepared.options, chunk_size)
+        store = sharded.pair_merge_view(store or ChunkStore.for_run(location), pairs)
+    progress = await PhaseProgress.start("judging pairs", len(pairs),
+                                         2.0 if prepared.options.swap else 1.0)
+    try:
+        verdicts, usage = await judge_all_pairs(
+            pairs, prepared.options, params.judge.settings(), chunk_size, cache_url(params),
+            params.storage_options, staging, store, progress)
+    except BaseException:
+        staging.cleanup()
+        raise
+    finally:
+        await progress.finish()
+    summary = compare_summary(verdicts, prepared.options, seed=params.bootstrap_seed,
+                              resamples=params.bootstrap_resamples)
+    metrics = {**pairwise_metric_fields(summary),
+               **pairwise_calibration(preferences_of(pairs), verdicts,
+                                      seed=params.bootstrap_seed,
+                                      resamples=params.bootstrap_resamples),
+               **row_count_names({k.removeprefix("rows_"): v
+                                  for k, v in _counts(prepared.pair_set).items()})}
+    report = ReportInputs(pairwise=summary)
+    for pair, verdict in zip(pairs, verdicts, strict=True):
+        report.rows.add_pair(PairResult(pair, verdict, prepared.options.swap))
+    example = next((v.error_message for v in verdicts if v.error_message), None)
+    completeness = assess_pairs(metrics, example, params.max_error_share)
+    if sharded is not None:  # a shard that failed for good: its pairs are errors, never dropped
+        completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
+    timings = {"load_validate_seconds": prepared.load_seconds,
+               "judge_seconds": time.perf_counter() - started}
+    return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings, report,
+                       store,
+                       {"shards": sharded.manifest_section()} if sharded is not None else {})
+
+
+def publish_pairs(params: CompareParams, location: RunLocation, prepared: PreparedPairs,
+                  judged: JudgedPairs, started_at: datetime) -> tuple[dict, dict[str, str]]:
+    """Write the run's files (manifest last); returns the manifest and the file URLs."""
+    manifest = compare_manifest(params, location, prepared.pair_set, prepared.rubric,
+                                judged.usage, started_at, judged.timings, judged.completeness)
+    manifest.update(judged.sections)
+    manifest["integrity"] = integrity_section([judged.usage], judged.store)
+    try:
+        urls = publish_run(location, judged.staging, judged.metrics, manifest,
+                           prepared.pair_set.rejected, pairwise=judged.metrics,
+                           report=judged.report)
+    finally:
+        judged.staging.cleanup()
+    if judged.store is not None:  # published: what the chunks held is in the run's files now
+        judged.store.clear()
+    if params.shards > 1:
+        remove_shard_files(location.url(), params.shards, params.storage_options)
+    return manifest, urls
+
+
+def pairwise_section(params: CompareParams, rubric: Rubric | None) -> dict:
+    """What the manifest records about how pairs were judged."""
+    return {
+        "swap": params.swap,
+        "swap_notice": None if params.swap else SWAP_DISABLED_NOTICE,
+        "strict_ties": params.strict_ties,
+        "criteria": "dynamic" if rubric is None else "fixed",
+        "rubric_source": params.rubric,
+        "rubric": None if rubric is None else rubric.model_dump()["criteria"],
+        "bootstrap": {"seed": params.bootstrap_seed, "resamples": params.bootstrap_resamples},
+    }
+
+
+def judge_entry() -> dict:
+    """The pairwise judge's provenance, shaped like the manifest's entries for binary judges."""
+    return PAIRWISE_JUDGE.manifest_entry()
+
+
+def _counts(pair_set: PairSet) -> dict[str, int]:
+    return {"rows_total": pair_set.total, "rows_judged": len(pair_set.pairs),
+            "rows_rejected": len(pair_set.rejected)}
+
+
+def compare_manifest(params: CompareParams, location: RunLocation, pair_set: PairSet,
+                     rubric: Rubric | None, usage: Usage, started_at: datetime,
+                     timings: dict[str, float], completeness: Completeness) -> dict:
+    """The run's manifest: the shared fields, this judge's provenance and how pairs were judged."""
+    manifest = build_manifest(
+        kind="compare", suite=location.suite, run_id=location.run_id,
+        source=params.data or f"baseline {params.baseline} vs candidate {params.candidate}",
+        counts=_counts(pair_set), settings=params.judge.settings(),
+        # No binary judge is planned: the pairwise judge, recorded below, is the only one.
+        plan=JudgePlan((), (), ()), usage=usage, started_at=started_at,
+        finished_at=datetime.now(UTC), timings=timings,
+        config=params.model_dump(mode="json", exclude={"storage_options"}),
+        status=completeness.status, incomplete_reasons=completeness.reasons,
+    )
+    return manifest | {"judges": [judge_entry()], "pairwise": pairwise_section(params, rubric)}

@@ -1,0 +1,282 @@
+"""The phases of an evaluation, shared by the `evaluate` and `regression` flows.
+
+prepare (load, validate, plan) → generate responses (optional) → judge (chunked, staged) →
+publish. Each phase is a plain function over typed values; the flows only sequence them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from prefect import get_run_logger
+from prefect.utilities.annotations import quote
+
+from flows.params import EvaluateParams
+from flows.phases.integrity import integrity_section
+from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
+from flows.preflight.checks import (
+    check_options,
+    extra_judges,  # noqa: F401 - regression_preflight imports it here
+    plan_run,
+    refuse_invalid,
+    row_source,
+)
+from flows.run.calibration import calibrate, new_accumulator
+from flows.run.common import cache_url
+from flows.run.completeness import Completeness, assess
+from flows.run.execution import auto_chunk_size, generate_all, judge_all
+from flows.run.progress import PhaseProgress
+from flows.run.timeline import mark
+from flows.shards.fan_out import judge_in_shards
+from judges.metrics import MetricsAccumulator
+from judges.model.usage import Usage
+from judges.plan import JudgePlan
+from judges.result_names import GENERATION_ERROR_COUNT, row_count_names
+from judges.rows import GENERATION_ERROR, EvalRow
+from tasks.dataset.row_shapes import RowShapes
+from tasks.dataset.row_spool import RowSpool
+from tasks.dataset.row_stream import RowSource, SetCheck, rejected_rows, valid_rows
+from tasks.dataset.validation import CheckOptions
+from tasks.load import check_dataset
+from tasks.publish import publish_run
+from tasks.report.plain_text import visible
+from tasks.report.rows import ReportInputs
+from tasks.storage.chunk_store import ChunkStore
+from tasks.storage.outputs import RunLocation
+from tasks.storage.shard_inputs import remove_shard_files
+from tasks.storage.staging import ResultStaging
+
+
+@dataclass
+class PreparedSet:
+    """The set's source and its check; the rows themselves are read as they are judged.
+
+    After a candidate model has answered, the rows with its responses wait in a spool on
+    local disk rather than in memory.
+    """
+
+    source: RowSource
+    options: CheckOptions
+    check: SetCheck
+    generated: RowSpool | None = None
+    generation_errors: int = 0
+    generated_shapes: RowShapes = field(default_factory=RowShapes)
+
+    def row_stream(self) -> Iterator[EvalRow]:
+        """The rows to judge, in order, read as they are asked for."""
+        if self.generated is not None:
+            return self.generated.rows()
+        return valid_rows(self.source, self.check, self.options)
+
+    def plan_rows(self) -> list[EvalRow]:
+        """A row of every shape to judge: generated responses, token counts and timings count."""
+        return self.generated_shapes.rows() if self.generated else self.check.sample
+
+    def cleanup(self) -> None:
+        """Delete the spooled rows, if any."""
+        if self.generated is not None:
+            self.generated.cleanup()
+
+
+@dataclass
+class JudgedRun:
+    """What judging left: the plan, staged results, metrics, usage, timings and completeness."""
+
+    plan: JudgePlan
+    staging: ResultStaging
+    metrics: dict
+    usage: Usage
+    timings: dict[str, float] = field(default_factory=dict)
+    completeness: Completeness = field(default_factory=lambda: Completeness.of([]))
+    calibration: dict = field(default_factory=dict)
+    report: ReportInputs = field(default_factory=ReportInputs)
+    store: ChunkStore | None = None  # the finished chunks, cleared once the run is published
+    sections: dict = field(default_factory=dict)  # more manifest sections (e.g. `shards`)
+
+
+# Checks of a set this process already made (the command line's preflight), with what was
+# checked: a flow run given the same source and options uses one instead of reading the whole
+# set again before its first model call. Each is taken once.
+_checked_sets: list[tuple[RowSource, CheckOptions, SetCheck]] = []
+
+
+def reuse_check(params: EvaluateParams, check: SetCheck) -> None:
+    """Let the next flow run of `params` in this process start from `check` (made just now)."""
+    _checked_sets.append((row_source(params), check_options(params), check))
+
+
+def _checked_before(source: RowSource, options: CheckOptions) -> SetCheck | None:
+    for index, (checked_source, checked_options, check) in enumerate(_checked_sets):
+        if checked_source == source and checked_options == options:
+            del _checked_sets[index]
+            return check
+    return None
+
+
+def prepare(params: EvaluateParams) -> PreparedSet:
+    """Read and check the set once; raise on invalid rows unless they may be skipped."""
+    source, options = row_source(params), check_options(params)
+    check = _checked_before(source, options) or check_dataset(quote(source), options)
+    refuse_invalid(check, params.on_invalid, source.name)
+    return PreparedSet(source, options, check)
+
+
+async def generate_responses(
+    params: EvaluateParams, prepared: PreparedSet, store: ChunkStore | None = None
+) -> Usage:
+    """Ask the candidate model for every row that has no response (Databricks' `model`).
+
+    Chunks generated by an earlier attempt of the run, kept in `store`, are not asked again.
+    """
+    if params.candidate is None:
+        return Usage()
+    spool = RowSpool()
+
+    def keep(index: int, rows: list[EvalRow]) -> None:
+        spool.write_chunk(index, rows)
+        prepared.generated_shapes.add(rows)
+        prepared.generation_errors += sum(GENERATION_ERROR in r.extra for r in rows)
+
+    progress = await PhaseProgress.start("generating", prepared.check.valid_count)
+    try:
+        usage = await generate_all(
+            prepared.row_stream(), params.candidate.settings(),
+            params.chunk_size or auto_chunk_size(prepared.check.valid_count), keep, store,
+            progress,
+        )
+    except BaseException:
+        spool.cleanup()
+        raise
+    finally:
+        await progress.finish()
+    prepared.generated = spool
+    return usage
+
+
+async def judge(
+    params: EvaluateParams, prepared: PreparedSet, store: ChunkStore | None = None,
+    location: RunLocation | None = None,
+) -> JudgedRun:
+    """Plan the judges and run them over every row, staging results as chunks finish.
+
+    Chunks judged by an earlier attempt of the run, kept in `store`, are reused as they are.
+    With `params.shards` > 1, child flow runs judge the chunks into the store of the run at
+    `location` (flows/shards/fan_out.py), and this phase only merges them.
+    """
+    logger = get_run_logger()
+    plan = plan_run(params, prepared.plan_rows())
+    by_reason: dict[str, list[str]] = {}
+    for skipped in plan.skipped:
+        by_reason.setdefault(skipped.reason, []).append(skipped.name)
+    for reason, names in by_reason.items():
+        logger.info("skipped %s: %s", visible(", ".join(names)), visible(reason))
+    staging, accumulator, report = ResultStaging(), MetricsAccumulator(plan), ReportInputs()
+    calibration = new_accumulator(params, plan)
+    row_count = prepared.check.valid_count
+    started = time.perf_counter()
+    chunk_size = params.chunk_size or auto_chunk_size(row_count, params.shards)
+    rows, sharded = prepared.row_stream(), None
+    mark("judging planned")
+    if params.shards > 1:  # the shards judge; this flow run merges what they stored
+        rows = list(rows)  # sharding cuts the set into ranges: it holds every row
+        sharded = await judge_in_shards(params, location, rows, plan, chunk_size)
+        store = sharded.merge_view(store or ChunkStore.for_run(location), rows)
+    progress = await PhaseProgress.start("judging", row_count,
+                                         plan.calls_per_row(prepared.plan_rows()))
+    try:
+        usage = await judge_all(
+            rows, plan, params.judge.settings(), chunk_size, cache_url(params),
+            params.storage_options, staging, accumulator, calibration, report.rows, store,
+            progress,
+        )
+    except BaseException:
+        staging.cleanup()
+        raise
+    finally:
+        await progress.finish()
+    check = prepared.check
+    calibrated = calibrate(params, plan, calibration)
+    report.summary = accumulator.summary()
+    metrics = {
+        **accumulator.result(),
+        **calibrated.metrics,
+        **row_count_names({"total": check.total, "judged": check.valid_count,
+                           "rejected": len(check.rejected_indices)}),
+    }
+    if params.candidate is not None:
+        report.generation_errors = prepared.generation_errors
+        metrics[GENERATION_ERROR_COUNT] = report.generation_errors
+    judge_model = params.judge.model + (f" at {params.judge.api_base}" if params.judge.api_base
+                                        else "")
+    completeness = assess(plan, metrics, accumulator.first_errors, params.max_error_share,
+                          judge_model)
+    if sharded is not None:  # a shard that failed for good: its rows are errors, never dropped
+        completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
+    for reason in completeness.reasons:
+        logger.warning("incomplete: %s", visible(reason))  # names the model, quotes errors
+    return JudgedRun(plan, staging, metrics, usage,
+                     {"judge_seconds": time.perf_counter() - started}, completeness,
+                     calibrated.manifest, report, store,
+                     {"shards": sharded.manifest_section()} if sharded is not None else {})
+
+
+def publish(
+    params: EvaluateParams,
+    location: RunLocation,
+    prepared: PreparedSet,
+    judged: JudgedRun,
+    started_at: datetime,
+    extra_sections: dict | None = None,
+    pairwise: dict | None = None,
+    kind: str = "evaluate",
+    integrity: dict | None = None,
+) -> tuple[dict, dict[str, str]]:
+    """Write the run's files (manifest last); returns the manifest and the file URLs.
+
+    `integrity` is the manifest's integrity section when the caller read more back than the
+    judge phase did (a regression's baseline and head-to-head); by default it is made here.
+    """
+    settings = params.judge.settings()
+    counts = {f"rows_{key[len('rows/'):]}": value
+              for key, value in judged.metrics.items() if key.startswith("rows/")}
+    manifest = build_manifest(
+        kind=kind, suite=location.suite, run_id=location.run_id,
+        source=params.data or "inline rows", counts=counts, settings=settings,
+        plan=judged.plan, usage=judged.usage, started_at=started_at,
+        finished_at=datetime.now(UTC), timings=judged.timings,
+        config=params.model_dump(mode="json", exclude={"rows", "storage_options"}),
+        status=judged.completeness.status, incomplete_reasons=judged.completeness.reasons,
+    )
+    manifest.update(extra_sections or {})
+    manifest.update(judged.sections)
+    manifest["integrity"] = integrity or integrity_section(
+        [judged.usage], judged.store, calibration=params.calibration)
+    if judged.calibration:
+        manifest["calibration"] = judged.calibration
+    if params.candidate is not None:
+        manifest["candidate"] = params.candidate.model_dump(mode="json")
+    try:
+        urls = publish_run(
+            location, judged.staging, judged.metrics, manifest,
+            rejected_rows(prepared.source, prepared.check.problems),
+            pairwise=pairwise,
+            baseline_deltas=(extra_sections or {}).get("regression", {}).get("deltas"),
+            report=judged.report,
+        )
+    finally:
+        judged.staging.cleanup()
+        prepared.cleanup()
+    if judged.store is not None:  # published: what the chunks held is in the run's files now
+        judged.store.clear()
+    if params.shards > 1:
+        remove_shard_files(location.url(), params.shards, params.storage_options)
+    return manifest, urls
+
+
+def warn_if_offline(params: EvaluateParams) -> None:
+    """Log a warning when the offline heuristic judge stands in for an LLM."""
+    if params.judge.settings().is_offline:
+        get_run_logger().warning(OFFLINE_NOTICE)

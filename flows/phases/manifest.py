@@ -1,0 +1,99 @@
+"""What a run records about itself: config, model, prompt hashes, versions, counts, usage."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from importlib import metadata
+
+from judges.fingerprint import fingerprint
+from judges.model.settings import LLMSettings
+from judges.model.usage import Usage
+from judges.plan import JudgePlan
+
+OFFLINE_NOTICE = (
+    "No LLM judged this run: every verdict comes from judgeflow's offline heuristic judge "
+    "(word-overlap rules). Use it for demos and smoke tests, not for decisions."
+)
+PACKAGES = ("judgeflow", "prefect", "litellm", "pandera", "pydantic", "pandas", "s3fs", "jinja2")
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed version of each recorded package; None where it is not installed."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def judge_section(settings: LLMSettings) -> dict:
+    """The judge model as recorded: never the key, only the name of its variable."""
+    return {
+        "model": settings.model,
+        "api_base": settings.api_base,
+        "api_key_env": settings.api_key_env,
+        "offline": settings.is_offline,
+        "temperature": settings.temperature,
+        "concurrency": settings.concurrency,
+        "rpm": settings.rpm,
+        "max_attempts": settings.max_attempts,
+    }
+
+
+def build_manifest(
+    *,
+    kind: str,
+    suite: str,
+    run_id: str,
+    source: str,
+    counts: dict[str, int],
+    settings: LLMSettings,
+    plan: JudgePlan,
+    usage: Usage,
+    started_at: datetime,
+    finished_at: datetime,
+    timings: dict[str, float],
+    config: dict,
+    status: str = "complete",
+    incomplete_reasons: list[str] | None = None,
+) -> dict:
+    """The manifest's shared fields.
+
+    `status` is "complete" or "incomplete" (a judge failed on too many rows; the reasons say
+    which, one line each). Readers rely on it: only a complete run may become a baseline.
+    """
+    return {
+        "judgeflow_version": package_versions()["judgeflow"],
+        "kind": kind,
+        "suite": suite,
+        "run_id": run_id,
+        "status": status,
+        "incomplete_reasons": list(incomplete_reasons or []),
+        "started_at": started_at.isoformat(),
+        "finished_at": finished_at.isoformat(),
+        "duration_seconds": round((finished_at - started_at).total_seconds(), 3),
+        "dataset": {"source": source, **counts},
+        "judge": judge_section(settings),
+        "offline_notice": OFFLINE_NOTICE if settings.is_offline else None,
+        "judge_fingerprint": fingerprint(plan.judges, settings),
+        "judges": [
+            {
+                "name": j.name,
+                "prefix": j.prefix,
+                "kind": j.kind,
+                "per_chunk": j.per_chunk,
+                "version": j.version,
+                "template": j.template,
+                "prompt_hash": j.prompt_hash,
+            }
+            for j in plan.judges
+        ],
+        "metrics_computed": [m.name for m in plan.metrics],
+        "skipped_judges": [{"name": s.name, "reason": s.reason} for s in plan.skipped],
+        "usage": usage.as_dict(),
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "packages": package_versions(),
+        "config": config,
+    }

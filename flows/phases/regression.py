@@ -1,0 +1,188 @@
+"""The phases a regression run adds to an evaluation: compare with the baseline, decide, report.
+
+compare_with_baseline reads the baseline's per-row results, pairs them with the candidate's
+on request_id, computes the paired deltas (whole run and per tag) and, unless disabled, the
+head-to-head verdicts; decide_run applies the gates; the flow only sequences them. A baseline
+refused by its integrity check (tasks/storage/baseline.py), when found or when its results.jsonl is
+read, is never compared with: no deltas, no head-to-head, and the run cannot pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import get_run_logger
+
+from flows.phases.evaluation import JudgedRun, PreparedSet
+from flows.phases.head_to_head import head_to_head, merge_fields
+from judges.fingerprint import differences, fingerprint, recorded_judges
+from judges.model.usage import Usage
+from tasks.metric_fields import RowData, metric_fields, row_data
+from tasks.regression.decide import Context, Verdict, decide
+from tasks.regression.deltas import DeltaLine, join_rows, paired_deltas
+from tasks.regression.slices import slice_metrics
+from tasks.report.plain_text import visible
+from tasks.storage.baseline import BaselineRefused, BaselineRun, read_rows
+
+INCOMPLETE_EVENT = "judgeflow.regression.incomplete"
+DETECTED_EVENT = "judgeflow.regression.detected"
+
+
+@dataclass
+class Comparison:
+    """Everything the gates are decided on, and what the report shows about the pairing."""
+
+    deltas: list[DeltaLine] = field(default_factory=list)
+    pairing: dict[str, int] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    pairwise: dict[str, Any] | None = None
+    pairwise_unavailable: str | None = None
+    pairwise_error: str | None = None
+    baseline_rows_error: str | None = None
+    baseline_refused: str | None = None  # the sentence naming the baseline and what failed
+    usage: Usage = field(default_factory=Usage)
+
+
+def candidate_rows(judged: JudgedRun) -> dict[str, RowData]:
+    """The candidate's per-row data by request_id, read back from the staged results."""
+    specs = metric_fields(judged.metrics)
+    return {str(r["request_id"]): row_data(r, specs) for r in judged.staging.iter_records()}
+
+
+def _baseline_rows(baseline: BaselineRun, judged: JudgedRun, params: Any,
+                   comparison: Comparison) -> dict[str, RowData]:
+    try:
+        return read_rows(baseline, metric_fields(judged.metrics), params.storage_options)
+    except BaselineRefused as error:
+        comparison.baseline_refused = str(error)
+        get_run_logger().warning("%s", visible(error))
+        return {}
+    except (OSError, ValueError) as error:  # missing or unreadable results: nothing pairs
+        comparison.baseline_rows_error = f"{type(error).__name__}: {error}"
+        get_run_logger().warning("cannot read the baseline's results: %s", visible(error))
+        return {}
+
+
+async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
+                    baseline: dict[str, RowData], paired: set[str],
+                    comparison: Comparison) -> None:
+    try:
+        result = await head_to_head(params, prepared.row_stream(), baseline, paired)
+    except Exception as error:  # noqa: BLE001 - the evaluation is still worth publishing
+        comparison.pairwise_error = f"{type(error).__name__}: {error}"
+        comparison.pairwise_unavailable = f"the head-to-head failed: {comparison.pairwise_error}"
+        get_run_logger().error("head-to-head comparison failed, publishing without it: %s",
+                               visible(error))  # it may quote a judge's reply
+        return
+    comparison.pairwise = result.metrics
+    judged.report.pairwise = result.summary
+    judged.report.rows.attach_pairs(result.pairs)
+    comparison.usage = result.usage
+    comparison.pairing["no_response"] = result.not_compared  # paired, but nothing to compare
+    judged.staging = merge_fields(judged.staging, result.fields)
+    judged.metrics.update(result.metrics)
+
+
+async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
+                                prepared: PreparedSet, judged: JudgedRun) -> Comparison:
+    """Slices, paired deltas and head-to-head; adds slices and pairwise metrics to the run's."""
+    comparison = Comparison()
+    candidate = candidate_rows(judged)
+    specs = metric_fields(judged.metrics)
+    judged.metrics.update(slice_metrics(candidate.values(), specs))
+    comparison.tags = sorted({t for row in candidate.values() for t in row.tags})
+    if baseline is None:
+        comparison.pairwise_unavailable = f"no baseline yet: first run of suite {params.suite!r}"
+        return comparison
+    if baseline.refused is not None:
+        get_run_logger().warning("%s", visible(baseline.refused))
+        comparison.baseline_refused = baseline.refused
+    rows = {} if baseline.refused else _baseline_rows(baseline, judged, params, comparison)
+    if comparison.baseline_refused is not None:  # found so, or its results.jsonl was
+        comparison.pairwise_unavailable = comparison.baseline_refused
+        return comparison
+    join = join_rows(rows, candidate)
+    comparison.pairing = {"paired": len(join.paired), "only_baseline": len(join.only_baseline),
+                          "only_candidate": len(join.only_candidate),
+                          "request_changed": len(join.request_changed),
+                          "expectation_changed": len(join.expectation_changed)}
+    shared = [s for s in specs if s.metric in baseline.metrics]
+    comparison.deltas = paired_deltas(shared, rows, candidate, baseline.metrics, judged.metrics)
+    if not params.pairwise:
+        comparison.pairwise_unavailable = "the head-to-head is disabled (pairwise: false)"
+    elif not join.paired:
+        comparison.pairwise_unavailable = "no row pairs with the baseline: nothing to compare"
+    else:
+        await _pairwise(params, prepared, judged, rows, set(join.paired), comparison)
+    return comparison
+
+
+def judge_changes(baseline: BaselineRun | None, judged: JudgedRun, params: Any
+                  ) -> dict[str, list[str]]:
+    """How each of this run's judges differs from the one that judged the baseline."""
+    if baseline is None:
+        return {}
+    recorded = recorded_judges(baseline.manifest)
+    current = fingerprint(judged.plan.judges, params.judge.settings())["judges"]
+    changes = {prefix: differences(recorded.get(prefix), identity)
+               for prefix, identity in current.items()}
+    return {prefix: why for prefix, why in changes.items() if why}
+
+
+def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: JudgedRun,
+               comparison: Comparison) -> Verdict:
+    """Apply the gates to this run's numbers; a run that judged too little never passes.
+
+    Any judge above max_error_share, gated or not, makes the run incomplete: its gates may
+    hold, but the run cannot be the suite's next baseline. A breach still fails it.
+    """
+    context = Context(
+        suite=params.suite, baseline_run_id=baseline.run_id if baseline else None,
+        max_error_share=params.max_error_share, min_paired=params.min_paired,
+        min_coverage=params.min_coverage, calibration_floor=params.calibration_floor,
+        calibration_min_labels=params.calibration_min_labels,
+        pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
+        tags=comparison.tags, baseline_refused=comparison.baseline_refused,
+        pairs_without_response=comparison.pairing.get("no_response", 0),
+        judge_changes=judge_changes(baseline, judged, params), advisory={
+            entry["key"]: entry["advisory_reason"]
+            for entry in (judged.calibration or {}).get("judges", []) if entry.get("advisory")})
+    verdict = decide(gates, judged.metrics, comparison.deltas, context)
+    if verdict.outcome == "passed" and judged.completeness.status != "complete":
+        return verdict._replace(outcome="incomplete")
+    return verdict
+
+
+def baseline_check(baseline: BaselineRun | None, comparison: Comparison) -> str | None:
+    """How the baseline was taken: "verified", "unchecked" (no key), "refused"; None if none."""
+    if baseline is None:
+        return None
+    return "refused" if comparison.baseline_refused is not None else baseline.check
+
+
+def regression_section(params: Any, gates: list, baseline: BaselineRun | None,
+                       comparison: Comparison, verdict: Verdict, judged: JudgedRun) -> dict:
+    """What the manifest records about the regression (the report and summary.md read it)."""
+    return {
+        "outcome": verdict.outcome,
+        "incomplete_reasons": judged.completeness.reasons,
+        "baseline_run_id": baseline.run_id if baseline else None,
+        "baseline_url": baseline.url if baseline else None,
+        "baseline_status": baseline.manifest.get("status") if baseline else None,
+        "baseline_check": baseline_check(baseline, comparison),
+        "baseline_refused": comparison.baseline_refused,
+        "first_run": baseline is None,
+        "settings": {"max_error_share": params.max_error_share,
+                     "min_paired": params.min_paired, "min_coverage": params.min_coverage,
+                     "gates_file": params.gates, "pairwise": params.pairwise},
+        "gates": [r._asdict() for r in verdict.gates],
+        "gate_config": [g.model_dump(exclude_none=True) for g in gates],
+        "pairing": comparison.pairing,
+        "tags": comparison.tags,
+        "deltas": [d.as_dict() for d in comparison.deltas],
+        "pairwise_error": comparison.pairwise_error,
+        "pairwise_unavailable": comparison.pairwise_unavailable,
+        "baseline_rows_error": comparison.baseline_rows_error,
+        "pairwise_usage": comparison.usage.as_dict(),
+    }

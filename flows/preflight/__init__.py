@@ -1,0 +1,5 @@
+"""What is checked before anything is judged, each refusal one sentence.
+
+Models, keys and endpoints, the output location, the set, the gates, and the operator's policy
+for a deployment run's parameters (trust.py). May import flows/run, tasks/ and judges/.
+"""

@@ -1,0 +1,203 @@
+"""What can be checked before a run starts, checked before any Prefect API or model is touched.
+
+The command line calls `preflight_evaluate` first: a typo in a file, an unknown judge or an
+output folder that cannot be written costs a second and one sentence (exit 2), instead of a
+Prefect API start-up, a flow traceback and a retried read. Nothing here imports Prefect or
+litellm. The flow keeps validating on its own (deployments and the Python API skip this step)
+and shares these functions, so both refuse the same sets with the same words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flows.params import EvaluateParams
+from flows.preflight.models import ModelConfigError, check_model_config
+from flows.preflight.output import OutputLocationError, check_output
+from flows.preflight.reach import UnreachableModel, check_reachable
+from flows.preflight.trust import ParameterRefused
+from flows.run.calibration import check_calibration_source, label_judges
+from judges.base import JudgeSpec
+from judges.builtin.aspect_critic import AspectError, make_aspect
+from judges.builtin.custom import (
+    CustomJudgeError,
+    build_custom_judge,
+    fields_present,
+    load_custom_judges,
+)
+from judges.plan import JudgePlan, JudgeSelectionError, plan_judges
+from judges.rows import EvalRow
+from judges.storage import StorageRefused
+from tasks.dataset.labels import CalibrationSourceError
+from tasks.dataset.row_stream import RowSource, SetCheck, scan_set
+from tasks.dataset.sources import read_table, table_from_rows
+from tasks.dataset.table import DatasetReadError, RawTable
+from tasks.dataset.validation import (
+    CheckOptions,
+    InvalidDatasetError,
+    ValidatedSet,
+    whole_set_broken,
+)
+
+
+class PreflightError(ValueError):
+    """A run that cannot start as asked; the message says what, where and how to fix it."""
+
+
+# Every error that means "the input or the configuration is wrong": exit code 2.
+CONFIG_ERRORS: tuple[type[Exception], ...] = (
+    PreflightError,
+    OutputLocationError,
+    InvalidDatasetError,
+    DatasetReadError,
+    JudgeSelectionError,
+    CustomJudgeError,
+    AspectError,
+    CalibrationSourceError,
+    UnreachableModel,
+    ModelConfigError,
+    StorageRefused,
+    ParameterRefused,
+)
+
+
+def read_source(data: str | None, rows: list[dict[str, Any]] | None, options: dict) -> RawTable:
+    """A set read whole (pairs, which are few); any failure to read it is a DatasetReadError."""
+    if data is None:
+        return table_from_rows(rows or [])
+    try:
+        return read_table(data, options)
+    except DatasetReadError:
+        raise
+    except Exception as error:  # noqa: BLE001 - remote stores raise many kinds; all mean "cannot read"
+        raise _unreadable(data, error) from None
+
+
+def _unreadable(name: str, error: Exception) -> DatasetReadError:
+    first = (str(error).strip().splitlines() or [""])[0][:200]
+    return DatasetReadError(
+        f"cannot read the evaluation set {name!r}: {type(error).__name__}: {first}")
+
+
+def row_source(params: EvaluateParams) -> RowSource:
+    """Where the run's rows come from: the set's URL or inline rows, and the labels file."""
+    return RowSource(params.data, params.rows, params.storage_options, params.labels)
+
+
+def check_options(params: EvaluateParams) -> CheckOptions:
+    """How the run's set is checked: what may be missing, which labels it may carry."""
+    return CheckOptions(responses_generated=params.candidate is not None,
+                        allow_extra_columns=params.allow_extra_columns,
+                        label_judges=label_judges(params))
+
+
+def scan_source(source: RowSource, options: CheckOptions) -> SetCheck:
+    """The set read and checked once; any failure to read it is a DatasetReadError."""
+    try:
+        return scan_set(source, options)
+    except DatasetReadError:
+        raise
+    except Exception as error:  # noqa: BLE001 - remote stores raise many kinds; all mean "cannot read"
+        raise _unreadable(source.name, error) from None
+
+
+def refuse_invalid(validated: SetCheck | ValidatedSet, on_invalid: str, source: str) -> None:
+    """Raise unless the set may be judged: no problems, or only skippable rows and some left.
+
+    Raises:
+        InvalidDatasetError: naming every problem (row and column, or the set as a whole).
+    """
+    nothing_left = validated.valid_count == 0
+    if validated.problems and (on_invalid == "fail" or whole_set_broken(validated.problems)
+                               or nothing_left):
+        raise InvalidDatasetError(validated.problems, validated.total, source)
+
+
+def extra_judges(params: EvaluateParams, rows: list[EvalRow]) -> list[JudgeSpec]:
+    """Custom judges (checked against the set's fields before any call) and aspect critics."""
+    judges: list[JudgeSpec] = []
+    if params.custom_judges:
+        available = fields_present(rows)
+        definitions = load_custom_judges(params.custom_judges)
+        judges += [build_custom_judge(d, available) for d in definitions]
+    judges += [make_aspect(spec, params.strictness) for spec in params.aspects]
+    return judges
+
+
+def check_model(model: str, option: str) -> None:
+    """A model string must be given: nothing is defaulted silently."""
+    if not model.strip():
+        raise PreflightError(
+            f"no model given: pass {option} MODEL, a litellm model string such as "
+            "openai/gpt-4o-mini (or judgeflow/offline for the offline heuristic judge)"
+        )
+
+
+def check_models(params) -> None:
+    """Each model is named, its provider known, its key at hand and its endpoint answering.
+
+    Raises:
+        PreflightError, ModelConfigError or UnreachableModel: naming the option and the fix.
+    """
+    models = [(params.judge, "--judge-model", "--api-base")]
+    if getattr(params, "candidate", None) is not None:
+        models.append((params.candidate, "--candidate-model", "--candidate-api-base"))
+    for model, option, base_option in models:
+        check_model(model.model, option)
+        check_model_config(model.model, model.api_base, model.api_key_env, option)
+        check_reachable(model.model, model.api_base, base_option)
+
+
+def check_something_to_judge(plan: JudgePlan) -> None:
+    """Raise PreflightError, naming why each judge was skipped, when the plan judges nothing."""
+    if plan.judges or plan.metrics:
+        return
+    why = "; ".join(f"{s.name}: {s.reason}" for s in plan.skipped)
+    raise PreflightError(
+        f"nothing to judge: no judge applies to any row of this set ({why}); add the columns "
+        "the judges need, or choose others with --judges"
+    )
+
+
+def rows_to_plan(check: SetCheck, responses_generated: bool) -> list[EvalRow]:
+    """A row of every shape in the set, as the judges will see it once the candidate answered.
+
+    Every row to be judged is like one of these to every judge (tasks/dataset/row_shapes.py), so
+    planning on them decides as planning on the whole set would.
+    """
+    if not responses_generated:
+        return check.sample
+    generated = {"response": "(generated)", "latency_seconds": 0.0, "total_token_count": 0,
+                 "total_input_token_count": 0, "total_output_token_count": 0}
+    return [r if r.response is not None else r.model_copy(update=generated)
+            for r in check.sample]
+
+
+def plan_run(params: EvaluateParams, rows: list[EvalRow]) -> JudgePlan:
+    """The judges and metrics that run on rows standing for the set (see `rows_to_plan`)."""
+    return plan_judges(rows, params.judges, extra_judges(params, rows))
+
+
+def preflight_evaluate(params: EvaluateParams) -> SetCheck:
+    """Check an evaluate run end to end short of calling a model or starting Prefect.
+
+    The set is read once, batch by batch; only its problems, counts and a row per shape are
+    kept, so a set of any size is checked in bounded memory.
+
+    Returns:
+        The set's check (the command line hands it to the flow run: flows/phases/evaluation.py's
+        `reuse_check`).
+
+    Raises:
+        One of CONFIG_ERRORS, with a message that names the problem and its fix.
+    """
+    check_models(params)
+    source = row_source(params)
+    check = scan_source(source, check_options(params))
+    refuse_invalid(check, params.on_invalid, source.name)
+    check_something_to_judge(plan_run(params, rows_to_plan(check, params.candidate is not None)))
+    check_calibration_source(params)
+    check_output(params.output, params.storage_options)
+    if params.use_cache and params.cache:
+        check_output(params.cache, params.storage_options)
+    return check

@@ -1,0 +1,78 @@
+"""What every kind of run shares: where it is published, its reply cache, its final state.
+
+evaluate, compare and regression compose these with their own phases, so a run id, a cache
+location or an "incomplete" state means the same thing whichever flow made it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+from typing import Protocol
+
+from prefect.states import Completed
+
+from flows.run.completeness import INCOMPLETE
+from tasks.report.plain_text import visible
+from tasks.storage.outputs import RunLocation
+
+# The Prefect state of a run that published but judged too little to be read.
+INCOMPLETE_STATE_NAME = "Incomplete"
+CACHE_FOLDER = ".judgeflow-cache"
+
+
+class RunParams(Protocol):
+    """The fields every flow's parameters have."""
+
+    output: str
+    suite: str
+    run_id: str | None
+    cache: str | None
+    use_cache: bool
+    storage_options: dict
+
+
+def new_run_id(now: datetime) -> str:
+    """A sortable, collision-resistant run id: UTC timestamp and a short random suffix."""
+    return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+
+
+def run_location(params: RunParams, started_at: datetime) -> RunLocation:
+    """Where this run publishes: `{output}/{suite}/{run_id}`."""
+    run_id = params.run_id or new_run_id(started_at)
+    return RunLocation(params.output, params.suite, run_id, params.storage_options)
+
+
+def cache_url(params: RunParams) -> str | None:
+    """The judge reply cache: the given URL, `{output}/.judgeflow-cache`, or none."""
+    if not params.use_cache:
+        return None
+    return params.cache or f"{params.output.rstrip('/')}/{CACHE_FOLDER}"
+
+
+def run_summary(location: RunLocation, manifest: dict, metrics: dict, urls: dict) -> dict:
+    """What a flow returns to its caller (the command line, the Python API)."""
+    return {
+        "run_id": location.run_id,
+        "run_url": location.url(),
+        "files": urls,
+        "metrics": metrics,
+        "offline": manifest["judge"]["offline"],
+        "usage": manifest["usage"],
+        "status": manifest.get("status", "complete"),
+        "incomplete_reasons": manifest.get("incomplete_reasons", []),
+    }
+
+
+def final_state(summary: dict):
+    """The summary itself, or, for an incomplete run, a Completed state named "Incomplete".
+
+    Not Failed: the run did publish, callers (the command line, the Python API) still need the
+    summary, and a flow-level retry would only judge everything again. The state name shows in
+    the UI and Prefect emits `prefect.flow-run.Incomplete`, which an automation can alert on.
+    """
+    if summary["status"] != INCOMPLETE:
+        return summary
+    # A reason names the judge model and quotes an error: no line of it may pass for ours.
+    message = "incomplete: " + "; ".join(visible(r) for r in summary["incomplete_reasons"])
+    return Completed(name=INCOMPLETE_STATE_NAME, message=message, data=summary)

@@ -1,0 +1,158 @@
+"""The `judge-shard` flow: one shard of a sharded run, run by a worker of the shard deployment.
+
+It reads its rows and the parent's plan from the run's folder, judges its chunks exactly as a
+single-process run would (the same `judge_all`, chunk tasks, retries, reply cache and
+in-process limits, here at its share of the run's budget), stores each finished chunk in the
+run's chunk store under its global index, and writes what it did (`outcome.json`). It publishes
+nothing: the parent merges every shard into the run's one publish.
+
+One deployment serves every kind of run: `kind` "judge" (evaluate and regression runs: rows
+judged by the planned judges) or "pairs" (compare runs: pairs judged head to head in both
+orders, as the parent's `PairSpec` says).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import resource
+import socket
+import time
+from typing import Literal
+
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.params import (
+    JudgeModel,
+    Location,
+    SafeName,
+    StorageOptions,
+    StorageURL,
+    locations_of,
+)
+from flows.preflight.trust import guard_parameters
+from flows.run.execution import judge_all
+from flows.run.pair_judging import judge_all_pairs
+from flows.shards.plan import rebuild_plan
+from flows.shards.store import ShardStoreView
+from judges.builtin.pairwise import Pair, PairwiseOptions
+from judges.calibration.rows import CalibrationAccumulator
+from judges.metrics import MetricsAccumulator
+from judges.pairwise.models import Rubric
+from tasks.storage.chunk_store import ChunkStore
+from tasks.storage.outputs import RunLocation
+from tasks.storage.shard_inputs import (
+    PairSpec,
+    PlanSpec,
+    ShardOutcome,
+    read_model,
+    read_rows,
+    shard_url,
+    write_model,
+)
+from tasks.storage.staging import ResultStaging
+
+SHARD_FLOW_NAME = "judge-shard"
+
+
+class ShardParams(BaseModel):
+    """One shard of a run: where its inputs are, which chunks, and its share of the budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output: StorageURL = Field(description="The run's output root (path or s3://...)")
+    suite: SafeName = Field(description="The run's suite")
+    run_id: SafeName = Field(description="The run's id: inputs under {output}/{suite}/{run_id}")
+    shard: int = Field(ge=0, description="This shard's index (0-based)")
+    shards: int = Field(ge=1, description="How many shards the run has")
+    first_chunk: int = Field(ge=0, description="Global index of this shard's first chunk")
+    chunk_size: int = Field(ge=1, description="Rows per chunk (the run's)")
+    judge: JudgeModel = Field(description="The judge model, at this shard's share of the budget")
+    cache: StorageURL | None = Field(None, description="Judge reply cache URL (None: no cache)")
+    storage_options: StorageOptions = Field(default_factory=dict)
+    kind: Literal["judge", "pairs"] = Field(
+        "judge", description="judge: rows of an evaluate or regression run; pairs: a compare run")
+
+
+    def locations(self) -> list[Location]:
+        """Every location a parameter names, with the access the run makes to it."""
+        return locations_of(self, (), ("output", "cache"))
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@flow(name=SHARD_FLOW_NAME, log_prints=True)
+async def judge_shard(params: ShardParams) -> dict:
+    """Judge one shard's chunks into the run's chunk store."""
+    params = guard_parameters(params)
+    started = time.perf_counter()
+    # What the command line does after its imports (flows/commands/common.py): the stack's
+    # millions of long-lived objects leave the collector's passes.
+    gc.freeze()
+    options = params.storage_options
+    location = RunLocation(params.output, params.suite, params.run_id, options)
+    store = ShardStoreView(ChunkStore.for_run(location), params.first_chunk)
+    judged = _judge_pairs if params.kind == "pairs" else _judge_rows
+    row_count, first_errors = await judged(params, location, store)
+    chunks = range(params.first_chunk,
+                   params.first_chunk + -(-row_count // params.chunk_size))
+    outcome = ShardOutcome(
+        shard=params.shard, flow_run_id=flow_run.get_id(),
+        worker=os.environ.get("PREFECT__WORKER_NAME"), host=socket.gethostname(),
+        chunks_judged=sorted(store.saved), chunks_reused=sorted(store.reused),
+        chunks_unfinished=[i for i in chunks if i not in store.saved | store.reused],
+        first_errors=first_errors, seconds=round(time.perf_counter() - started, 3),
+        cpu_seconds=round(_cpu_seconds(), 3),
+    )
+    write_model(shard_url(location.url(), params.shard, "outcome.json"), outcome, options)
+    return outcome.model_dump(mode="json")
+
+
+async def _judge_rows(params: ShardParams, location: RunLocation, store: ShardStoreView
+                      ) -> tuple[int, dict[str, str]]:
+    """An evaluate or regression shard: its rows by the parent's plan. Rows, first errors."""
+    options = params.storage_options
+    rows = read_rows(shard_url(location.url(), params.shard, "rows.jsonl"), options)
+    spec = read_model(shard_url(location.url(), name="plan.json"), PlanSpec, options)
+    if spec is None:
+        raise FileNotFoundError(f"no plan.json under {shard_url(location.url())}")
+    plan = rebuild_plan(spec)
+    get_run_logger().info("shard %d of %d: %d rows from chunk %d, concurrency %d",
+                          params.shard + 1, params.shards, len(rows), params.first_chunk,
+                          params.judge.concurrency)
+    staging, accumulator = ResultStaging(), MetricsAccumulator(plan)
+    try:  # staged records are dropped: the parent builds the run's records from the store
+        await judge_all(rows, plan, params.judge.settings(), params.chunk_size, params.cache,
+                        options, staging, accumulator, CalibrationAccumulator(plan), store=store)
+    finally:
+        staging.cleanup()
+    return len(rows), accumulator.first_errors
+
+
+async def _judge_pairs(params: ShardParams, location: RunLocation, store: ShardStoreView
+                       ) -> tuple[int, dict[str, str]]:
+    """A compare shard: its pairs in both orders, as the parent's spec says. Pairs, errors."""
+    options = params.storage_options
+    pairs = read_rows(shard_url(location.url(), params.shard, "rows.jsonl"), options, Pair)
+    spec = read_model(shard_url(location.url(), name="plan.json"), PairSpec, options)
+    if spec is None:
+        raise FileNotFoundError(f"no plan.json under {shard_url(location.url())}")
+    rubric = Rubric.model_validate(spec.rubric) if spec.rubric is not None else None
+    pairwise = PairwiseOptions(rubric, spec.swap, spec.strict_ties)
+    get_run_logger().info("shard %d of %d: %d pairs from chunk %d, concurrency %d",
+                          params.shard + 1, params.shards, len(pairs), params.first_chunk,
+                          params.judge.concurrency)
+    staging = ResultStaging()
+    try:  # staged records are dropped: the parent builds the run's records from the store
+        verdicts, _ = await judge_all_pairs(pairs, pairwise, params.judge.settings(),
+                                            params.chunk_size, params.cache, options, staging,
+                                            store)
+    finally:
+        staging.cleanup()
+    first = next((v.error_message for v in verdicts if v.error_message), None)
+    return len(pairs), {"pairwise": first} if first else {}

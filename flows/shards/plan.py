@@ -1,0 +1,125 @@
+"""How a run is cut into shards: contiguous ranges of whole chunks, each with its budget share.
+
+Shards are cut on the run's own chunk boundaries (global chunk indexes), so a chunk a child
+judges is the very chunk the parent's judge phase looks up in the run's chunk store: same rows,
+same index, same fingerprint. The provider's budget (concurrency, RPM, TPM) is divided, never
+multiplied: N shards together keep to what one process would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from flows.preflight.checks import PreflightError
+from judges.builtin import BUILTIN_JUDGES
+from judges.builtin.aspect_critic import make_aspect
+from judges.builtin.custom import CustomJudgeDefinition, build_custom_judge
+from judges.builtin.deterministic import DETERMINISTIC_METRICS
+from judges.plan import JudgePlan, SkippedJudge
+from tasks.storage.shard_inputs import PlannedJudge, PlanSpec
+
+
+class ShardSetupError(PreflightError):
+    """A sharded run cannot start as asked (exit 2): the message says what to start or fix."""
+
+
+class ShardPlanError(RuntimeError):
+    """A child rebuilt another plan than its parent's: the worker runs other judgeflow code."""
+
+
+class ShardRange(NamedTuple):
+    """Shard `index`'s chunks [first_chunk, first_chunk + chunk_count) and their rows."""
+
+    index: int
+    first_chunk: int
+    chunk_count: int
+    first_row: int
+    row_count: int
+
+
+def split_shards(row_count: int, chunk_size: int, shards: int) -> list[ShardRange]:
+    """Up to `shards` contiguous ranges of whole chunks, as even as chunks allow.
+
+    Fewer shards than asked when the run has fewer chunks: an empty shard would cost a flow
+    run and a worker slot for nothing.
+    """
+    chunks = math.ceil(row_count / chunk_size)
+    count = max(1, min(shards, chunks))
+    ranges, first = [], 0
+    for index in range(count):
+        size = chunks // count + (1 if index < chunks % count else 0)
+        first_row = first * chunk_size
+        rows = min(row_count, (first + size) * chunk_size) - first_row
+        ranges.append(ShardRange(index, first, size, first_row, rows))
+        first += size
+    return ranges
+
+
+def share(total: int | None, shards: int, index: int) -> int | None:
+    """Shard `index`'s part of a budget of `total` (None: no cap), parts summing to `total`."""
+    if total is None:
+        return None
+    return total // shards + (1 if index < total % shards else 0)
+
+
+def check_budget(shards: int, concurrency: int, rpm: int | None, tpm: int | None) -> None:
+    """Refuse a shard count that would leave a shard without a call in flight or a request.
+
+    Raises:
+        ShardSetupError: naming the budget that is too small.
+    """
+    for name, total in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm)):
+        if total is not None and total < shards:
+            raise ShardSetupError(
+                f"--shards {shards} is more than the judge's {name} ({total}): each shard gets "
+                f"its share of the run's {name}; lower --shards or raise --{name}"
+            )
+
+
+def plan_spec(
+    plan: JudgePlan,
+    custom: Sequence[CustomJudgeDefinition],
+    aspects: Sequence[str],
+    strictness: int,
+    fields: set[str],
+) -> PlanSpec:
+    """The parent's plan as data a child rebuilds it from (`rebuild_plan`)."""
+    return PlanSpec(
+        judges=[PlannedJudge(name=j.name, version=j.version, prompt_hash=j.prompt_hash)
+                for j in plan.judges],
+        metrics=[m.name for m in plan.metrics],
+        skipped=[{"name": s.name, "reason": s.reason} for s in plan.skipped],
+        custom_judges=[d.model_dump(mode="json") for d in custom],
+        aspects=list(aspects), strictness=strictness, fields=sorted(fields),
+    )
+
+
+def rebuild_plan(spec: PlanSpec) -> JudgePlan:
+    """The parent's plan, rebuilt in a child from its spec.
+
+    Raises:
+        ShardPlanError: a judge is unknown here, or its version or prompt differs from the
+            parent's (the worker runs another judgeflow than the parent).
+    """
+    extra = [build_custom_judge(CustomJudgeDefinition.model_validate(d), set(spec.fields))
+             for d in spec.custom_judges]
+    extra += [make_aspect(aspect, spec.strictness) for aspect in spec.aspects]
+    known = {**BUILTIN_JUDGES, **{judge.name: judge for judge in extra}}
+    judges = []
+    for planned in spec.judges:
+        judge = known.get(planned.name)
+        if judge is None or (judge.version, judge.prompt_hash) != (planned.version,
+                                                                   planned.prompt_hash):
+            raise ShardPlanError(
+                f"judge {planned.name!r} differs between the parent run and this worker "
+                f"(version {planned.version}, prompt {planned.prompt_hash} there): workers must "
+                "run the same judgeflow version as the command that started the run"
+            )
+        judges.append(judge)
+    unknown = [name for name in spec.metrics if name not in DETERMINISTIC_METRICS]
+    if unknown:
+        raise ShardPlanError(f"metric(s) {unknown} unknown to this worker's judgeflow")
+    return JudgePlan(tuple(judges), tuple(DETERMINISTIC_METRICS[n] for n in spec.metrics),
+                     tuple(SkippedJudge(**s) for s in spec.skipped))

@@ -1,0 +1,29 @@
+"""The judges judgeflow ships, one module each, and their registry.
+
+Also the deterministic metrics, aspect critics, custom judges (templates rendered as data) and
+the offline heuristic judge. `BUILTIN_JUDGES` is the registry, a plain dict. May import judges/
+top-level modules and judges/model.
+"""
+
+from judges.base import JudgeSpec
+from judges.builtin import (
+    chunk_relevance,
+    context_sufficiency,
+    correctness,
+    groundedness,
+    offline,  # noqa: F401 - registers the offline judge as the local model judgeflow/offline
+    relevance_to_query,
+    safety,
+)
+
+BUILTIN_JUDGES: dict[str, JudgeSpec] = {
+    module.JUDGE.name: module.JUDGE
+    for module in (
+        correctness,
+        relevance_to_query,
+        groundedness,
+        safety,
+        chunk_relevance,
+        context_sufficiency,
+    )
+}

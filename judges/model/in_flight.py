@@ -1,0 +1,170 @@
+"""A call holds its concurrency slot only while its request is at the provider.
+
+litellm spends milliseconds of CPU preparing each request and reading each reply, on the event
+loop and in a thread hop. Held inside the slot, that time is time the provider works for no
+one: at 100 ms latency and 8 slots it cost a fifth of the rate. So litellm is given a
+connection pool of judgeflow's own (aiohttp, one per event loop, kept for the loop's life),
+whose trace hooks take the call's slot when its request leaves and give it back when the
+reply arrives, while as many other calls again prepare requests or read replies.
+
+The hooks see only requests that go through that pool, and litellm keeps one SDK client per
+endpoint, bound to the pool of the first call that built it. So a call is sent this way only
+once a call to the same endpoint was seen to pass the hooks, while a single event loop uses
+the endpoint, and never again after a reply came back without them. Otherwise the slot is
+taken before litellm is called, as a plain semaphore would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import weakref
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
+from typing import Any
+
+import judges.model.litellm_door as door
+from judges.model.usage import Completion
+
+_CALL: ContextVar[SentCall | None] = ContextVar("judgeflow_sent_call", default=None)
+
+
+class SentCall:
+    """One attempt's hold on its endpoint's limits, and when its request was at the provider."""
+
+    def __init__(self, limits: Any, estimated_tokens: int):
+        self.limits = limits
+        self.estimated_tokens = estimated_tokens
+        self.epoch = 0
+        self.reserved = 0
+        self.holding = False
+        self.hooked = False
+        self.sent: float | None = None
+        self.answered: float | None = None
+        self._tokens_taken = False
+
+    async def take(self) -> None:
+        """The slot at the provider, the RPM turn and (once) the token reservation."""
+        if self.holding:
+            return
+        self.epoch = await self.limits.enter()
+        self.holding = True
+        if not self._tokens_taken:
+            self._tokens_taken = True
+            self.reserved = await self.limits.tokens.reserve(self.estimated_tokens)
+
+    def give_back(self) -> None:
+        """Free the slot (once; later calls do nothing)."""
+        if self.holding:
+            self.holding = False
+            self.limits.leave()
+
+    @property
+    def latency(self) -> float | None:
+        """Request sent to reply received, when the hooks saw both."""
+        if self.sent is None or self.answered is None:
+            return None
+        return self.answered - self.sent
+
+
+async def send(call: SentCall, request: dict) -> Completion:
+    """One litellm call within its endpoint's limits (see the module's docstring)."""
+    limits = call.limits
+    session = await _pool()
+    await limits.admission.acquire()
+    try:
+        # Decided once admitted: the first calls' replies may have shown the hooks work.
+        if not _sends_through_hooks(limits):
+            await call.take()
+        token = _CALL.set(call)
+        try:
+            completion = await door.send({**request, "shared_session": session})
+        finally:
+            _CALL.reset(token)
+            call.give_back()
+    finally:
+        limits.admission.release()
+    if call.hooked:
+        limits.hooked = True
+    else:
+        limits.hookless = True  # a reply that bypassed the hooks: slots before litellm from now
+    latency = call.latency
+    return completion if latency is None else completion._replace(latency_seconds=latency)
+
+
+def _sends_through_hooks(limits: Any) -> bool:
+    loop = asyncio.get_running_loop()
+    if limits.last_loop is not loop:  # (a WeakSet.add per call shows in a profile)
+        limits.loops.add(loop)
+        limits.last_loop = loop
+    return limits.hooked and not limits.hookless and len(limits.loops) == 1
+
+
+async def _on_request_start(session: Any, context: Any, params: Any) -> None:
+    call = _CALL.get()
+    if call is not None:
+        call.hooked = True
+        await call.take()
+        call.sent = time.perf_counter()
+
+
+async def _on_request_end(session: Any, context: Any, params: Any) -> None:
+    call = _CALL.get()
+    if call is not None:
+        call.answered = time.perf_counter()
+        call.give_back()
+
+
+async def _on_request_exception(session: Any, context: Any, params: Any) -> None:
+    call = _CALL.get()
+    if call is not None:
+        call.give_back()
+
+
+@functools.cache
+def _aiohttp() -> Any:
+    """aiohttp, imported with litellm (which depends on it) rather than by offline runs."""
+    import aiohttp
+
+    return aiohttp
+
+
+@functools.cache
+def _trace_config() -> Any:
+    trace = _aiohttp().TraceConfig()
+    trace.on_request_start.append(_on_request_start)
+    trace.on_request_end.append(_on_request_end)
+    trace.on_request_exception.append(_on_request_exception)
+    return trace
+
+
+_POOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CLOSERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+async def _pool() -> Any:
+    """This event loop's connection pool (no cap of its own: the limits' gates are the cap)."""
+    loop = asyncio.get_running_loop()
+    pools = _POOLS.setdefault(loop, {})
+    session = pools.get("session")
+    if session is None or session.closed:
+        aiohttp = _aiohttp()
+        session = pools["session"] = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar(),
+            trace_configs=[_trace_config()])
+        if loop not in _CLOSERS:
+            closer = _close_at_loop_end(pools)
+            await closer.asend(None)
+            _CLOSERS[loop] = closer
+    return session
+
+
+async def _close_at_loop_end(pools: dict) -> AsyncIterator[None]:
+    """Parked until the loop shuts its async generators down (asyncio.run does), then closes."""
+    try:
+        yield
+    finally:
+        session = pools.get("session")
+        if session is not None:
+            await session.close()

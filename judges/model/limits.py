@@ -1,0 +1,130 @@
+"""Process-wide bounds on calls to one model endpoint: concurrency, requests and tokens per minute.
+
+Every chunk of a run (and every loop they run on) shares one set of limits per endpoint, so a
+run with many chunks in flight still keeps to what the provider allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+
+from judges.model.pacing import AdaptiveGate, Congestion, RatePacer
+
+# A judge's reply is short; the estimate is settled against the real usage after the call.
+ESTIMATED_REPLY_TOKENS = 200
+CHARS_PER_TOKEN = 4
+
+
+class TokenBudget:
+    """Tokens per minute: a bucket holding one minute's worth, refilled continuously.
+
+    A call reserves its estimate before it starts (waiting while the bucket is in debt) and
+    settles the difference once the provider reports the real usage.
+    """
+
+    def __init__(self, tpm: int | None):
+        self._capacity = float(tpm or 0)
+        self._rate = self._capacity / 60.0
+        self._level = self._capacity
+        self._updated = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self._level = min(self._capacity, self._level + (now - self._updated) * self._rate)
+        self._updated = now
+
+    async def reserve(self, tokens: int) -> int:
+        """Take `tokens` (at most a minute's worth); returns what was taken, for settle()."""
+        if not self._capacity:
+            return 0
+        taken = min(float(tokens), self._capacity)
+        with self._lock:
+            self._refill()
+            self._level -= taken
+            wait = -self._level / self._rate if self._level < 0 else 0.0
+        if wait:
+            await asyncio.sleep(wait)
+        return int(taken)
+
+    def settle(self, reserved: int, used: int) -> None:
+        """Charge (or refund) the difference between the estimate and the real usage."""
+        if not self._capacity:
+            return
+        with self._lock:
+            self._refill()
+            self._level -= used - reserved
+
+
+def estimate_tokens(messages: list[dict], max_tokens: int | None) -> int:
+    """A call's tokens before it is made: its prompt's characters / 4, plus the reply's cap."""
+    prompt = sum(len(str(m.get("content", ""))) for m in messages) // CHARS_PER_TOKEN
+    return prompt + (max_tokens or ESTIMATED_REPLY_TOKENS)
+
+
+@dataclass
+class ProcessLimits:
+    """Concurrency, RPM and TPM bounds shared by every chunk running in this process.
+
+    Concurrency and RPM adapt to the provider (judges/model/pacing.py): a 429 lowers them, successes
+    restore them, and a Retry-After pauses every call to the model. `gate` holds the requests
+    at the provider; `admission` the calls inside litellm, which may be preparing a request or
+    reading a reply while others are in flight (judges/model/in_flight.py).
+    """
+
+    congestion: Congestion
+    gate: AdaptiveGate
+    admission: AdaptiveGate
+    pacer: RatePacer
+    tokens: TokenBudget
+    # How requests to this endpoint leave (judges/model/in_flight.py): through judgeflow's own
+    # connection pool and its hooks (`hooked`), or a call was seen to bypass them (`hookless`),
+    # and on which event loops.
+    hooked: bool = False
+    hookless: bool = False
+    loops: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    last_loop: object = None
+
+    async def enter(self) -> int:
+        """Take a slot at the provider; returns the congestion epoch it was admitted in.
+
+        Waits out any pause before and after queueing for the window, then for the RPM pace.
+        """
+        await self.congestion.wait_pause()
+        await self.gate.acquire()
+        try:
+            await self.congestion.wait_pause()
+            await self.pacer.wait_turn(self.congestion.share)
+        except BaseException:
+            self.leave()
+            raise
+        return self.congestion.epoch
+
+    def leave(self) -> None:
+        """Give the slot back."""
+        self.congestion.open()  # before the release, which hands out the opened window
+        self.gate.release()
+
+
+_limits_lock = threading.Lock()
+_process_limits: dict[tuple, ProcessLimits] = {}
+
+
+def limits_for(
+    model: str, api_base: str | None, concurrency: int, rpm: int | None, tpm: int | None
+) -> ProcessLimits:
+    """The process-wide limits for one model endpoint (created on first use)."""
+    key = (model, api_base, concurrency, rpm, tpm)
+    with _limits_lock:
+        if key not in _process_limits:
+            congestion = Congestion(concurrency)
+            # As many calls preparing a request or reading a reply as there are in flight.
+            _process_limits[key] = ProcessLimits(
+                congestion, AdaptiveGate(congestion.window),
+                AdaptiveGate(lambda: 2 * congestion.window()), RatePacer(rpm), TokenBudget(tpm)
+            )
+        return _process_limits[key]

@@ -1,0 +1,149 @@
+"""The one door to models: litellm's async API under adaptive limits and retries, or a local model.
+
+The pieces: how a model is reached (judges/model/settings.py), what a call returns and costs
+(judges/model/usage.py), in-process models (judges/model/local_models.py), the request
+(judges/model/request.py), litellm itself (judges/model/litellm_door.py), the process-wide limits
+(judges/model/limits.py, judges/model/pacing.py) and what a failure means (judges/model/retry.py).
+This module puts them together; the rest of judgeflow imports the model layer from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+from pydantic import BaseModel
+
+import judges.model.litellm_door as door
+from judges.model.in_flight import SentCall, send
+from judges.model.limits import estimate_tokens, limits_for
+from judges.model.local_models import is_local_model, local_model
+from judges.model.request import request_for
+from judges.model.retry import backoff_delay, describe_error, retry_after_seconds, status_of
+from judges.model.settings import LLMSettings
+from judges.model.usage import Completion, LLMCallError, Usage
+
+__all__ = ["LLMClient", "prepare"]
+
+# Models that refused a response_format schema with a 400 in this process (e.g. an older
+# Azure API version): asked without one from then on.
+_MODELS_WITHOUT_SCHEMA: set[str] = set()
+_PREPARED_MODELS: set[str] = set()
+
+
+def prepare(settings: LLMSettings) -> None:
+    """Import litellm and look the model up now, so that no call pays for it on the event loop.
+
+    Cheap after the first time; a local model needs nothing.
+    """
+    if is_local_model(settings.model) or settings.model in _PREPARED_MODELS:
+        return
+    door.prepare(settings.model)
+    _PREPARED_MODELS.add(settings.model)
+
+
+class LLMClient:
+    """Async chat completions for one judge model, bounded by the process-wide limits."""
+
+    def __init__(self, settings: LLMSettings):
+        self.settings = settings
+        self._local = local_model(settings.model)
+        self._limits = limits_for(
+            settings.model, settings.api_base, settings.concurrency, settings.rpm, settings.tpm
+        )
+
+    async def complete(
+        self,
+        messages: list[dict],
+        usage: Usage,
+        response_format: type[BaseModel] | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Completion:
+        """One chat completion, retried on transient errors.
+
+        Args:
+            messages: the chat messages to send.
+            usage: the tally this call's calls, retries, tokens and cost are added to.
+            response_format: the reply's model, sent as a schema where the model supports it.
+            metadata: who asks (e.g. {"judge": name}); read by local models, not sent.
+
+        Raises:
+            LLMCallError: when the error is not transient or the attempts are used up.
+        """
+        if self._local is not None:
+            return self._answer_locally(messages, usage, metadata or {})
+        if self.settings.model not in _PREPARED_MODELS:
+            # The model's first call: the import and lookups in a thread, off the event loop.
+            await asyncio.to_thread(prepare, self.settings)
+        for attempt in range(1, self.settings.max_attempts + 1):
+            try:
+                completion = await self._attempt(messages, response_format)
+            except Exception as error:  # noqa: BLE001 - classified right below
+                if response_format is not None and self._schema_refused(error):
+                    # Ask again at once, without the schema (not counted as an attempt).
+                    return await self.complete(messages, usage, None, metadata)
+                if not door.is_transient(error) or attempt == self.settings.max_attempts:
+                    usage.failures += 1
+                    raise LLMCallError(describe_error(error, attempt, self.settings)) from None
+                usage.retries += 1
+                await asyncio.sleep(backoff_delay(self.settings, attempt, error))
+                continue
+            usage.count_success(completion)
+            return completion._replace(attempts=attempt)
+        raise AssertionError("unreachable")
+
+    def _answer_locally(
+        self, messages: list[dict], usage: Usage, metadata: Mapping[str, str]
+    ) -> Completion:
+        started = time.perf_counter()
+        try:
+            text = self._local(messages, metadata)
+        except Exception as error:  # noqa: BLE001 - a row's error, never a crashed chunk
+            usage.failures += 1
+            raise LLMCallError(f"local model {self.settings.model!r} failed: {error!r}") from None
+        usage.calls += 1
+        return Completion(text, 0, 0, 0.0, latency_seconds=time.perf_counter() - started)
+
+    def _schema_refused(self, error: Exception) -> bool:
+        """A 400 about structured output: remember that this model takes no schema."""
+        text = str(error).lower()
+        refused = status_of(error) == 400 and any(
+            word in text for word in ("response_format", "json_schema", "schema")
+        )
+        if refused:
+            _MODELS_WITHOUT_SCHEMA.add(self.settings.model)
+        return refused
+
+    def _schema(self, response_format: type[BaseModel] | None) -> type[BaseModel] | None:
+        """The schema to send, if the model takes one."""
+        model = self.settings.model
+        if model in _MODELS_WITHOUT_SCHEMA or not door.supports_schema(model):
+            return None
+        return response_format
+
+    async def _attempt(
+        self, messages: list[dict], response_format: type[BaseModel] | None
+    ) -> Completion:
+        limits = self._limits
+        request = request_for(self.settings, messages, self._schema(response_format))
+        call = SentCall(limits, estimate_tokens(messages, self.settings.max_tokens))
+        try:
+            completion = await send(call, request)
+        except BaseException as error:
+            limits.tokens.settle(call.reserved, 0)  # a failed call spent (almost) nothing
+            self._observe_failure(error, call.epoch)
+            raise
+        limits.congestion.on_success()
+        limits.tokens.settle(call.reserved, completion.input_tokens + completion.output_tokens)
+        return completion
+
+    def _observe_failure(self, error: BaseException, epoch: int) -> None:
+        """A 429 slows the model down; a Retry-After pauses every call to it."""
+        if not isinstance(error, Exception):
+            return  # cancelled: says nothing about the provider
+        if door.is_rate_limited(error):
+            self._limits.congestion.on_rate_limited(epoch)
+        hinted = retry_after_seconds(error)
+        if hinted and door.is_transient(error):
+            self._limits.congestion.pause(hinted)

@@ -1,0 +1,103 @@
+"""What a failed model call means: how long to wait, and in what words to report it.
+
+Pure functions over exceptions and headers; no litellm import (judges/model/llm.py classifies
+litellm's exception types).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+from datetime import UTC, datetime
+from typing import Protocol
+
+MAX_RETRY_AFTER_SECONDS = 120.0
+
+
+class RetryPolicy(Protocol):
+    """The settings a retry delay and an error description read."""
+
+    model: str
+    api_base: str | None
+    timeout_seconds: float
+    backoff_seconds: float
+    max_backoff_seconds: float
+
+
+def retry_after_seconds(error: Exception) -> float | None:
+    """The server's requested delay (retry-after-ms, or Retry-After seconds or date), if any."""
+    # litellm keeps the provider's headers on litellm_response_headers; its `response` is rebuilt.
+    candidates = (
+        getattr(error, "litellm_response_headers", None),
+        getattr(getattr(error, "response", None), "headers", None),
+        getattr(error, "headers", None),
+    )
+    headers = next((h for h in candidates if h), None)
+    if headers is None:
+        return None
+    seconds = _header_seconds(headers.get("retry-after-ms"), scale=1000.0)
+    if seconds is None:
+        seconds = _header_seconds(headers.get("retry-after"))
+    return None if seconds is None else min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
+def _header_seconds(value: str | None, scale: float = 1.0) -> float | None:
+    """Seconds from a delay header: a number (in 1/scale s) or an HTTP date."""
+    if value is None:
+        return None
+    try:
+        return float(value) / scale
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return (when - datetime.now(UTC)).total_seconds()
+
+
+def status_of(error: Exception) -> int | None:
+    """The HTTP status a provider answered with, if the error carries one."""
+    status = getattr(error, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def backoff_delay(settings: RetryPolicy, attempt: int, error: Exception) -> float:
+    """Exponential backoff with jitter, never shorter than the server's Retry-After."""
+    base = min(settings.max_backoff_seconds, settings.backoff_seconds * 2 ** (attempt - 1))
+    jittered = base * random.uniform(0.5, 1.0)
+    hinted = retry_after_seconds(error)
+    return max(jittered, hinted) if hinted is not None else jittered
+
+
+def describe_error(error: Exception, attempt: int, settings: RetryPolicy) -> str:
+    """What failed, as it failed: a refused connection is a connection error, not "HTTP 500".
+
+    litellm reports connection failures as InternalServerError (status 500) although no server
+    answered, so the cause chain decides. Provider messages never contain the key.
+    """
+    where = settings.api_base or f"the {settings.model.split('/', 1)[0]} provider"
+    chain = _cause_chain(error)
+    names = {cls.__name__ for link in chain for cls in type(link).__mro__}
+    if any(isinstance(link, ConnectionRefusedError) for link in chain):
+        what = f"connection refused at {where}"
+    elif names & {"Timeout", "APITimeoutError", "TimeoutException", "TimeoutError"}:
+        what = f"timed out after {settings.timeout_seconds:g} s at {where}"
+    elif names & {"APIConnectionError", "ConnectError", "ClientConnectorError", "gaierror"}:
+        what = f"connection error at {where}: {str(chain[-1]).strip() or type(chain[-1]).__name__}"
+    else:
+        status = status_of(error)
+        reason = str(error).splitlines()[0][:300] if str(error) else ""
+        what = f"HTTP {status} from {where}" if status else type(error).__name__
+        what += f": {reason}" if reason else ""
+    return f"{what} (after {attempt} attempt(s))"
+
+
+def _cause_chain(error: BaseException) -> list[BaseException]:
+    """The error and every cause behind it, outermost first."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain

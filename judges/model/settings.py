@@ -1,0 +1,48 @@
+"""How to reach a judge model: the settings that can change its output or its pace."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from judges.model.local_models import is_local_model
+
+# Only variables named like API keys may be chosen: a parameter must not be able to send,
+# say, AWS_SECRET_ACCESS_KEY to an endpoint of its choosing.
+API_KEY_ENV_PATTERN = r"^[A-Z][A-Z0-9_]*_API_KEY$"
+
+
+class LLMSettings(BaseModel):
+    """How to reach the judge model; everything that can change its output or its pace."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(description="litellm model string, e.g. openai/gpt-4o-mini")
+    api_base: str | None = Field(None, description="Endpoint override (vLLM, proxy, loopback)")
+    api_key_env: str | None = Field(
+        None,
+        pattern=API_KEY_ENV_PATTERN,
+        description="Name of the environment variable holding the API key (never the key)",
+    )
+    temperature: float = Field(0.0, description="Sampling temperature of judge calls")
+    max_tokens: int | None = Field(None, description="Cap on reply tokens")
+    timeout_seconds: float = Field(120.0, gt=0, description="Per-call timeout")
+    max_attempts: int = Field(5, ge=1, description="Attempts per call for transient errors")
+    backoff_seconds: float = Field(1.0, ge=0, description="First retry delay; doubles each time")
+    max_backoff_seconds: float = Field(30.0, ge=0, description="Cap on one retry delay")
+    concurrency: int = Field(8, ge=1, description="Calls in flight at once in this process")
+    rpm: int | None = Field(None, ge=1, description="Requests per minute for this model")
+    tpm: int | None = Field(None, ge=1, description="Tokens per minute for this model")
+
+    @property
+    def is_offline(self) -> bool:
+        """Answered in process by a local model (the offline judge): no LLM judges."""
+        return is_local_model(self.model)
+
+    def call_identity(self) -> dict:
+        """What identifies the model and its sampling, for cache keys and manifests."""
+        return {
+            "model": self.model,
+            "api_base": self.api_base,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }

@@ -1,0 +1,133 @@
+"""An evaluation set as a stream of rows: checked in a first pass, read again to be judged.
+
+The first pass (`scan_set`) reads the set batch by batch and keeps only what deciding needs:
+every problem, the row count, and one row per shape for planning the judges (tasks/
+row_shapes.py). Each later pass (`valid_rows`, `rejected_rows`) reads the set again and yields
+what it asks for as it goes, so that no list of every record or every row is ever held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from judges.rows import EvalRow
+from tasks.dataset.labels import LabelJoin
+from tasks.dataset.row_shapes import RowShapes
+from tasks.dataset.sources import batches_of_rows, iter_batches
+from tasks.dataset.table import DatasetReadError, RecordBatch, RowProblem
+from tasks.dataset.validation import CheckOptions, SetValidator, finished_problems, whole_set_broken
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """Where a set's records come from, read anew by each pass: a URL or inline rows.
+
+    Attributes:
+        data: the set's fsspec URL (None for inline rows).
+        rows: rows given inline, as a flow parameter.
+        storage_options: fsspec options of the set and of the labels file.
+        labels: a labels file joined onto the set on request_id (tasks/dataset/labels.py).
+    """
+
+    data: str | None
+    rows: list[Any] | None = None
+    storage_options: dict = field(default_factory=dict)
+    labels: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The set's URL, or "inline rows"."""
+        return self.data if self.data is not None else "inline rows"
+
+    def batches(self, join: LabelJoin | None) -> Iterator[RecordBatch]:
+        """The set's records in batches, the labels file joined on when there is one."""
+        if self.data is None:
+            raw = batches_of_rows(self.rows or [])
+        else:
+            raw = iter_batches(self.data, self.storage_options)
+        for batch in raw:
+            yield batch._replace(records=join.apply(batch.records)) if join else batch
+
+    def label_join(self) -> LabelJoin | None:
+        """A fresh join of the labels file (one per pass), None without one."""
+        return LabelJoin(self.labels, self.storage_options) if self.labels else None
+
+
+@dataclass
+class SetCheck:
+    """What the first pass learnt: every problem, how many rows, rows enough to plan."""
+
+    problems: list[RowProblem]
+    total: int
+    sample: list[EvalRow]
+
+    @property
+    def rejected_indices(self) -> list[int]:
+        """Indices of the rows set aside, in order."""
+        return sorted({p.row_index for p in self.problems if p.row_index is not None})
+
+    @property
+    def valid_count(self) -> int:
+        """Rows that will be judged (none when the set as a whole is broken)."""
+        if whole_set_broken(self.problems):
+            return 0
+        return self.total - len(self.rejected_indices)
+
+
+def scan_set(source: RowSource, options: CheckOptions) -> SetCheck:
+    """Read and check the whole set once, keeping only its problems, counts and shapes.
+
+    Raises:
+        DatasetReadError: the set (or its labels file) cannot be read.
+    """
+    validator, join, shapes = SetValidator(options), source.label_join(), RowShapes()
+    row_problems: list[RowProblem] = []
+    for batch in source.batches(join):
+        rows, problems = validator.check(batch)
+        row_problems += problems
+        shapes.add(rows)
+    if join is not None:
+        join.check_all_joined()
+    problems = finished_problems(validator, row_problems)
+    rejected = {p.row_index for p in problems}
+    return SetCheck(problems, validator.total, shapes.rows(rejected))
+
+
+def valid_rows(source: RowSource, check: SetCheck, options: CheckOptions) -> Iterator[EvalRow]:
+    """The rows to judge, normalised, in order, read as they are asked for.
+
+    Raises:
+        DatasetReadError: the set changed since it was checked (its row count differs).
+    """
+    rejected = set(check.rejected_indices)
+    validator = SetValidator(options)
+    for batch in source.batches(source.label_join()):
+        rows, _ = validator.check(batch)
+        yield from (row for row in rows if row.row_index not in rejected)
+    if validator.total != check.total:
+        raise DatasetReadError(
+            f"the evaluation set {source.name!r} changed while it was being read: "
+            f"{check.total} row(s) when checked, {validator.total} now; run it again"
+        )
+
+
+def rejected_rows(source: RowSource, problems: list[RowProblem]) -> list[dict]:
+    """Each rejected row once, in order: its problems and the record exactly as given."""
+    by_row: dict[int, dict] = {}
+    for problem in problems:
+        if problem.row_index is None:
+            continue
+        entry = by_row.setdefault(problem.row_index, {
+            "row_index": problem.row_index, "request_id": problem.request_id,
+            "problems": [], "record": None,
+        })
+        entry["problems"].append({"column": problem.column, "problem": problem.problem})
+    if not by_row:
+        return []
+    for batch in source.batches(source.label_join()):
+        for index, record in enumerate(batch.records, batch.start):
+            if index in by_row:
+                by_row[index]["record"] = record
+    return [by_row[index] for index in sorted(by_row)]

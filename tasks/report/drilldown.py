@@ -1,0 +1,280 @@
+"""The drill-down's rows, from typed results: one view per row (or pair) the page shows.
+
+Each view is built from a `ReportRow` (tasks/report/rows.py): the row's `EvalRow` inputs, its
+`JudgeResult`s, its deterministic metrics and, for compare and regression runs, a typed
+`PairResult`. Every string here is plain text; the autoescaping template escapes it.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from judges.builtin.pairwise import PairResult
+from judges.pairwise.reconcile import Pass, position_to_side
+from judges.result_names import precision_name, qualified, unjudged_name
+from judges.results import JudgeResult, RowResult
+from judges.rows import LABELS_COLUMN
+from tasks.report.rows import HIDDEN_COLUMNS, ReportRow
+from tasks.report.view import as_text, fmt_num
+
+PREVIEW_CHARS = 140
+# Deterministic metrics on a 0..1 scale get three decimals; counts and seconds two.
+_UNIT_METRICS = frozenset({"document_recall"})
+
+
+class Message(NamedTuple):
+    """One turn of the request, as shown."""
+
+    role: str
+    text: str
+
+
+class Number(NamedTuple):
+    """A per-row number: the field it is published as, a short label and its value."""
+
+    name: str
+    label: str
+    text: str
+
+
+class Verdict(NamedTuple):
+    """A judge's outcome on a row or a chunk."""
+
+    label: str
+    name: str
+    rating: str | None
+    rationale: str | None
+    error: str | None
+    person: str | None = None  # the label a person gave (human_labels), if any
+
+
+class Chunk(NamedTuple):
+    """A retrieved chunk with each per-chunk judge's verdict on it."""
+
+    index: int
+    doc_uri: str
+    content: str
+    expected: bool
+    verdicts: list[Verdict]
+
+
+class Criterion(NamedTuple):
+    """One rubric criterion of a pass, scored for A and B."""
+
+    name: str
+    description: str
+    type: str
+    weight: float
+    score_A: int
+    score_B: int
+
+
+class PairPass(NamedTuple):
+    """One pass (forward or backward) of a pairwise judgment, as shown."""
+
+    name: str
+    facts: list[tuple[str, Any]]
+    rationale: str | None
+    error: str | None
+    raw: str | None
+    criteria: list[Criterion]
+
+
+class PairView(NamedTuple):
+    """A pair's verdict, both responses and both passes."""
+
+    verdict: str
+    response_A: str
+    response_B: str
+    facts: list[tuple[str, Any]]
+    passes: list[PairPass]
+
+
+class RowView(NamedTuple):
+    """Everything the drill-down shows for one row, already turned into text."""
+
+    index: int
+    request_id: str
+    preview: str
+    messages: list[Message]
+    response: str | None
+    expected_facts: list[str]
+    expected_response: str | None
+    chunks: list[Chunk]
+    expected_docs: list[str]
+    verdicts: list[Verdict]
+    numbers: list[Number]
+    pair: PairView | None
+    other: list[tuple[str, str]]
+    failed: bool
+    disagrees: tuple[str, ...] = ()  # judges (calibration keys) the person's labels contradict
+
+
+def request_messages(request: Any) -> list[Message]:
+    """A request in any accepted shape (str, chat messages, query + history) as messages."""
+    if request is None or request == "":
+        return []
+    if isinstance(request, str):
+        return [Message("user", request)]
+    if isinstance(request, Mapping):
+        if isinstance(request.get("messages"), list):
+            turns = request["messages"]
+        elif "query" in request:
+            turns = [*(request.get("history") or []), {"role": "user", "content": request["query"]}]
+        else:
+            return [Message("request", as_text(request))]
+        return [_message(turn) for turn in turns]
+    return [Message("request", as_text(request))]
+
+
+def _message(turn: Any) -> Message:
+    if isinstance(turn, Mapping):
+        return Message(str(turn.get("role") or "?"), as_text(turn.get("content")))
+    return Message("?", as_text(turn))
+
+
+def _preview(messages: list[Message], fallback: Any) -> str:
+    """The last user turn (the question being answered), on one line, cut short."""
+    users = [m.text for m in messages if m.role == "user"] or [m.text for m in messages]
+    text = " ".join((users[-1] if users else as_text(fallback)).split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None or value == "" else as_text(value)
+
+
+def _person(labels: Mapping[str, Any], judged: JudgeResult) -> Any:
+    """The label a person gave this judge (keyed by its name, or qualified name when shared)."""
+    return labels.get(qualified(judged.spec.prefix), labels.get(judged.spec.name))
+
+
+def _label(judged: JudgeResult) -> str:
+    return judged.spec.name.replace("_", " ")
+
+
+def _row_verdicts(result: RowResult, labels: Mapping[str, Any]) -> list[Verdict]:
+    """Row-level judges' verdicts; a per-chunk judge only when the row itself errored."""
+    verdicts = []
+    for judged in result.judges:
+        if judged.spec.per_chunk and not judged.errored:
+            continue  # its verdicts are on the chunks, its precision among the numbers
+        verdict = judged.verdict
+        person = None if judged.spec.per_chunk else _text(_person(labels, judged))
+        verdicts.append(Verdict(_label(judged), judged.spec.prefix, verdict.rating,
+                                _text(verdict.rationale), _text(verdict.error), person))
+    return verdicts
+
+
+def _chunks(result: RowResult, labels: Mapping[str, Any], expected: set[str]) -> list[Chunk]:
+    retrieved = result.row.retrieved_context or []
+    judges = [j for j in result.judges if j.spec.per_chunk]
+    count = max([len(retrieved), *(len(j.chunks) for j in judges)], default=0)
+    chunks = []
+    for i in range(count):
+        chunk = retrieved[i] if i < len(retrieved) else None
+        verdicts = []
+        for judged in judges:
+            own = judged.chunks[i] if i < len(judged.chunks) else None
+            person = _person(labels, judged)
+            person = person[i] if isinstance(person, list | tuple) and i < len(person) else None
+            verdicts.append(Verdict(_label(judged), judged.spec.prefix,
+                                    own.rating if own else None,
+                                    _text(own.rationale) if own else None,
+                                    _text(own.error) if own else None, _text(person)))
+        uri = chunk.doc_uri if chunk else ""
+        chunks.append(Chunk(i + 1, uri, (chunk.content or "") if chunk else "", uri in expected,
+                            verdicts))
+    return chunks
+
+
+def _numbers(result: RowResult) -> list[Number]:
+    """Per-row numbers: each per-chunk judge's precision, document recall, tokens, latency."""
+    out = [Number(precision_name(j.spec.prefix), f"{_label(j)} precision",
+                  fmt_num(j.precision, 3))
+           for j in result.judges if j.spec.per_chunk and j.precision is not None]
+    out += [Number(unjudged_name(j.spec.prefix), f"{_label(j)} unjudged chunks",
+                   fmt_num(j.unjudged_chunks))
+            for j in result.judges if j.spec.per_chunk and j.unjudged_chunks]
+    for metric, value in result.metrics:
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            digits = 3 if metric.name in _UNIT_METRICS else 2
+            out.append(Number(metric.field, metric.name.replace("_", " "), fmt_num(value, digits)))
+    return out
+
+
+def _pass_view(judge_pass: Pass) -> PairPass:
+    judgment = judge_pass.judgment
+    a_first = judge_pass.position_1 == "A"
+    criteria = [Criterion(c.name, c.description, c.type, c.weight,
+                          c.score_1 if a_first else c.score_2,
+                          c.score_2 if a_first else c.score_1)
+                for c in (judgment.criteria if judgment else [])]
+    facts = [("position_1", judge_pass.position_1),
+             ("preference", judgment.preference if judgment else None),
+             ("preference_ab",
+              position_to_side(judgment.preference, judge_pass.order) if judgment else None)]
+    return PairPass(judge_pass.order, [(k, v) for k, v in facts if v is not None],
+                    _text(judgment.rationale) if judgment else None, _text(judge_pass.error),
+                    _text(judge_pass.raw), criteria)
+
+
+def pair_view(result: PairResult) -> PairView:
+    """A pair's verdict, its flags and weighted scores, and each pass that ran."""
+    verdict = result.verdict
+    facts = [("verdict", verdict.verdict),
+             ("position_flip", verdict.position_flip), ("single_pass", verdict.single_pass),
+             ("consistent", verdict.consistent), ("weighted_score_A", verdict.weighted_score_A),
+             ("weighted_score_B", verdict.weighted_score_B),
+             ("score_margin", verdict.score_margin),
+             ("error_message", verdict.error_message if result.swap
+              else verdict.forward.error),
+             ("swap_disabled", not result.swap)]
+    passes = (verdict.forward, verdict.backward)[: 2 if result.swap else 1]
+    return PairView(verdict.verdict, result.pair.response_A, result.pair.response_B,
+                    [(k, v) for k, v in facts if v is not None], [_pass_view(p) for p in passes])
+
+
+def _other(extra: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [(k, as_text(v)) for k, v in extra.items()
+            if k not in HIDDEN_COLUMNS and v is not None]
+
+
+def _judged_row_view(entry: ReportRow, result: RowResult) -> RowView:
+    row = result.row
+    labels = row.extra.get(LABELS_COLUMN)
+    labels = labels if isinstance(labels, Mapping) else {}
+    messages = request_messages(row.request)
+    expected_docs = [c.doc_uri for c in row.expected_retrieved_context or []]
+    return RowView(
+        index=row.row_index, request_id=row.request_id, preview=_preview(messages, row.request),
+        messages=messages, response=_text(row.response),
+        expected_facts=list(row.expected_facts or []),
+        expected_response=_text(row.expected_response),
+        chunks=_chunks(result, labels, set(expected_docs)), expected_docs=expected_docs,
+        verdicts=_row_verdicts(result, labels), numbers=_numbers(result),
+        pair=pair_view(entry.pair) if entry.pair else None, other=_other(row.extra),
+        failed=entry.failed, disagrees=entry.disagrees,
+    )
+
+
+def _pair_row_view(entry: ReportRow, result: PairResult) -> RowView:
+    pair = result.pair
+    messages = request_messages(pair.prompt)
+    return RowView(
+        index=pair.row_index, request_id=pair.pair_id, preview=_preview(messages, pair.prompt),
+        messages=messages, response=None, expected_facts=[], expected_response=None,
+        chunks=[], expected_docs=[], verdicts=[], numbers=[], pair=pair_view(result),
+        other=_other(pair.extra), failed=entry.failed, disagrees=entry.disagrees,
+    )
+
+
+def row_view(entry: ReportRow) -> RowView:
+    """Turn one kept row (or pair) into what the drill-down shows."""
+    if isinstance(entry.result, PairResult):
+        return _pair_row_view(entry, entry.result)
+    return _judged_row_view(entry, entry.result)

@@ -1,0 +1,144 @@
+"""A regression verdict in words: the headline and one line per gate, formatted once.
+
+The same strings appear in the flow run's final message, the command's output, summary.md,
+the Prefect summary artifact, JUnit XML and the report, so that every place people look
+says the same thing. Pure functions over the manifest's `regression` section (plain dicts).
+
+The strings are plain text, one line each: gate names and tags (from the gates file), reasons
+(which may quote an error from a model) and the suite and report named in the final message
+pass through `visible`, so no newline, ANSI escape or bidi override reaches a log, a state
+message or a terminal. Markdown and XML escape these strings again for their own syntax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tasks.metric_fields import metric_field
+from tasks.report.plain_text import visible
+
+MINUS = "−"
+
+
+def _is_rate(metric: str) -> bool:
+    spec = metric_field(metric)
+    return metric == "winrate" or (spec is not None and spec.kind == "rate")
+
+
+def fmt_value(metric: str, value: float | None) -> str:
+    """Rates as percentages, other values with up to 4 significant decimals."""
+    if value is None:
+        return "—"
+    if _is_rate(metric):
+        return f"{value * 100:.1f}%"
+    return f"{value:.4g}".replace("-", MINUS)
+
+
+def _signed(number: float, rate: bool) -> str:
+    if number == 0:  # no sign on "no change"
+        return "0.00" if rate else "0"
+    text = f"{number * 100:+.2f}" if rate else f"{number:+.4g}"
+    return text.replace("-", MINUS)
+
+
+def fmt_delta(metric: str, delta: float | None, low: float | None, high: float | None) -> str:
+    """'−3.18 pp [−5.60, −0.91]' for rates, '+0.12 [−0.05, +0.30]' for averages."""
+    if delta is None:
+        return "—"
+    rate = _is_rate(metric)
+    text = _signed(delta, rate) + (" pp" if rate else "")
+    interval = fmt_interval(metric, low, high)
+    return f"{text} {interval}" if interval else text
+
+
+def fmt_interval(metric: str, low: float | None, high: float | None) -> str:
+    """'[−5.60, −0.91]' (points for rates); empty without an interval."""
+    if low is None or high is None:
+        return ""
+    rate = _is_rate(metric)
+    return f"[{_signed(low, rate)}, {_signed(high, rate)}]"
+
+
+def fmt_p(p: float | None) -> str:
+    """Three decimals, or two significant digits below 0.001; None -> an em dash."""
+    if p is None:
+        return "—"
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
+    """One gate's line as the strings every view shows."""
+    metric = gate["metric"]
+    name = visible(metric if not gate.get("tag") else f"{metric} [tag {gate['tag']}]")
+    base, cand = gate.get("baseline"), gate.get("candidate")
+    values = fmt_value(metric, cand) if base is None else (
+        f"{fmt_value(metric, base)} → {fmt_value(metric, cand)}")
+    if gate.get("delta") is None and gate.get("low") is not None and gate.get("high") is not None:
+        values += f" [{fmt_value(metric, gate['low'])}, {fmt_value(metric, gate['high'])}]"
+    worst = gate.get("worst_slice")
+    worst_delta = fmt_delta(metric, worst["delta"], worst["low"], worst["high"]) if worst else ""
+    return {
+        "verdict": gate["outcome"].upper(),
+        "gate": name,
+        "rule": visible(gate.get("rule") or ""),
+        "values": values,
+        "delta": fmt_delta(metric, gate.get("delta"), gate.get("low"), gate.get("high")),
+        "delta_point": fmt_delta(metric, gate.get("delta"), None, None),
+        "delta_ci": fmt_interval(metric, gate.get("low"), gate.get("high"))
+        if gate.get("delta") is not None else "",
+        "n": "—" if gate.get("n_paired") is None else f"{gate['n_paired']}",
+        "p": f"{fmt_p(gate.get('p'))} / {fmt_p(gate.get('p_adjusted'))}",
+        "reason": visible(gate.get("reason") or ""),
+        "worst": "—" if not worst else (
+            f"{visible(worst['tag'])}: {worst_delta} (n={worst['n_paired']})"),
+    }
+
+
+def gate_line(gate: Mapping[str, Any]) -> str:
+    """'BREACHED metric (drop ≤ 0.02): 90.0% → 86.8%, Δ −3.18 pp [...], n=220, p 0.0078 / …'."""
+    c = gate_cells(gate)
+    stats = f"{c['values']}"
+    if c["delta"] != "—":
+        stats += f", Δ {c['delta']}, n={c['n']}, p {c['p']} (raw / Holm)"
+    return f"{c['verdict']} {c['gate']} ({c['rule']}): {stats}: {c['reason']}"
+
+
+def headline(section: Mapping[str, Any], suite: str) -> str:
+    """'FAILED: 1 of 3 gates breached in suite 'x' against baseline run 'y''.
+
+    The suite and the baseline run id are quoted with repr, which escapes what `visible` does.
+    """
+    gates = section.get("gates") or []
+    outcome = section.get("outcome", "incomplete")
+    counts = {o: sum(g["outcome"] == o for g in gates) for o in ("held", "breached",
+                                                                   "undecidable")}
+    if outcome == "failed":
+        text = f"FAILED: {counts['breached']} of {len(gates)} gate(s) breached"
+    elif outcome == "incomplete" and not counts["undecidable"] and section.get(
+            "incomplete_reasons"):
+        text = (f"INCOMPLETE: {counts['held']} of {len(gates)} gate(s) held, but the run "
+                "judged too little to pass")
+    elif outcome == "incomplete":
+        text = f"INCOMPLETE: {counts['undecidable']} of {len(gates)} gate(s) could not be decided"
+    else:
+        text = f"PASSED: {'all ' if gates else ''}{len(gates)} gate(s) held"
+    baseline = section.get("baseline_run_id")
+    where = (f"against baseline run {baseline!r}" if baseline
+             else f"(no baseline yet: first run of suite {suite!r})")
+    return f"{text} in suite {suite!r} {where}"
+
+
+def verdict_message(section: Mapping[str, Any], suite: str, report: str | None = None) -> str:
+    """The flow run's final message: headline, then each gate that did not hold."""
+    lines = [headline(section, suite)]
+    lines += [f"  - {gate_line(g)}" for g in section.get("gates") or [] if g["outcome"] != "held"]
+    lines += [f"  - incomplete: {visible(reason)}"
+              for reason in section.get("incomplete_reasons") or []]
+    if section.get("first_run") and section.get("outcome") == "incomplete":
+        lines.append(f"  A suite's baseline is its newest run that passed: seed it with "
+                     f"`judgeflow evaluate DATA --suite {visible(suite)} ...` (same judges), "
+                     "or name one with --baseline RUN_ID.")
+    if report:
+        lines.append(f"report: {visible(report)}")
+    return "\n".join(lines)

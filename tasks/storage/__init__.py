@@ -1,0 +1,6 @@
+"""Where a run's files live, and reading them back.
+
+The run's folder and publishing, staged results, the chunk store for resume, shard inputs,
+baselines read back and their integrity. Every URL opens through judges/storage.py. May import
+judges/.
+"""

@@ -1,0 +1,179 @@
+"""The baseline of a suite: which published run it is, and reading it back.
+
+`{output}/{suite}/latest.json` points at the newest run of a suite, whatever its outcome, for
+browsing. `{output}/{suite}/baseline.json` points at the newest run that *passed*: an evaluate
+run whose status is "complete", or a regression run whose status is "passed". Publishing
+writes it after the manifest, and only for such runs, so a failed or incomplete run never
+becomes the default baseline (a regression that failed twice fails twice).
+
+Whoever can write the suite's folder is not trusted to decide the gates. The pointer's run id
+must be a single safe path segment. With a signing key (judges/integrity.py) the baseline's
+manifest MAC, bound to its suite and run id, and the digests of the files read from it
+(metrics.json here, results.jsonl in `read_rows`) must verify, and a run the pointer names
+must have passed by its signed manifest; otherwise the baseline is *refused*: the run cannot
+be compared, so its regression ends incomplete, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, NamedTuple
+
+from judges.integrity import SigningKey, signing_key
+from judges.storage import open_url
+from tasks.metric_fields import MetricField, RowData, row_data
+from tasks.storage.outputs import RunLocation
+from tasks.storage.run_integrity import (
+    REFUSED,
+    UNCHECKED,
+    VERIFIED,
+    FileCheck,
+    RunRefused,
+    manifest_problem,
+    read_covered,
+)
+
+BASELINE_POINTER = "baseline.json"
+BASELINE_STATUSES = ("complete", "passed")
+BASELINE_KINDS = ("evaluate", "regression")
+# A run id read from the bucket becomes a path segment: the pattern of flows.params.SAFE_NAME
+# (the flows' own check of names given as parameters; tests keep the two equal).
+SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class BaselineNotFound(ValueError):
+    """A baseline run named explicitly does not exist or has no manifest (is incomplete)."""
+
+
+class BaselineRefused(RunRefused):
+    """The baseline failed its integrity check; the message names the run and what failed."""
+
+
+class BaselineRun(NamedTuple):
+    """A published run used as the baseline: where it is, what it recorded, how it was checked.
+
+    `check` is "verified" (MAC and digests checked), "unchecked" (no signing key: trusted as
+    found) or "refused"; a refused baseline carries no manifest or metrics, only `refused`,
+    the sentence saying why.
+    """
+
+    run_id: str
+    url: str
+    manifest: dict
+    metrics: dict
+    check: str = UNCHECKED
+    refused: str | None = None
+
+
+def pointer_path(location: RunLocation) -> str:
+    """Where the suite's baseline pointer lives: {output}/{suite}/baseline.json."""
+    return f"{location.suite_dir}/{BASELINE_POINTER}"
+
+
+def becomes_baseline(manifest: dict) -> bool:
+    """Whether publishing this run moves the suite's baseline pointer to it."""
+    return (manifest.get("status") in BASELINE_STATUSES
+            and manifest.get("kind", "evaluate") in BASELINE_KINDS)
+
+
+def read_json(url: str, storage_options: dict | None = None) -> dict | None:
+    """A JSON file, or None when it does not exist."""
+    try:
+        with open_url(url, "r", storage_options) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+
+
+def _refused(run_id: str, url: str, why: str) -> BaselineRun:
+    return BaselineRun(run_id, url, {}, {}, REFUSED, f"baseline run {run_id!r} refused: {why}")
+
+
+def _verified(run: RunLocation, manifest: dict, from_pointer: bool, options: dict,
+              key: SigningKey) -> BaselineRun:
+    """The baseline with a key: its MAC, its passing (if the pointer named it), its metrics."""
+    problem = manifest_problem(manifest, run, key)
+    if problem is None and from_pointer and not becomes_baseline(manifest):
+        problem = (f"baseline.json names it, but its signed manifest says a {manifest.get('kind')}"
+                   f" run with status {manifest.get('status')!r}, which never becomes a baseline")
+    if problem is not None:
+        return _refused(run.run_id, run.url(), problem)
+    try:
+        metrics = json.loads(read_covered(run.url("metrics.json"), options, manifest,
+                                          "metrics.json"))
+    except FileNotFoundError:
+        return _refused(run.run_id, run.url(), "its metrics.json is missing")
+    except RunRefused as error:
+        return _refused(run.run_id, run.url(), str(error))
+    return BaselineRun(run.run_id, run.url(), manifest, metrics, VERIFIED)
+
+
+def find_baseline(
+    output: str, suite: str, run_id: str | None, storage_options: dict | None = None
+) -> BaselineRun | None:
+    """The run to compare with: `run_id` if given, else the suite's baseline pointer.
+
+    Returns:
+        None when no run id is given and the suite has no baseline yet (its first run); a
+        refused baseline (see the module docstring) when the pointer's run id is not a safe
+        path segment or, with a signing key, the run fails its integrity check.
+
+    Raises:
+        BaselineNotFound: the named run (or the one the pointer names) has no manifest.
+    """
+    options = storage_options or {}
+    from_pointer = run_id is None
+    if run_id is None:
+        suite_dir = RunLocation(output, suite, "baseline", options)
+        pointer_url = suite_dir.fs.unstrip_protocol(pointer_path(suite_dir))
+        pointer = read_json(pointer_url, options)
+        if pointer is None:
+            return None
+        run_id = str(pointer.get("run_id") if isinstance(pointer, dict) else None)
+        if not SAFE_RUN_ID.match(run_id) or ".." in run_id:
+            return _refused(run_id, pointer_url, f"{suite}/{BASELINE_POINTER} names it, and it "
+                            "is not a single safe path segment")
+    run = RunLocation(output, suite, run_id, options)
+    manifest = read_json(run.url("manifest.json"), options)
+    if manifest is None:
+        raise BaselineNotFound(
+            f"baseline run {run_id!r} of suite {suite!r} has no manifest.json at {run.url()}: "
+            "it does not exist or its publishing never finished"
+        )
+    key = signing_key()
+    if key is not None:
+        return _verified(run, manifest, from_pointer, options, key)
+    return BaselineRun(run_id, run.url(), manifest, read_json(run.url("metrics.json"), options)
+                       or {})
+
+
+def read_rows(
+    baseline: BaselineRun, specs: list[MetricField], storage_options: dict | None = None
+) -> dict[str, RowData]:
+    """The baseline's per-row values by request_id, from its results.jsonl.
+
+    A verified baseline's file is hashed as it is parsed, and its rows are returned only if
+    the digest is the one its signed manifest records.
+
+    Raises:
+        FileNotFoundError: the run has no results.jsonl.
+        BaselineRefused: a verified baseline's results.jsonl is not the one it published.
+    """
+    rows: dict[str, RowData] = {}
+    url = f"{baseline.url}/results.jsonl"
+    check = FileCheck(baseline.manifest, "results.jsonl") if baseline.check == VERIFIED else None
+    with open_url(url, "rb", storage_options) as handle:
+        for raw in handle:
+            if check is not None:
+                check.update(raw)
+            line = raw.decode("utf-8")
+            if line.strip():
+                record: dict[str, Any] = json.loads(line)
+                rows[str(record.get("request_id"))] = row_data(record, specs)
+    if check is not None:
+        try:
+            check.check()
+        except RunRefused as error:
+            raise BaselineRefused(f"baseline run {baseline.run_id!r} refused: {error}") from None
+    return rows
