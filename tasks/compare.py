@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from prefect import task
 
-from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, failed_verdict, judge_pairs
+from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, judge_pairs
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
 from judges.pairwise.reconcile import PairVerdict
@@ -40,13 +40,3 @@ async def compare_chunk(
     records = [pair_fields(PairResult(p, v, options.swap))
                for p, v in zip(pairs, verdicts, strict=True)]
     return PairChunkResult(index, records, verdicts, ctx.usage, ctx.calls)
-
-
-def failed_chunk_result(
-    index: int, pairs: list[Pair], options: PairwiseOptions, error: str
-) -> PairChunkResult:
-    """A chunk whose task failed for good: every pair is an error verdict carrying why."""
-    verdicts = [failed_verdict(f"chunk task failed: {error}", options.swap) for _ in pairs]
-    records = [pair_fields(PairResult(p, v, options.swap))
-               for p, v in zip(pairs, verdicts, strict=True)]
-    return PairChunkResult(index, records, verdicts, Usage(), [])

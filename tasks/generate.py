@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from prefect import task
 
@@ -13,7 +14,7 @@ from judges.model.usage import LLMCallError, Usage
 from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.chunk_task import CHUNK_TASK_OPTIONS
 
-__all__ = ["GENERATION_ATTEMPTS", "generate_chunk", "mark_generation_failed"]
+__all__ = ["GENERATION_ATTEMPTS", "GeneratedChunk", "generate_chunk", "mark_generation_failed"]
 
 GENERATION_ATTEMPTS = "agent/generation_attempts"
 
@@ -47,9 +48,17 @@ async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRo
     })
 
 
+@dataclass(frozen=True)
+class GeneratedChunk:
+    """Rows with the candidate's responses, and what generating them cost."""
+
+    rows: list[EvalRow]
+    usage: Usage
+
+
 @task(name="generate-chunk", tags=["judgeflow-generate"], **CHUNK_TASK_OPTIONS)
-async def generate_chunk(rows: list[EvalRow], settings: LLMSettings) -> tuple[list[EvalRow], Usage]:
+async def generate_chunk(rows: list[EvalRow], settings: LLMSettings) -> GeneratedChunk:
     """Responses, latency and token counts from the candidate model for one chunk of rows."""
     client, usage = LLMClient(settings), Usage()
     generated = await asyncio.gather(*(_generate_one(client, row, usage) for row in rows))
-    return list(generated), usage
+    return GeneratedChunk(list(generated), usage)

@@ -17,11 +17,12 @@ from flows.compare import compare
 from flows.compare_params import CompareParams
 from flows.params import JudgeModel
 from judges.builtin.pairwise import PairwiseOptions, compare_metrics
+from judges.model.settings import LLMSettings
 from judges.pairwise.metrics import PassCounts, bootstrap_winrate
-from tasks.compare import failed_chunk_result
 from tasks.dataset.pairs import join_sets, validate_nova
 from tasks.dataset.sources import read_table
 from tasks.dataset.validation import InvalidDatasetError
+from tasks.storage.chunk_kinds import JudgedPairs
 from tests.fake_llm import Reply
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"
@@ -266,7 +267,8 @@ def test_offline_judge_runs_compare_end_to_end(tmp_path):
 @pytest.mark.parametrize("swap", [True, False])
 def test_a_dead_chunk_task_still_yields_every_pair(swap):
     pairs = validate_nova(read_table(str(EXAMPLE))).pairs[:2]
-    result = failed_chunk_result(0, pairs, PairwiseOptions(swap=swap), "boom")
+    kind = JudgedPairs(PairwiseOptions(swap=swap), LLMSettings(model="x"))
+    result = kind.failed(0, pairs, "boom")
     assert [r["pairwise/verdict"] for r in result.records] == ["error", "error"]
     assert "chunk task failed: boom" in result.records[0]["pairwise/error_message"]
     metrics = compare_metrics(result.verdicts, PairwiseOptions(swap=swap), seed=0, resamples=10)

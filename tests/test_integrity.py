@@ -151,14 +151,14 @@ def test_a_chunk_is_bound_to_its_run_and_to_the_signing_key(monkeypatch, tmp_pat
     plan = plan_judges(data, ["safety"])
     settings = LLMSettings(model=OFFLINE)
     fingerprint = judge_fingerprint(data, plan, settings)
-    ChunkStore(str(tmp_path), run="s/a").save("judge", 0, fingerprint,
+    ChunkStore(str(tmp_path), run="s/a").save(_rows_kind(plan), 0, fingerprint,
                                               _judged(data, plan, settings))
-    assert ChunkStore(str(tmp_path), run="s/a").load("judge", 0, fingerprint, plan) is not None
+    assert ChunkStore(str(tmp_path), run="s/a").load(_rows_kind(plan), 0, fingerprint) is not None
     other_run = ChunkStore(str(tmp_path), run="s/b")  # the same files under another run id
-    assert other_run.load("judge", 0, fingerprint, plan) is None and other_run.rejected == 1
+    assert other_run.load(_rows_kind(plan), 0, fingerprint) is None and other_run.rejected == 1
     monkeypatch.setenv(SIGNING_KEY_ENV, "another-key")
     rotated = ChunkStore(str(tmp_path), run="s/a")
-    assert rotated.load("judge", 0, fingerprint, plan) is None and rotated.rejected == 1
+    assert rotated.load(_rows_kind(plan), 0, fingerprint) is None and rotated.rejected == 1
 
 
 # --- (c) a forged baseline -------------------------------------------------------------------
@@ -349,3 +349,11 @@ def test_the_key_signs_every_published_run_and_appears_nowhere(key, fake_llm, tm
     assert KEY not in captured.out + captured.err
     assert KEY not in caplog.text and "no valid MAC" in caplog.text
     assert KEY not in json.dumps(state.result(), default=str) + (state.message or "")
+
+
+def _rows_kind(plan):
+    """The judged-rows kind of chunk (tasks/storage/chunk_kinds.py) under `plan`."""
+    from judges.model.settings import LLMSettings
+    from tasks.storage.chunk_kinds import JudgedRows
+
+    return JudgedRows(plan, LLMSettings(model="judgeflow/offline"))

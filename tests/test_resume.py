@@ -55,9 +55,9 @@ def test_a_stored_chunk_comes_back_as_the_same_results(tmp_path):
     judged = _judged(rows, plan, settings)
     store = ChunkStore(str(tmp_path / ".chunks"))
     key = judge_fingerprint(rows, plan, settings)
-    store.save("judge", 3, key, judged)
+    store.save(_rows_kind(plan), 3, key, judged)
 
-    loaded = store.load("judge", 3, key, plan)
+    loaded = store.load(_rows_kind(plan), 3, key)
 
     assert loaded is not None
     assert [row_record(r) for r in loaded.results] == [row_record(r) for r in judged.results]
@@ -72,7 +72,8 @@ def test_a_chunk_stored_for_other_inputs_is_judged_again(tmp_path):
     plan = plan_judges(rows, ["safety"])
     settings = LLMSettings(model=OFFLINE)
     store = ChunkStore(str(tmp_path))
-    store.save("judge", 0, judge_fingerprint(rows, plan, settings), _judged(rows, plan, settings))
+    store.save(_rows_kind(plan), 0, judge_fingerprint(rows, plan, settings),
+               _judged(rows, plan, settings))
 
     edited = [rows[0].model_copy(update={"response": "changed"}), *rows[1:]]
     hotter = settings.model_copy(update={"temperature": 0.5})
@@ -80,8 +81,8 @@ def test_a_chunk_stored_for_other_inputs_is_judged_again(tmp_path):
     for key, stored_plan in ((judge_fingerprint(edited, plan, settings), plan),
                              (judge_fingerprint(rows, plan, hotter), plan),
                              (judge_fingerprint(rows, other_plan, settings), other_plan)):
-        assert store.load("judge", 0, key, stored_plan) is None
-    assert store.load("judge", 1, judge_fingerprint(rows, plan, settings), plan) is None
+        assert store.load(_rows_kind(stored_plan), 0, key) is None
+    assert store.load(_rows_kind(plan), 1, judge_fingerprint(rows, plan, settings)) is None
 
 
 def test_the_fingerprint_ignores_the_key_and_the_pace_but_not_the_prompt(tmp_path):
@@ -103,14 +104,14 @@ def test_a_damaged_or_foreign_chunk_file_is_a_miss(tmp_path):
     settings = LLMSettings(model=OFFLINE)
     key = judge_fingerprint(rows, plan, settings)
     store = ChunkStore(str(tmp_path))
-    store.save("judge", 0, key, _judged(rows, plan, settings))
+    store.save(_rows_kind(plan), 0, key, _judged(rows, plan, settings))
     path = tmp_path / "judge" / "000000.json"
     document = json.loads(path.read_text())
     document["result"]["results"][0]["judges"][0]["judge"] = "not_planned"
     path.write_text(json.dumps(document))
-    assert store.load("judge", 0, key, plan) is None
+    assert store.load(_rows_kind(plan), 0, key) is None
     path.write_text('{"format": 1, "kind": "judge", "fingerprint": "' + key + '", "resu')
-    assert store.load("judge", 0, key, plan) is None
+    assert store.load(_rows_kind(plan), 0, key) is None
 
 
 def test_on_s3_chunks_are_stored_read_and_cleared_without_listing_the_bucket(s3):
@@ -120,11 +121,12 @@ def test_on_s3_chunks_are_stored_read_and_cleared_without_listing_the_bucket(s3)
     settings = LLMSettings(model=OFFLINE)
     key = judge_fingerprint(rows, plan, settings)
     url = s3.url("evals/suite/run/.chunks")
-    ChunkStore(url, s3.storage_options).save("judge", 0, key, _judged(rows, plan, settings))
+    ChunkStore(url, s3.storage_options).save(_rows_kind(plan), 0, key,
+                                             _judged(rows, plan, settings))
 
     resumed = ChunkStore(url, s3.storage_options)  # a later process, same run
-    assert resumed.load("judge", 0, key, plan) is not None
-    assert resumed.load("judge", 1, key, plan) is None
+    assert resumed.load(_rows_kind(plan), 0, key) is not None
+    assert resumed.load(_rows_kind(plan), 1, key) is None
     resumed.clear()
     made = s3.requests()[setup:]
 
@@ -257,3 +259,11 @@ def test_judged_pairs_resume_with_their_verdicts_reconciled_again(fake_llm, tmp_
     stricter = _judge_pairs_with(store, fake_llm.api_base, PairwiseOptions(strict_ties=True))
     assert len(fake_llm.requests) == 18  # another tie rule is another result: judged again
     assert [v.verdict for v in stricter[0]] == [v.verdict for v in first[0]][:-1] + ["tie"]
+
+
+def _rows_kind(plan):
+    """The judged-rows kind of chunk (tasks/storage/chunk_kinds.py) under `plan`."""
+    from judges.model.settings import LLMSettings
+    from tasks.storage.chunk_kinds import JudgedRows
+
+    return JudgedRows(plan, LLMSettings(model="judgeflow/offline"))

@@ -17,8 +17,7 @@ from flows.phases.integrity import integrity_section
 from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
 from flows.run.common import cache_url
 from flows.run.completeness import Completeness, assess_pairs
-from flows.run.execution import auto_chunk_size
-from flows.run.pair_judging import PAIRS_KIND, judge_all_pairs  # noqa: F401 - flows.compare
+from flows.run.execution import auto_chunk_size, judge_all_pairs
 from flows.run.progress import PhaseProgress
 from flows.shards.fan_out import pairs_in_shards
 from judges.builtin.pairwise import (
@@ -109,7 +108,7 @@ async def judge_pairs(params: CompareParams, prepared: PreparedPairs,
     chunk_size = params.chunk_size or auto_chunk_size(len(pairs), params.shards)
     if params.shards > 1:  # the shards judge; this flow run merges what they stored
         sharded = await pairs_in_shards(params, location, pairs, prepared.options, chunk_size)
-        store = sharded.pair_merge_view(store or ChunkStore.for_run(location), pairs)
+        store = sharded.merge_view(store or ChunkStore.for_run(location), pairs)
     progress = await PhaseProgress.start("judging pairs", len(pairs),
                                          2.0 if prepared.options.swap else 1.0)
     try:

@@ -14,9 +14,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from flows.phases.compare import judge_all_pairs
 from flows.run.common import cache_url
-from flows.run.execution import auto_chunk_size
+from flows.run.execution import auto_chunk_size, judge_all_pairs
 from flows.run.progress import PhaseProgress
 from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, compare_summary
 from judges.model.usage import Usage

@@ -14,19 +14,21 @@ from prefect.utilities.annotations import quote
 from flows.run.progress import ChunkTally, PhaseProgress
 from flows.run.stored_chunks import Persistence, Resumed, StoredChunks
 from flows.run.timeline import mark
+from judges.builtin.pairwise import Pair, PairwiseOptions
 from judges.calibration.rows import CalibrationAccumulator
-from judges.engine import failed_rows
 from judges.metrics import MetricsAccumulator
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
+from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
 from judges.result_names import row_record
-from judges.rows import GENERATION_ERROR, EvalRow
-from tasks.generate import generate_chunk, mark_generation_failed
-from tasks.judge import judge_chunk
+from judges.rows import EvalRow
+from tasks.compare import PairChunkResult, compare_chunk
+from tasks.generate import generate_chunk
+from tasks.judge import ChunkResult, judge_chunk
 from tasks.report.rows import RowSample
+from tasks.storage.chunk_kinds import ChunkKind, GeneratedRows, JudgedPairs, JudgedRows
 from tasks.storage.chunk_store import ChunkStore
-from tasks.storage.row_codec import generation_fingerprint, judge_fingerprint
 from tasks.storage.staging import ResultStaging
 
 CHUNKS_PER_SHARD = 4
@@ -39,9 +41,6 @@ MIN_CHUNK_SIZE = 200
 MAX_CHUNKS_IN_FLIGHT = 8
 T = TypeVar("T")
 R = TypeVar("R")
-# Kinds of persisted chunks (tasks/storage/chunk_store.py); each kind's indexes are its own.
-JUDGE_KIND = "judge"
-GENERATE_KIND = "generate"
 
 
 def auto_chunk_size(row_count: int, shards: int = 1) -> int:
@@ -127,6 +126,52 @@ async def run_chunks(
         raise errors[0]
 
 
+async def drive(
+    items: Iterable[T],
+    kind: ChunkKind[T, R],
+    task: Callable[[int, list[T]], Awaitable[State]],
+    consume: Callable[[int, list[T], R], None],
+    chunk_size: int,
+    concurrency: int,
+    store: ChunkStore | None = None,
+    progress: PhaseProgress | None = None,
+) -> Usage:
+    """The one driver of every kind of chunk: rows to judge or to generate, pairs to judge.
+
+    Each chunk goes to its task through the bounded window of `run_chunks`; with a `store`, a
+    chunk an earlier attempt of this run stored (same fingerprint) is taken from it without a
+    task run or a model call, and a chunk whose task completes is saved as it finishes. A chunk
+    whose task failed for good becomes `kind.failed`'s result, an error per item, so that no
+    item is lost. `consume` gets every chunk's result in turn; `progress` hears of each.
+
+    Returns:
+        The calls and tokens of every chunk's result (resumed ones included).
+    """
+    usage = Usage()
+    persistence = None if store is None else Persistence(
+        fingerprint=kind.fingerprint,
+        load=lambda index, fingerprint: store.load(kind, index, fingerprint),
+        save=lambda index, fingerprint, result: store.save(kind, index, fingerprint, result),
+        size=kind.size,
+    )
+    chunks = StoredChunks(task, persistence)
+
+    async def finish(index: int, chunk: list[T], state: State | Resumed) -> None:
+        outcome = await chunks.settle(index, state)
+        result = (outcome.result if outcome.result is not None
+                  else kind.failed(index, chunk, outcome.failure))
+        usage.add(kind.usage(result))
+        consume(index, chunk, result)
+        if progress is not None:
+            spent = Usage() if outcome.resumed else kind.usage(result)
+            await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
+                                                 kind.errors(result), outcome.resumed))
+
+    await run_chunks(items, chunk_size, chunks_in_flight(concurrency, chunk_size),
+                     chunks.submit, finish)
+    return usage
+
+
 async def judge_all(
     rows: Iterable[EvalRow],
     plan: JudgePlan,
@@ -141,57 +186,25 @@ async def judge_all(
     store: ChunkStore | None = None,
     progress: PhaseProgress | None = None,
 ) -> Usage:
-    """Judge every chunk, staging each chunk's records and tallying them as it completes.
+    """Judge every chunk of rows, staging each chunk's records and tallying them as it completes.
 
     `report_rows` keeps the report's bounded drill-down as typed rows, so that publishing
     never reads the staged records back for it.
-
-    A chunk whose task fails after its retries still yields a result per row, each judge
-    carrying the failure, so that no row is lost. With a `store`, a chunk finished by an
-    earlier attempt of this run (same rows, plan and model) is taken from it without a task
-    run or a model call, and every chunk that completes is saved to it as it finishes.
-    `progress` hears of every finished chunk.
     """
-    usage = Usage()
-    persistence = None if store is None else Persistence(
-        fingerprint=lambda chunk: judge_fingerprint(chunk, plan, settings),
-        load=lambda index, fingerprint: store.load(JUDGE_KIND, index, fingerprint, plan),
-        save=lambda index, fingerprint, result: store.save(JUDGE_KIND, index, fingerprint,
-                                                           result),
-        size=lambda result: len(result.results),
-    )
-    chunks = StoredChunks(
-        lambda index, chunk: judge_chunk(index, quote(chunk), quote(plan), settings, cache_url,
-                                         storage_options, return_state=True),
-        persistence,
-    )
-
-    async def finish(index: int, chunk: list[EvalRow], state: State | Resumed) -> None:
-        outcome = await chunks.settle(index, state)
-        calls: list[dict] = []
-        spent = Usage()  # what this attempt of the run spent on the chunk
-        if outcome.result is None:
-            results = failed_rows(chunk, plan, outcome.failure)
-        else:
-            results, calls = outcome.result.results, outcome.result.calls
-            usage.add(outcome.result.usage)
-            if not outcome.resumed:
-                spent = outcome.result.usage
-        staging.write_chunk(index, [row_record(r) | calibration.row_fields(r) for r in results],
-                            calls)
-        for row_result in results:
+    def consume(index: int, chunk: list[EvalRow], result: ChunkResult) -> None:
+        staging.write_chunk(index, [row_record(r) | calibration.row_fields(r)
+                                    for r in result.results], result.calls)
+        for row_result in result.results:
             accumulator.add(row_result)
             calibration.add(row_result)
             if report_rows is not None:
                 report_rows.add(row_result, calibration.disagreements(row_result))
-        if progress is not None:
-            errors = sum(judged.errored for r in results for judged in r.judges)
-            await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
-                                                 errors, outcome.resumed))
 
-    in_flight = chunks_in_flight(settings.concurrency, chunk_size)
-    await run_chunks(rows, chunk_size, in_flight, chunks.submit, finish)
-    return usage
+    return await drive(
+        rows, JudgedRows(plan, settings),
+        lambda index, chunk: judge_chunk(index, quote(chunk), quote(plan), settings, cache_url,
+                                         storage_options, return_state=True),
+        consume, chunk_size, settings.concurrency, store, progress)
 
 
 async def generate_all(
@@ -204,41 +217,41 @@ async def generate_all(
 ) -> Usage:
     """Give each chunk of rows, with the candidate's responses, to `keep` as it finishes.
 
-    A chunk whose task fails after its retries keeps its rows, each marked with the failure
-    as its generation error (so every judge that needed the response counts an error). With
-    a `store`, chunks generated by an earlier attempt of this run are reused, and each chunk
-    generated now is saved as it completes.
+    A chunk whose task fails for good keeps its rows, each marked with the failure as its
+    generation error (so every judge that needed the response counts an error).
     """
-    usage = Usage()
-    persistence = None if store is None else Persistence(
-        fingerprint=lambda chunk: generation_fingerprint(chunk, settings),
-        load=lambda index, fingerprint: store.load_rows(GENERATE_KIND, index, fingerprint),
-        save=lambda index, fingerprint, result: store.save_rows(GENERATE_KIND, index,
-                                                                fingerprint, *result),
-        size=lambda result: len(result[0]),
-    )
-    chunks = StoredChunks(
+    return await drive(
+        rows, GeneratedRows(settings),
         lambda index, chunk: generate_chunk(quote(chunk), settings, return_state=True),
-        persistence,
-    )
+        lambda index, chunk, result: keep(index, result.rows),
+        chunk_size, settings.concurrency, store, progress)
 
-    async def finish(index: int, chunk: list[EvalRow], state: State | Resumed) -> None:
-        outcome = await chunks.settle(index, state)
-        spent = Usage()
-        if outcome.result is None:
-            error = f"generation task failed: {outcome.failure}"
-            generated = [mark_generation_failed(row, error) for row in chunk]
-        else:
-            generated, chunk_usage = outcome.result
-            usage.add(chunk_usage)
-            if not outcome.resumed:
-                spent = chunk_usage
-        keep(index, generated)
-        if progress is not None:
-            errors = sum(GENERATION_ERROR in row.extra for row in generated)
-            await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
-                                                 errors, outcome.resumed))
 
-    in_flight = chunks_in_flight(settings.concurrency, chunk_size)
-    await run_chunks(rows, chunk_size, in_flight, chunks.submit, finish)
-    return usage
+async def judge_all_pairs(
+    pairs: list[Pair],
+    options: PairwiseOptions,
+    settings: LLMSettings,
+    chunk_size: int,
+    cache_url: str | None,
+    storage_options: dict,
+    staging: ResultStaging,
+    store: ChunkStore | None = None,
+    progress: PhaseProgress | None = None,
+) -> tuple[list[PairVerdict], Usage]:
+    """Judge every chunk of pairs (both orders of each), staging each chunk's records.
+
+    Returns:
+        One verdict per pair in input order, and the calls and tokens spent.
+    """
+    by_chunk: dict[int, list[PairVerdict]] = {}
+
+    def consume(index: int, chunk: list[Pair], result: PairChunkResult) -> None:
+        staging.write_chunk(index, result.records, result.calls)
+        by_chunk[index] = result.verdicts
+
+    usage = await drive(
+        pairs, JudgedPairs(options, settings),
+        lambda index, chunk: compare_chunk(index, quote(chunk), options, settings, cache_url,
+                                           storage_options, return_state=True),
+        consume, chunk_size, settings.concurrency, store, progress)
+    return [v for index in sorted(by_chunk) for v in by_chunk[index]], usage

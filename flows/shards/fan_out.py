@@ -11,7 +11,7 @@ errors of the shard that owned it, and makes the run incomplete.
 
 A compare run shards the same way (`pairs_in_shards`): its pairs instead of rows, how pairs
 are judged (`PairSpec`) instead of the judge plan, and shard flow runs of kind "pairs" on the
-same deployment; its judge phase merges through a `PairMergeView`.
+same deployment; its judge phase merges through the same `MergeView`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from prefect import get_run_logger
 
@@ -31,7 +32,7 @@ from flows.shards.flow import ShardParams
 from flows.shards.launch import shard_pool, start_shard, wait_for_end
 from flows.shards.limits import limit_name, model_slots
 from flows.shards.plan import ShardRange, check_budget, plan_spec, share, split_shards
-from flows.shards.store import MergeView, PairMergeView
+from flows.shards.store import MergeView
 from judges.builtin.custom import fields_present, load_custom_judges
 from judges.builtin.pairwise import Pair, PairwiseOptions
 from judges.plan import JudgePlan
@@ -122,13 +123,9 @@ class ShardedJudging:
     slots: int
     seconds: float
 
-    def merge_view(self, store: ChunkStore, rows: Sequence[EvalRow]) -> MergeView:
+    def merge_view(self, store: ChunkStore, items: Sequence[Any]) -> MergeView[Any]:
         """The run's store as the parent's judge phase must read it (flows/shards/store.py)."""
-        return MergeView(store, rows, self.chunk_size, self.why_missing)
-
-    def pair_merge_view(self, store: ChunkStore, pairs: Sequence[Pair]) -> PairMergeView:
-        """The run's store as a sharded compare run's pair phase must read it."""
-        return PairMergeView(store, pairs, self.chunk_size, self.why_missing)
+        return MergeView(store, items, self.chunk_size, self.why_missing)
 
     def why_missing(self, chunk: int) -> str:
         """Why no shard finished global chunk `chunk`."""

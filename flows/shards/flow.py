@@ -33,8 +33,7 @@ from flows.params import (
     locations_of,
 )
 from flows.preflight.trust import guard_parameters
-from flows.run.execution import judge_all
-from flows.run.pair_judging import judge_all_pairs
+from flows.run.execution import judge_all, judge_all_pairs
 from flows.shards.plan import rebuild_plan
 from flows.shards.store import ShardStoreView
 from judges.builtin.pairwise import Pair, PairwiseOptions

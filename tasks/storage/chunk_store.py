@@ -29,39 +29,28 @@ import logging
 import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from judges.builtin.pairwise import PairwiseOptions
 from judges.integrity import CHUNK, as_read_back, canonical, signing_key
-from judges.model.usage import Usage
-from judges.plan import JudgePlan
-from judges.rows import EvalRow
 from judges.storage import is_object_store, url_to_fs
-from tasks.compare import PairChunkResult
-from tasks.judge import ChunkResult
+from tasks.storage.chunk_kinds import ChunkKind
 from tasks.storage.outputs import RunLocation
-from tasks.storage.pair_codec import decode_pair_verdict, encode_pair_verdict
-from tasks.storage.row_codec import (
-    ResultCodecError,
-    decode_row_result,
-    decode_usage,
-    encode_row_result,
-    encode_usage,
-    row_json,
-)
+from tasks.storage.row_codec import ResultCodecError
 
 CHUNKS_FOLDER = ".chunks"
 FORMAT = 1
 DELETES_IN_FLIGHT = 8
 logger = logging.getLogger(__name__)
+Result = TypeVar("Result")
 
 
 class ChunkStore:
     """Persisted chunk results of one run, by kind ("judge", "generate", "pairs") and index.
 
-    `load`/`save` hold judged rows, `load_rows`/`save_rows` rows (generated responses),
-    `load_pairs`/`save_pairs` judged pairs; `read`/`write` are the JSON layer beneath them.
+    `load`/`save` hold a chunk of any kind (tasks/storage/chunk_kinds.py: judged rows, rows
+    with generated responses, judged pairs); `read`/`write` are the JSON layer beneath them.
 
     Args:
         url: the folder (any fsspec URL), normally `{run}/.chunks` (see `for_run`).
@@ -177,77 +166,23 @@ class ChunkStore:
                 self._fs.rm_file(partial)
             raise
 
-    def load(self, kind: str, index: int, fingerprint: str, plan: JudgePlan) -> ChunkResult | None:
-        """A judged chunk stored with this fingerprint, its judges resolved through `plan`."""
-        stored = self.read(kind, index, fingerprint)
+    def load(self, kind: ChunkKind[Any, Result], index: int, fingerprint: str
+             ) -> Result | None:
+        """The chunk of `kind` stored with this fingerprint, decoded for this run, or None."""
+        stored = self.read(kind.name, index, fingerprint)
         if stored is None:
             return None
         try:
-            return ChunkResult(
-                index,
-                [decode_row_result(r, plan) for r in stored["results"]],
-                decode_usage(stored["usage"]),
-                list(stored["calls"]),
-            )
-        except (ResultCodecError, KeyError, TypeError) as error:
-            logger.warning("stored chunk %s/%d does not fit this run, judging it again: %s",
-                           kind, index, error)
-            return None
-
-    def save(self, kind: str, index: int, fingerprint: str, result: ChunkResult) -> None:
-        """Store a judged chunk (see `write`)."""
-        self.write(kind, index, fingerprint, {
-            "results": [encode_row_result(r) for r in result.results],
-            "usage": encode_usage(result.usage),
-            "calls": result.calls,
-        })
-
-    def load_rows(self, kind: str, index: int, fingerprint: str
-                  ) -> tuple[list[EvalRow], Usage] | None:
-        """A stored chunk of rows (say, with generated responses) and its usage, or None."""
-        stored = self.read(kind, index, fingerprint)
-        if stored is None:
-            return None
-        try:
-            return ([EvalRow.model_validate(r) for r in stored["rows"]],
-                    decode_usage(stored["usage"]))
+            return kind.decode(index, stored)
         except (ResultCodecError, ValidationError, KeyError, TypeError) as error:
             logger.warning("stored chunk %s/%d does not fit this run, running it again: %s",
-                           kind, index, error)
+                           kind.name, index, error)
             return None
 
-    def save_rows(self, kind: str, index: int, fingerprint: str, rows: list[EvalRow],
-                  usage: Usage) -> None:
-        """Store a chunk of rows and its usage (see `write`)."""
-        self.write(kind, index, fingerprint,
-                   {"rows": [row_json(r) for r in rows], "usage": encode_usage(usage)})
-
-    def load_pairs(self, kind: str, index: int, fingerprint: str, options: PairwiseOptions
-                   ) -> PairChunkResult | None:
-        """A judged chunk of pairs stored with this fingerprint, reconciled under `options`."""
-        stored = self.read(kind, index, fingerprint)
-        if stored is None:
-            return None
-        try:
-            return PairChunkResult(
-                index, list(stored["records"]),
-                [decode_pair_verdict(v, options) for v in stored["verdicts"]],
-                decode_usage(stored["usage"]), list(stored["calls"]),
-            )
-        except (ResultCodecError, KeyError, TypeError) as error:
-            logger.warning("stored chunk %s/%d does not fit this run, judging it again: %s",
-                           kind, index, error)
-            return None
-
-    def save_pairs(self, kind: str, index: int, fingerprint: str, result: PairChunkResult
-                   ) -> None:
-        """Store a judged chunk of pairs (see `write`)."""
-        self.write(kind, index, fingerprint, {
-            "records": result.records,
-            "verdicts": [encode_pair_verdict(v) for v in result.verdicts],
-            "usage": encode_usage(result.usage),
-            "calls": result.calls,
-        })
+    def save(self, kind: ChunkKind[Any, Result], index: int, fingerprint: str,
+             result: Result) -> None:
+        """Store a finished chunk of `kind` (see `write`)."""
+        self.write(kind.name, index, fingerprint, kind.encode(result))
 
     def clear(self) -> None:
         """Delete the stored chunks once the run has published; a failure is only a warning.

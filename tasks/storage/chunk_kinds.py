@@ -1,0 +1,204 @@
+"""The kinds of chunk a run stores and resumes: judged rows, generated rows, judged pairs.
+
+One protocol for all three, so that one driver (flows/run/execution.py), one chunk store API
+(tasks/storage/chunk_store.py) and one merge view (flows/shards/store.py) serve rows and pairs
+alike. A kind says how its chunks are fingerprinted (what must match for a stored result to be
+reused), written to and read from a stored document, sized, counted, and what a chunk whose task
+failed, or that no shard finished, becomes: a result per item carrying why, never a lost item.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, failed_verdict
+from judges.engine import failed_rows
+from judges.model.settings import LLMSettings
+from judges.model.usage import Usage
+from judges.plan import JudgePlan
+from judges.result_names import pair_fields
+from judges.rows import GENERATION_ERROR, EvalRow
+from tasks.compare import PairChunkResult
+from tasks.generate import GeneratedChunk, mark_generation_failed
+from tasks.judge import ChunkResult
+from tasks.storage.pair_codec import decode_pair_verdict, encode_pair_verdict, pairs_fingerprint
+from tasks.storage.row_codec import (
+    decode_row_result,
+    decode_usage,
+    encode_row_result,
+    encode_usage,
+    generation_fingerprint,
+    judge_fingerprint,
+    row_json,
+)
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class ChunkKind(Protocol, Generic[Item, Result]):
+    """One kind of chunk result and everything a driver or a store needs to know of it."""
+
+    name: str  # the kind's folder in the chunk store
+
+    def fingerprint(self, items: list[Item]) -> str:
+        """What a stored result must match to stand for a chunk of these items."""
+
+    def encode(self, result: Result) -> dict:
+        """The result as the JSON document stored."""
+
+    def decode(self, index: int, stored: dict) -> Result:
+        """A stored document back as a result; raises when it does not fit this run."""
+
+    def size(self, result: Result) -> int:
+        """Items in the result (a stored result of another size is not this chunk's)."""
+
+    def usage(self, result: Result) -> Usage:
+        """The calls and tokens the result cost."""
+
+    def errors(self, result: Result) -> int:
+        """Items (or judgments) that ended as an error."""
+
+    def failed(self, index: int, items: list[Item], failure: str) -> Result:
+        """A chunk whose task failed for good: a result per item carrying the failure."""
+
+    def missing(self, index: int, items: list[Item], why: str) -> Result:
+        """A chunk no shard finished: a result per item carrying why."""
+
+
+@dataclass(frozen=True)
+class JudgedRows:
+    """Rows through every planned judge."""
+
+    plan: JudgePlan
+    settings: LLMSettings
+    name: str = "judge"
+
+    def fingerprint(self, items: list[EvalRow]) -> str:
+        """Rows, plan (judges, prompts) and model."""
+        return judge_fingerprint(items, self.plan, self.settings)
+
+    def encode(self, result: ChunkResult) -> dict:
+        """Typed row results, usage and the call log."""
+        return {"results": [encode_row_result(r) for r in result.results],
+                "usage": encode_usage(result.usage), "calls": result.calls}
+
+    def decode(self, index: int, stored: dict) -> ChunkResult:
+        """Row results resolved through this run's plan."""
+        return ChunkResult(index, [decode_row_result(r, self.plan) for r in stored["results"]],
+                           decode_usage(stored["usage"]), list(stored["calls"]))
+
+    def size(self, result: ChunkResult) -> int:
+        """Rows judged."""
+        return len(result.results)
+
+    def usage(self, result: ChunkResult) -> Usage:
+        """What judging the chunk cost."""
+        return result.usage
+
+    def errors(self, result: ChunkResult) -> int:
+        """Judgments that ended as an error."""
+        return sum(judged.errored for r in result.results for judged in r.judges)
+
+    def failed(self, index: int, items: list[EvalRow], failure: str) -> ChunkResult:
+        """Every applicable judge of every row carries the failure."""
+        return ChunkResult(index, failed_rows(items, self.plan, failure), Usage(), [])
+
+    def missing(self, index: int, items: list[EvalRow], why: str) -> ChunkResult:
+        """As a failed chunk, saying why no shard finished it."""
+        return self.failed(index, items, why)
+
+
+@dataclass(frozen=True)
+class GeneratedRows:
+    """Rows answered by the candidate model."""
+
+    settings: LLMSettings
+    name: str = "generate"
+
+    def fingerprint(self, items: list[EvalRow]) -> str:
+        """Rows and the candidate model."""
+        return generation_fingerprint(items, self.settings)
+
+    def encode(self, result: GeneratedChunk) -> dict:
+        """The rows as given to the judges, and the usage."""
+        return {"rows": [row_json(r) for r in result.rows], "usage": encode_usage(result.usage)}
+
+    def decode(self, index: int, stored: dict) -> GeneratedChunk:
+        """The stored rows, validated again."""
+        return GeneratedChunk([EvalRow.model_validate(r) for r in stored["rows"]],
+                              decode_usage(stored["usage"]))
+
+    def size(self, result: GeneratedChunk) -> int:
+        """Rows answered (or marked failed)."""
+        return len(result.rows)
+
+    def usage(self, result: GeneratedChunk) -> Usage:
+        """What generating the chunk cost."""
+        return result.usage
+
+    def errors(self, result: GeneratedChunk) -> int:
+        """Rows whose generation failed."""
+        return sum(GENERATION_ERROR in row.extra for row in result.rows)
+
+    def failed(self, index: int, items: list[EvalRow], failure: str) -> GeneratedChunk:
+        """Every row keeps the failure as its generation error."""
+        error = f"generation task failed: {failure}"
+        return GeneratedChunk([mark_generation_failed(row, error) for row in items], Usage())
+
+    def missing(self, index: int, items: list[EvalRow], why: str) -> GeneratedChunk:
+        """Generation is never sharded: a missing chunk is a failed one."""
+        return self.failed(index, items, why)
+
+
+@dataclass(frozen=True)
+class JudgedPairs:
+    """Pairs judged in both orders (or forward only) and reconciled."""
+
+    options: PairwiseOptions
+    settings: LLMSettings
+    name: str = "pairs"
+
+    def fingerprint(self, items: list[Pair]) -> str:
+        """Pairs, rubric, rules and model."""
+        return pairs_fingerprint(items, self.options, self.settings)
+
+    def encode(self, result: PairChunkResult) -> dict:
+        """Published records, verdicts, usage and the call log."""
+        return {"records": result.records,
+                "verdicts": [encode_pair_verdict(v) for v in result.verdicts],
+                "usage": encode_usage(result.usage), "calls": result.calls}
+
+    def decode(self, index: int, stored: dict) -> PairChunkResult:
+        """Verdicts reconciled again under this run's rules."""
+        return PairChunkResult(
+            index, list(stored["records"]),
+            [decode_pair_verdict(v, self.options) for v in stored["verdicts"]],
+            decode_usage(stored["usage"]), list(stored["calls"]))
+
+    def size(self, result: PairChunkResult) -> int:
+        """Pairs judged."""
+        return len(result.verdicts)
+
+    def usage(self, result: PairChunkResult) -> Usage:
+        """What judging the pairs cost."""
+        return result.usage
+
+    def errors(self, result: PairChunkResult) -> int:
+        """Pairs without a verdict."""
+        return sum(v.verdict == "error" for v in result.verdicts)
+
+    def failed(self, index: int, items: list[Pair], failure: str) -> PairChunkResult:
+        """Every pair is an error verdict carrying the failure."""
+        return self.missing(index, items, f"chunk task failed: {failure}")
+
+    def missing(self, index: int, items: list[Pair], why: str) -> PairChunkResult:
+        """Every pair is an error verdict saying why."""
+        verdicts = [failed_verdict(why, self.options.swap) for _ in items]
+        records = [pair_fields(PairResult(p, v, self.options.swap))
+                   for p, v in zip(items, verdicts, strict=True)]
+        return PairChunkResult(index, records, verdicts, Usage(), [])
+
+
+AnyKind = ChunkKind[Any, Any]
