@@ -8,7 +8,7 @@ import pytest
 
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from flows.run.completeness import assess, assess_pairs
+from flows.run.completeness import assess, error_shares, pair_share
 from judges.builtin import BUILTIN_JUDGES
 from judges.plan import JudgePlan
 from tests.planted import PlantedJudge
@@ -24,14 +24,14 @@ def _counts(judge, errors, rated):
 
 def test_an_error_share_at_the_limit_is_complete():
     metrics = {**_counts(SAFETY, 1, 19), **_counts(CHUNKS, 0, 20)}
-    assert assess(PLAN, metrics, {}, 0.05) == ("complete", [])
+    assert assess(error_shares(PLAN, metrics, {}), 0.05) == ("complete", [])
 
 
 def test_above_the_limit_each_failing_judge_gets_one_line_with_an_example():
     metrics = {**_counts(SAFETY, 2, 18), **_counts(CHUNKS, 5, 0)}
     examples = {SAFETY.prefix: "APIConnectionError:\n refused",
                 CHUNKS.prefix: "Timeout after 3 attempt(s)"}
-    status, reasons = assess(PLAN, metrics, examples, 0.05, "openai/x at http://h")
+    status, reasons = assess(error_shares(PLAN, metrics, examples), 0.05, "openai/x at http://h")
     assert status == "incomplete"
     assert reasons == [
         "safety: 2 of 20 rows failed (judge openai/x at http://h): APIConnectionError: refused",
@@ -41,13 +41,13 @@ def test_above_the_limit_each_failing_judge_gets_one_line_with_an_example():
 
 
 def test_a_run_where_nothing_applied_is_incomplete():
-    assert assess(JudgePlan((), (), ()), {}, {}, 0.05).status == "incomplete"
+    assert assess([], 0.05, planned=False).status == "incomplete"
 
 
 @pytest.mark.parametrize("errors, status", [(0, "complete"), (1, "complete"), (3, "incomplete")])
 def test_pairs_without_a_verdict_count_against_the_limit(errors, status):
     example = "forward: boom; backward: boom"
-    result = assess_pairs({"pairs_error": errors, "pairs_total": 20}, example, 0.05)
+    result = assess([pair_share({"pairs_error": errors, "pairs_total": 20}, example)], 0.05)
     assert result.status == status
     if status == "incomplete":
         assert result.reasons == ["pairwise: 3 of 20 pairs failed: forward: boom; backward: boom"]

@@ -27,7 +27,7 @@ from flows.cli import app
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
 from flows.run.common import final_state
-from flows.run.completeness import assess
+from flows.run.completeness import assess, error_shares
 from judges.builtin import BUILTIN_JUDGES
 from judges.plan import JudgePlan
 from tasks import artifacts
@@ -274,8 +274,9 @@ def test_the_verdict_message_keeps_our_lines_and_only_ours(value):
 def test_incomplete_reasons_and_their_state_message_are_one_line_each(value):
     safety = BUILTIN_JUDGES["safety"]
     metrics = {f"{safety.prefix}/error_count": 3, f"{safety.prefix}/rated_count": 0}
-    _, reasons = assess(JudgePlan((safety,), (), ()), metrics,
-                        {safety.prefix: f"BadRequestError: {value}"}, 0.05, value)
+    shares = error_shares(JudgePlan((safety,), (), ()), metrics,
+                          {safety.prefix: f"BadRequestError: {value}"})
+    _, reasons = assess(shares, 0.05, value)
     assert all(hidden(r, allowed="") == [] for r in reasons)
     state = final_state({"status": "incomplete", "incomplete_reasons": [value, *reasons]})
     assert hidden(state.message, allowed="") == []

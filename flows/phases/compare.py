@@ -16,7 +16,7 @@ from flows.compare_params import CompareParams
 from flows.phases.integrity import integrity_section
 from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
 from flows.run.common import cache_url
-from flows.run.completeness import Completeness, assess_pairs
+from flows.run.completeness import Completeness, assess, pair_share
 from flows.run.execution import auto_chunk_size, judge_all_pairs
 from flows.run.progress import PhaseProgress
 from flows.shards.fan_out import pairs_in_shards
@@ -132,7 +132,7 @@ async def judge_pairs(params: CompareParams, prepared: PreparedPairs,
     for pair, verdict in zip(pairs, verdicts, strict=True):
         report.rows.add_pair(PairResult(pair, verdict, prepared.options.swap))
     example = next((v.error_message for v in verdicts if v.error_message), None)
-    completeness = assess_pairs(metrics, example, params.max_error_share)
+    completeness = assess([pair_share(metrics, example)], params.max_error_share)
     if sharded is not None:  # a shard that failed for good: its pairs are errors, never dropped
         completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
     timings = {"load_validate_seconds": prepared.load_seconds,

@@ -26,7 +26,7 @@ from flows.preflight.checks import (
 )
 from flows.run.calibration import calibrate, new_accumulator
 from flows.run.common import cache_url
-from flows.run.completeness import Completeness, assess
+from flows.run.completeness import Completeness, assess, error_shares
 from flows.run.execution import auto_chunk_size, generate_all, judge_all
 from flows.run.progress import PhaseProgress
 from flows.run.timeline import mark
@@ -211,8 +211,9 @@ async def judge(
         metrics[GENERATION_ERROR_COUNT] = report.generation_errors
     judge_model = params.judge.model + (f" at {params.judge.api_base}" if params.judge.api_base
                                         else "")
-    completeness = assess(plan, metrics, accumulator.first_errors, params.max_error_share,
-                          judge_model)
+    completeness = assess(error_shares(plan, metrics, accumulator.first_errors),
+                          params.max_error_share, judge_model,
+                          planned=bool(plan.judges or plan.metrics))
     if sharded is not None:  # a shard that failed for good: its rows are errors, never dropped
         completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
     for reason in completeness.reasons:

@@ -33,27 +33,36 @@ class Completeness(NamedTuple):
 
 
 class ErrorShare(NamedTuple):
-    """One judge's failed rows out of the rows it was asked to judge."""
+    """What one judge (or the pairwise judge) failed on, out of what it was asked to judge."""
 
     name: str
-    prefix: str
     errors: int
     total: int
+    unit: str = "rows"
+    example: str | None = None
 
 
-def error_shares(plan: JudgePlan, metrics: dict) -> list[ErrorShare]:
+def error_shares(plan: JudgePlan, metrics: Mapping, examples: Mapping[str, str]
+                 ) -> list[ErrorShare]:
     """Each planned judge's failed rows among the rows it judged (from metrics.json counts)."""
     shares = []
     for judge in plan.judges:
         rated, errors = (metrics.get(name) or 0 for name in count_names(judge.prefix))
-        shares.append(ErrorShare(judge.name, judge.prefix, errors, errors + rated))
+        shares.append(ErrorShare(judge.name, errors, errors + rated,
+                                 example=examples.get(judge.prefix)))
     generated = [m for m in plan.metrics if m.from_response]
     if generated:  # tokens and latency of generated responses: one line for all of them
         rated, errors = (metrics.get(name) or 0 for name in count_names(generated[0].field))
         if errors:
-            shares.append(ErrorShare("tokens and latency", generated[0].field, errors,
-                                     errors + rated))
+            shares.append(ErrorShare("tokens and latency", errors, errors + rated,
+                                     example=examples.get(generated[0].field)))
     return shares
+
+
+def pair_share(metrics: Mapping, example: str | None) -> ErrorShare:
+    """The pairs without a verdict among the pairs of a compare run."""
+    return ErrorShare("pairwise", metrics.get("pairs_error") or 0,
+                      metrics.get("pairs_total") or 0, "pairs", example)
 
 
 def one_line(message: str) -> str:
@@ -66,54 +75,28 @@ def one_line(message: str) -> str:
     return visible(" ".join(str(message).split()))[:EXAMPLE_MAX_CHARS]
 
 
-def assess(
-    plan: JudgePlan,
-    metrics: dict,
-    examples: Mapping[str, str],
-    max_error_share: float,
-    judge_model: str = "",
-) -> Completeness:
+def assess(shares: list[ErrorShare], max_error_share: float, judge_model: str = "", *,
+           planned: bool = True) -> Completeness:
     """Complete, or incomplete with a line per judge whose error share is above the limit.
 
+    The one rule for rows and pairs: a judge that judged nothing, or failed on more than
+    `max_error_share` of what it was asked, makes the run incomplete; so does a run where no
+    judge applied at all.
+
     Args:
-        plan: the judges that ran.
-        metrics: the run's aggregates (`{prefix}/error_count`, `{prefix}/rated_count`).
-        examples: the first error each judge met, by output prefix.
-        max_error_share: largest tolerated share of failed rows per judge.
+        shares: each judge's failures (error_shares for rows, pair_share for pairs).
+        max_error_share: largest tolerated share of failed rows (or pairs) per judge.
         judge_model: the model and endpoint the judges called, named in each reason.
+        planned: False when no judge and no metric applied to any row.
     """
-    if not plan.judges and not plan.metrics:
+    if not planned:
         return Completeness.of(["nothing was judged: no judge applies to any row of this set"])
-    failing = [s for s in error_shares(plan, metrics)
-               if s.total == 0 or s.errors / s.total > max_error_share]
-    if not failing:
-        return Completeness.of([])
+    called = f" (judge {visible(judge_model)})" if judge_model else ""
     reasons = []
-    for share in failing:
+    for share in shares:
         if share.total == 0:
-            reasons.append(f"{share.name}: no row was judged")
-            continue
-        example = examples.get(share.prefix)
-        called = f" (judge {visible(judge_model)})" if judge_model else ""
-        reasons.append(f"{share.name}: {share.errors} of {share.total} rows failed{called}"
-                       + (f": {one_line(example)}" if example else ""))
+            reasons.append(f"{share.name}: no {share.unit[:-1]} was judged")
+        elif share.errors / share.total > max_error_share:
+            reasons.append(f"{share.name}: {share.errors} of {share.total} {share.unit} failed"
+                           f"{called}" + (f": {one_line(share.example)}" if share.example else ""))
     return Completeness.of(reasons)
-
-
-def assess_pairs(
-    metrics: dict, example: str | None, max_error_share: float
-) -> Completeness:
-    """A compare run: incomplete when more than `max_error_share` of its pairs have no verdict.
-
-    Args:
-        metrics: the compare run's metrics (`pairs_error`, `pairs_total`).
-        example: the first error a pair met, if any.
-        max_error_share: largest tolerated share of pairs without a verdict.
-    """
-    errors, total = metrics.get("pairs_error") or 0, metrics.get("pairs_total") or 0
-    if total == 0:
-        return Completeness.of(["pairwise: no pair was judged"])
-    if errors / total <= max_error_share:
-        return Completeness.of([])
-    return Completeness.of([f"pairwise: {errors} of {total} pairs failed"
-                            + (f": {one_line(example)}" if example else "")])
