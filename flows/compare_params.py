@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from flows.params import (
-    JudgeModel,
-    Location,
-    SafeName,
-    StorageOptions,
-    StorageURL,
-    locations_of,
-    shard_count_field,
-    shard_deployment_field,
-)
+from flows.params import RunOptions, StorageURL
 
 
-class CompareParams(BaseModel):
+class CompareParams(RunOptions):
     """One head-to-head run: the pairs, the judge, the rubric, where results go."""
 
-    model_config = ConfigDict(extra="forbid")
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("data", "baseline", "candidate")
+    READ_FIELDS: ClassVar[tuple[str, ...]] = ("data", "baseline", "candidate", "rubric")
 
     data: StorageURL | None = Field(
         None, description="Nova pairwise set URL (JSONL: prompt, response_A, response_B, id?)"
@@ -32,15 +24,9 @@ class CompareParams(BaseModel):
     candidate: StorageURL | None = Field(
         None, description="Candidate evaluation set or published run folder (responses B)"
     )
-    judge: JudgeModel = Field(description="The judge model")
     rubric: StorageURL | None = Field(
         None, description="Fixed rubric file (YAML or JSON); default: criteria written per prompt"
     )
-    output: StorageURL = Field("./results", description="Where runs are published (path or s3://...)")
-    suite: SafeName = Field(
-        "default", description="Suite name: results go to {output}/{suite}/{run}"
-    )
-    run_id: SafeName | None = Field(None, description="Run id (default: UTC timestamp)")
     strict_ties: bool = Field(
         False, description="One tie and one preference make a tie (MT-Bench) instead of a win"
     )
@@ -49,28 +35,6 @@ class CompareParams(BaseModel):
     )
     bootstrap_seed: int = Field(0, description="Seed of the win-rate bootstrap")
     bootstrap_resamples: int = Field(1000, ge=1, le=100_000, description="Bootstrap resamples")
-    chunk_size: int | None = Field(
-        None, ge=1, le=10_000, description="Pairs per task run (default: sized to ~200 tasks)"
-    )
-    on_invalid: Literal["fail", "skip"] = Field(
-        "fail", description="fail: reject the run on any invalid row; skip: set them aside"
-    )
-    cache: StorageURL | None = Field(
-        None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
-    )
-    use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
-    max_error_share: float = Field(
-        0.05, ge=0, le=1, description="Largest share of pairs without a verdict; above it the "
-        "run is published as incomplete",
-    )
-    shards: int = shard_count_field("pairs")
-    shard_deployment: str = shard_deployment_field()
-    storage_options: StorageOptions = Field(default_factory=dict)
-
-    def locations(self) -> list[Location]:
-        """Every location a parameter names, with the access the run makes to it."""
-        return locations_of(self, ("data", "baseline", "candidate", "rubric"),
-                            ("output", "cache"))
 
     @model_validator(mode="after")
     def _one_source(self) -> CompareParams:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -118,27 +118,69 @@ def locations_of(params: BaseModel, reads: tuple[str, ...], writes: tuple[str, .
     return [(name, url, access) for name, url, access in found if url is not None]
 
 
-def shard_count_field(what: str) -> Any:
-    """The `shards` field of a run that can judge its `what` in child flow runs."""
-    return Field(
-        1, ge=1, le=256, description=f"Judge the {what} in this many child flow runs of the "
-        "shard deployment, on the workers of its work pool; each gets its share of concurrency, "
-        "rpm and tpm (1: judge in this flow run). Needs a Prefect server and running workers",
+def _source_fields_first(schema: dict[str, Any], model: type[Any]) -> None:
+    """The Prefect UI shows a form's fields in schema order: what the run reads comes first."""
+    properties = schema.get("properties", {})
+    first = {name: properties[name] for name in model.SOURCE_FIELDS if name in properties}
+    schema["properties"] = {**first, **properties}
+
+
+class RunOptions(BaseModel):
+    """What every run shares: the judge, where results go, chunks, shards, cache, strictness.
+
+    Subclasses add where their items come from (`SOURCE_FIELDS`, shown first in the Prefect
+    UI) and which of their fields name locations (`READ_FIELDS`).
+    """
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_source_fields_first)
+
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ()
+    READ_FIELDS: ClassVar[tuple[str, ...]] = ()
+    WRITE_FIELDS: ClassVar[tuple[str, ...]] = ("output", "cache")
+
+    judge: JudgeModel = Field(description="The judge model")
+    output: StorageURL = Field("./results", description="Where runs are published (path or s3://...)")
+    suite: SafeName = Field(
+        "default", description="Suite name: results go to {output}/{suite}/{run}"
     )
-
-
-def shard_deployment_field() -> Any:
-    """The `shard_deployment` field: which deployment runs the shards."""
-    return Field(
+    run_id: SafeName | None = Field(None, description="Run id (default: UTC timestamp)")
+    chunk_size: int | None = Field(
+        None, ge=1, le=10_000,
+        description="Rows (or pairs) per task run (default: sized to ~200 tasks)",
+    )
+    on_invalid: Literal["fail", "skip"] = Field(
+        "fail", description="fail: reject the whole set on any invalid row; skip: set them aside"
+    )
+    max_error_share: float = Field(
+        0.05, ge=0, le=1, description="Largest share of a judge's rows (or of the pairs) that may "
+        "fail (errors / (rated + errors)); above it the run is published as incomplete",
+    )
+    cache: StorageURL | None = Field(
+        None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
+    )
+    use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
+    shards: int = Field(
+        1, ge=1, le=256, description="Judge the rows (or pairs) in this many child flow runs of "
+        "the shard deployment, on the workers of its work pool; each gets its share of "
+        "concurrency, rpm and tpm (1: judge in this flow run). Needs a Prefect server and running "
+        "workers",
+    )
+    shard_deployment: str = Field(
         "judge-shard/judge-shard", pattern=r"^[^/]+/[^/]+$",
         description="The shard deployment (flow name/deployment name) that runs the shards",
     )
+    storage_options: StorageOptions = Field(default_factory=dict)
+
+    def locations(self) -> list[Location]:
+        """Every location a parameter names, with the access the run makes to it."""
+        return locations_of(self, self.READ_FIELDS, self.WRITE_FIELDS)
 
 
-class EvaluateParams(BaseModel):
+class EvaluateParams(RunOptions):
     """One evaluation run: where the set is, which judge, where results go."""
 
-    model_config = ConfigDict(extra="forbid")
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("data", "rows")
+    READ_FIELDS: ClassVar[tuple[str, ...]] = ("data", "labels", "custom_judges")
 
     data: StorageURL | None = Field(
         None, description="Evaluation set URL: local path, file://, s3://... (.jsonl .json .csv "
@@ -147,15 +189,9 @@ class EvaluateParams(BaseModel):
     rows: list[dict[str, Any]] | None = Field(
         None, description="Rows given inline instead of a data URL (Databricks schema)"
     )
-    judge: JudgeModel = Field(description="The judge model")
     candidate: CandidateModel | None = Field(
         None, description="Generate responses with this model for rows that have none"
     )
-    output: StorageURL = Field("./results", description="Where runs are published (path or s3://...)")
-    suite: SafeName = Field(
-        "default", description="Suite name: results go to {output}/{suite}/{run}"
-    )
-    run_id: SafeName | None = Field(None, description="Run id (default: UTC timestamp)")
     judges: list[str] | None = Field(
         None, description="Judges to run (default: every judge whose inputs the set has)"
     )
@@ -171,24 +207,10 @@ class EvaluateParams(BaseModel):
         1, ge=1, le=15, description="Samples per aspect; a verdict needs a strict majority (an "
         "even number is rounded up to the next odd one, with a warning)",
     )
-    chunk_size: int | None = Field(
-        None, ge=1, le=10_000, description="Rows per task run (default: sized to ~200 tasks)"
-    )
-    on_invalid: Literal["fail", "skip"] = Field(
-        "fail", description="fail: reject the whole set on any invalid row; skip: set them aside"
-    )
     allow_extra_columns: bool = Field(
         False, description="Keep unknown columns even when their name is a near miss of a known "
         "one (e.g. 'reponse'); by default such a column is refused as a likely typo",
     )
-    max_error_share: float = Field(
-        0.05, ge=0, le=1, description="Largest share of a judge's rows that may fail (errors / "
-        "(rated + errors)); above it the run is published as incomplete",
-    )
-    cache: StorageURL | None = Field(
-        None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
-    )
-    use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
     labels: StorageURL | None = Field(
         None, description="People's labels joined onto the set on request_id: a file of rows "
         "{request_id, human_labels} (JSONL, JSON, CSV or Parquet)",
@@ -207,13 +229,6 @@ class EvaluateParams(BaseModel):
         50, ge=1, description="Fewest labelled units with which a calibration can vouch for a "
         "judge at the floor; below it the judge is advisory",
     )
-    shards: int = shard_count_field("rows")
-    shard_deployment: str = shard_deployment_field()
-    storage_options: StorageOptions = Field(default_factory=dict)
-
-    def locations(self) -> list[Location]:
-        """Every location a parameter names, with the access the run makes to it."""
-        return locations_of(self, ("data", "labels", "custom_judges"), ("output", "cache"))
 
     @model_validator(mode="after")
     def _one_source(self) -> EvaluateParams:

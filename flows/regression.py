@@ -9,7 +9,7 @@ Completed (passed) or Failed (failed / incomplete) with the verdict as the run's
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
@@ -17,7 +17,7 @@ from prefect.states import Failed, State
 from pydantic import Field, model_validator
 
 from flows import flow_names
-from flows.params import EvaluateParams, Location, SafeName, StorageURL, locations_of
+from flows.params import EvaluateParams, SafeName, StorageURL
 from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.phases.integrity import integrity_section
 from flows.phases.regression import (
@@ -63,6 +63,8 @@ class RegressionParams(EvaluateParams):
     apart.
     """
 
+    READ_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.READ_FIELDS, "gates", "rubric")
+
     suite: SafeName = Field(
         "nightly", description="Suite: the baseline is this suite's newest run that passed"
     )
@@ -85,9 +87,6 @@ class RegressionParams(EvaluateParams):
         0.9, ge=0, le=1, description="Smallest share of the baseline's rated rows that must "
         "pair (same request_id, request and expected answer) for a relative gate to decide",
     )
-    def locations(self) -> list[Location]:
-        """Every location a parameter names, with the access the run makes to it."""
-        return super().locations() + locations_of(self, ("gates", "rubric"), ())
 
     @model_validator(mode="after")
     def _candidate_is_named(self) -> RegressionParams:

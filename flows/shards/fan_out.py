@@ -26,7 +26,7 @@ from typing import Any
 from prefect import get_run_logger
 
 from flows.compare_params import CompareParams
-from flows.params import EvaluateParams
+from flows.params import EvaluateParams, RunOptions
 from flows.run.common import cache_url
 from flows.shards.flow import ShardParams
 from flows.shards.launch import shard_pool, start_shard, wait_for_end
@@ -52,7 +52,6 @@ from tasks.storage.shard_inputs import (
     write_rows,
 )
 
-ShardedParams = EvaluateParams | CompareParams
 # Attempts per shard: one more after a crash or a failure (e.g. a worker's process killed).
 SHARD_ATTEMPTS = 2
 
@@ -152,7 +151,7 @@ def absolute_url(url: str, storage_options: dict) -> str:
     return fs.unstrip_protocol(path)
 
 
-def write_inputs(params: ShardedParams, location: RunLocation,
+def write_inputs(params: RunOptions, location: RunLocation,
                  rows: Sequence[EvalRow] | Sequence[Pair], spec: PlanSpec | PairSpec,
                  ranges: list[ShardRange]) -> None:
     """The plan and each shard's rows under `{run}/.shards/` (anything older removed)."""
@@ -166,7 +165,7 @@ def write_inputs(params: ShardedParams, location: RunLocation,
 
 
 @asynccontextmanager
-async def _run_slots(params: ShardedParams):
+async def _run_slots(params: RunOptions):
     settings = params.judge.settings()
     if settings.is_offline:  # answered in process: no provider to protect
         yield None, settings.concurrency
@@ -175,7 +174,7 @@ async def _run_slots(params: ShardedParams):
         yield limit_name(settings.model), taken
 
 
-def shard_params(params: ShardedParams, location: RunLocation, shard: ShardRange, shards: int,
+def shard_params(params: RunOptions, location: RunLocation, shard: ShardRange, shards: int,
                  chunk_size: int, concurrency: int, kind: str = "judge") -> ShardParams:
     """One shard's flow parameters: URLs, its chunk range and its share of the budget."""
     judge = params.judge.model_copy(update={
@@ -235,7 +234,7 @@ async def pairs_in_shards(params: CompareParams, location: RunLocation, pairs: S
                             len(pairs))
 
 
-async def _in_shards(params: ShardedParams, location: RunLocation, chunk_size: int, kind: str,
+async def _in_shards(params: RunOptions, location: RunLocation, chunk_size: int, kind: str,
                      write: Callable[[list[ShardRange]], None], row_count: int
                      ) -> ShardedJudging:
     started = time.perf_counter()
