@@ -183,6 +183,31 @@ NOVA_FIELDS = (
 )
 
 
+# What a reader of a compare run wants first: verdicts over pairs, then Nova's figures.
+PAIRWISE_HEADLINE = (
+    "pairs_total", "pairs_b", "pairs_a", "pairs_tie", "pairs_error", "pairs_single_pass",
+    "position_flips", "position_consistency", "position_1_rate", "winrate", "lower_rate",
+    "upper_rate", "weighted_score_A", "weighted_score_B", "score_margin",
+)
+HEADLINE_SUFFIXES = ("/percentage", "/average", "/kappa")
+
+
+def headline_metrics(metrics: Mapping[str, Any], *, with_counts: bool = True) -> list[str]:
+    """The run-level figures a person reads first, in reading order (terminal, summary.md).
+
+    Each judge's and metric's aggregate (rate, mean, calibration kappa) over the whole run (no
+    tag slices, no counts beside it), then the pairwise figures, then (`with_counts`) the
+    `rows/` counts.
+    """
+    names = [name for name, value in metrics.items()
+             if name.endswith(HEADLINE_SUFFIXES) and not name.startswith(TAG_PREFIX)
+             and not isinstance(value, bool)]
+    names += [name for name in PAIRWISE_HEADLINE if name in metrics]
+    if with_counts:
+        names += [name for name in metrics if name.startswith(ROW_COUNT_AREA)]
+    return names
+
+
 def pairwise_metric_fields(summary: PairwiseSummary) -> dict[str, Any]:
     """A pairwise run's aggregates: the Nova block, then the reconciled block, then the flags."""
     nova, pairs = summary.judgments, summary.pairs

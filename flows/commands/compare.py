@@ -23,24 +23,18 @@ from flows.commands.common import (
 )
 from flows.commands.options import JUDGE, RUN, judge_fields, run_fields, with_options
 
-# Headline metrics, in the order a reader wants them: verdicts over pairs first.
-SUMMARY_METRICS = (
-    "pairs_total", "pairs_b", "pairs_a", "pairs_tie", "pairs_error", "pairs_single_pass",
-    "position_flips", "position_consistency", "position_1_rate", "winrate", "lower_rate",
-    "upper_rate", "weighted_score_A", "weighted_score_B", "score_margin", "rows/rejected",
-)
-
 
 def print_compare_summary(summary: dict) -> None:
     """The run's headline pairwise metrics as a table, then notices and where the files are."""
     from flows.phases.compare import SWAP_DISABLED_NOTICE
     from flows.phases.manifest import OFFLINE_NOTICE
+    from judges.result_names import headline_metrics
 
     table = Table(title=f"compare {summary['run_id']}: B = candidate, A = baseline")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for name in SUMMARY_METRICS:
-        value = summary["metrics"].get(name)
+    for name in headline_metrics(summary["metrics"]):
+        value = summary["metrics"][name]
         table.add_row(name, "n/a" if value is None else f"{value:.4g}")
     Console().print(table)
     err = Console(stderr=True)

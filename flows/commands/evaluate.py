@@ -38,14 +38,14 @@ from flows.run.timeline import mark
 def print_summary(summary: dict) -> None:
     """Headline metrics as a table, then notices and where the files are."""
     from flows.phases.manifest import OFFLINE_NOTICE
+    from judges.result_names import headline_metrics
 
     table = Table(title=f"run {summary['run_id']}", show_lines=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for name, value in summary["metrics"].items():
-        shown = name.endswith(("/percentage", "/average", "/kappa")) or name.startswith("rows/")
-        if shown and not isinstance(value, bool):
-            table.add_row(name, "n/a" if value is None else f"{value:.4g}")
+    for name in headline_metrics(summary["metrics"]):
+        value = summary["metrics"][name]
+        table.add_row(name, "n/a" if value is None else f"{value:.4g}")
     Console().print(table)
     if summary["offline"]:
         console.print(f"[yellow]{OFFLINE_NOTICE}[/]")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from judges.result_names import headline_metrics
 from tasks.report.markdown_text import cell, code, inline
 from tasks.report.verdict_text import gate_cells, headline
 
@@ -89,9 +90,7 @@ def key_figures(manifest: Mapping[str, Any], report: str) -> list[str]:
 
 def metric_lines(metrics: Mapping[str, Any]) -> list[str]:
     """The headline aggregates (whole run, no slices, no counts)."""
-    names = [k for k in metrics if not k.startswith("tag/")
-             and (k.endswith(("/percentage", "/average")) or k in ("winrate", "lower_rate",
-                                                                   "upper_rate"))]
+    names = headline_metrics(metrics, with_counts=False)
     lines = ["| metric | value |", "|---|---|"]
     lines += [f"| {cell(n)} | {cell(_format(metrics[n]))} |" for n in names[:MAX_METRIC_LINES]]
     if len(names) > MAX_METRIC_LINES:
