@@ -82,11 +82,12 @@ def test_limit_name_is_the_sanitized_model():
 
 def test_a_worker_with_other_prompts_refuses_the_plan():
     from flows.shards.plan import plan_spec
+    from judges.catalogue import JudgeCatalogue
     from judges.rows import EvalRow
 
     rows = [EvalRow(row_index=0, request_id="a", request="q",
                     messages=[{"role": "user", "content": "q"}], response="r")]
-    spec = plan_spec(plan_judges(rows, ["safety"]), [], [], 1, {"request", "response"})
+    spec = plan_spec(plan_judges(rows, ["safety"]), JudgeCatalogue(), {"request", "response"})
     assert [j.name for j in rebuild_plan(spec).judges] == ["safety"]
     spec.judges[0].prompt_hash = "0" * 16  # the parent ran another prompt than this code has
     with pytest.raises(ShardPlanError, match="same judgeflow version"):

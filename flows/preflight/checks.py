@@ -16,14 +16,12 @@ from flows.preflight.models import ModelConfigError, check_model_config
 from flows.preflight.output import OutputLocationError, check_output
 from flows.preflight.reach import UnreachableModel, check_reachable
 from flows.preflight.trust import ParameterRefused
-from flows.run.calibration import check_calibration_source, label_judges
+from flows.run.calibration import catalogue_of, check_calibration_source, label_judges
 from judges.base import JudgeSpec
-from judges.builtin.aspect_critic import AspectError, make_aspect
+from judges.builtin.aspect_critic import AspectError
 from judges.builtin.custom import (
     CustomJudgeError,
-    build_custom_judge,
     fields_present,
-    load_custom_judges,
 )
 from judges.plan import JudgePlan, JudgeSelectionError, plan_judges
 from judges.rows import EvalRow
@@ -115,13 +113,7 @@ def refuse_invalid(validated: SetCheck | ValidatedSet, on_invalid: str, source: 
 
 def extra_judges(params: EvaluateParams, rows: list[EvalRow]) -> list[JudgeSpec]:
     """Custom judges (checked against the set's fields before any call) and aspect critics."""
-    judges: list[JudgeSpec] = []
-    if params.custom_judges:
-        available = fields_present(rows)
-        definitions = load_custom_judges(params.custom_judges)
-        judges += [build_custom_judge(d, available) for d in definitions]
-    judges += [make_aspect(spec, params.strictness) for spec in params.aspects]
-    return judges
+    return catalogue_of(params).extra(fields_present(rows))
 
 
 def check_model(model: str, option: str) -> None:

@@ -11,9 +11,6 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from judges.base import JudgeSpec
-from judges.builtin import BUILTIN_JUDGES
-from judges.builtin.aspect_critic import make_aspect
-from judges.builtin.custom import build_custom_judge, load_custom_judges, referenced_fields
 from judges.calibration.policy import (
     MEASURED_WITH,
     advisory_reason,
@@ -22,6 +19,7 @@ from judges.calibration.policy import (
     stale_reasons,
 )
 from judges.calibration.rows import CalibrationAccumulator
+from judges.catalogue import JudgeCatalogue
 from judges.plan import JudgePlan
 from judges.result_names import LabelKind, calibration_keys, label_kinds, stat_name
 from tasks.dataset.labels import CalibrationSource, read_calibration_run
@@ -35,14 +33,18 @@ class Calibration(NamedTuple):
     manifest: dict[str, Any]
 
 
+def catalogue_of(params: Any) -> JudgeCatalogue:
+    """The run's judge catalogue, from its custom judges file, aspects and strictness."""
+    return JudgeCatalogue.load(params.custom_judges, params.aspects, params.strictness)
+
+
 def known_judges(params: Any) -> list[JudgeSpec]:
-    """Every judge the run could label: built-ins, its custom judges and its aspects."""
-    judges = list(BUILTIN_JUDGES.values())
-    if params.custom_judges:
-        # Built against the fields they name: which of them the set has is checked later.
-        judges += [build_custom_judge(d, referenced_fields(d.instructions))
-                   for d in load_custom_judges(params.custom_judges)]
-    return judges + [make_aspect(spec, 1) for spec in params.aspects]
+    """Every judge the run could label.
+
+    Custom judges are built against the fields they name: which of them the set has is checked
+    once rows are read.
+    """
+    return catalogue_of(params).known()
 
 
 def label_judges(params: Any) -> dict[str, LabelKind]:

@@ -27,13 +27,14 @@ from prefect import get_run_logger
 
 from flows.compare_params import CompareParams
 from flows.params import EvaluateParams, RunOptions
+from flows.run.calibration import catalogue_of
 from flows.run.common import cache_url
 from flows.shards.flow import ShardParams
 from flows.shards.launch import shard_pool, start_shard, wait_for_end
 from flows.shards.limits import limit_name, model_slots
 from flows.shards.plan import ShardRange, check_budget, plan_spec, share, split_shards
 from flows.shards.store import MergeView
-from judges.builtin.custom import fields_present, load_custom_judges
+from judges.builtin.custom import fields_present
 from judges.builtin.pairwise import Pair, PairwiseOptions
 from judges.plan import JudgePlan
 from judges.rows import EvalRow
@@ -213,8 +214,7 @@ async def judge_in_shards(params: EvaluateParams, location: RunLocation,
     Raises:
         ShardSetupError: the shards cannot run (budget too small, no deployment, no worker).
     """
-    custom = load_custom_judges(params.custom_judges) if params.custom_judges else []
-    spec = plan_spec(plan, custom, params.aspects, params.strictness, fields_present(rows))
+    spec = plan_spec(plan, catalogue_of(params), fields_present(rows))
     return await _in_shards(params, location, chunk_size, "judge",
                             lambda ranges: write_inputs(params, location, rows, spec, ranges),
                             len(rows))

@@ -9,14 +9,12 @@ multiplied: N shards together keep to what one process would.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import NamedTuple
 
 from flows.preflight.checks import PreflightError
-from judges.builtin import BUILTIN_JUDGES
-from judges.builtin.aspect_critic import make_aspect
-from judges.builtin.custom import CustomJudgeDefinition, build_custom_judge
+from judges.builtin.custom import CustomJudgeDefinition
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
+from judges.catalogue import JudgeCatalogue
 from judges.plan import JudgePlan, SkippedJudge
 from tasks.storage.shard_inputs import PlannedJudge, PlanSpec
 
@@ -78,21 +76,15 @@ def check_budget(shards: int, concurrency: int, rpm: int | None, tpm: int | None
             )
 
 
-def plan_spec(
-    plan: JudgePlan,
-    custom: Sequence[CustomJudgeDefinition],
-    aspects: Sequence[str],
-    strictness: int,
-    fields: set[str],
-) -> PlanSpec:
+def plan_spec(plan: JudgePlan, catalogue: JudgeCatalogue, fields: set[str]) -> PlanSpec:
     """The parent's plan as data a child rebuilds it from (`rebuild_plan`)."""
     return PlanSpec(
         judges=[PlannedJudge(name=j.name, version=j.version, prompt_hash=j.prompt_hash)
                 for j in plan.judges],
         metrics=[m.name for m in plan.metrics],
         skipped=[{"name": s.name, "reason": s.reason} for s in plan.skipped],
-        custom_judges=[d.model_dump(mode="json") for d in custom],
-        aspects=list(aspects), strictness=strictness, fields=sorted(fields),
+        custom_judges=[d.model_dump(mode="json") for d in catalogue.custom],
+        aspects=list(catalogue.aspects), strictness=catalogue.strictness, fields=sorted(fields),
     )
 
 
@@ -103,15 +95,15 @@ def rebuild_plan(spec: PlanSpec) -> JudgePlan:
         ShardPlanError: a judge is unknown here, or its version or prompt differs from the
             parent's (the worker runs another judgeflow than the parent).
     """
-    extra = [build_custom_judge(CustomJudgeDefinition.model_validate(d), set(spec.fields))
-             for d in spec.custom_judges]
-    extra += [make_aspect(aspect, spec.strictness) for aspect in spec.aspects]
-    known = {**BUILTIN_JUDGES, **{judge.name: judge for judge in extra}}
+    catalogue = JudgeCatalogue(
+        tuple(CustomJudgeDefinition.model_validate(d) for d in spec.custom_judges),
+        tuple(spec.aspects), spec.strictness)
+    known = catalogue.known(set(spec.fields))
     judges = []
     for planned in spec.judges:
-        judge = known.get(planned.name)
-        if judge is None or (judge.version, judge.prompt_hash) != (planned.version,
-                                                                   planned.prompt_hash):
+        judge = next((j for j in known if (j.name, j.version, j.prompt_hash)
+                      == (planned.name, planned.version, planned.prompt_hash)), None)
+        if judge is None:
             raise ShardPlanError(
                 f"judge {planned.name!r} differs between the parent run and this worker "
                 f"(version {planned.version}, prompt {planned.prompt_hash} there): workers must "
