@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from judges.base import JudgeSpec, MetricSpec
 from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
+from judges.errors import ConfigError
 from judges.rows import EvalRow, as_planned, generation_failure
 
 
-class JudgeSelectionError(ValueError):
+class JudgeSelectionError(ConfigError):
     """The user asked for a judge that does not exist."""
 
 

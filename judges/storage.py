@@ -24,6 +24,8 @@ import fsspec
 from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 
+from judges.errors import ConfigError
+
 PROTOCOLS_ENV = "JUDGEFLOW_STORAGE_PROTOCOLS"
 DEFAULT_PROTOCOLS = frozenset({"file", "s3"})
 # Filesystems whose "directories" are key prefixes and whose writes replace objects atomically.
@@ -53,7 +55,7 @@ ALLOWED_OPTIONS: dict[str, Any] = {
 }
 
 
-class StorageRefused(ValueError):
+class StorageRefused(ConfigError):
     """A URL or storage option that judgeflow will not hand to fsspec."""
 
 

@@ -200,9 +200,7 @@ def run_flow(flow_fn, params, progress: bool = True) -> dict:
     """
     import asyncio
 
-    from pydantic import ValidationError
-
-    from flows.preflight.checks import CONFIG_ERRORS
+    from flows.preflight.checks import is_config_error
     from flows.run.progress import console_progress
 
     _warm_up()
@@ -216,8 +214,7 @@ def run_flow(flow_fn, params, progress: bool = True) -> dict:
     if state.is_completed():  # an incomplete run too: its state is Completed, named Incomplete
         return state.result()
     error = state.result(raise_on_failure=False)
-    config_error = isinstance(error, (*CONFIG_ERRORS, ValidationError))
-    fail(str(error), EXIT_INVALID if config_error else EXIT_FAILED)
+    fail(str(error), EXIT_INVALID if is_config_error(error) else EXIT_FAILED)
 
 
 def finish(status: str, reasons: list[str]) -> None:

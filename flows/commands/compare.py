@@ -46,31 +46,6 @@ def print_compare_summary(summary: dict) -> None:
     print(f"metrics: {summary['files']['metrics.json']}")
 
 
-def preflight_compare(params) -> None:
-    """What can be refused before judging: model, endpoint, rubric, Nova file, output."""
-    from flows.preflight.checks import PreflightError, check_models, read_source
-    from flows.preflight.output import check_output
-    from tasks.dataset.pairs import (  # imports Prefect (no API)
-        RubricError,
-        read_rubric,
-        validate_nova,
-    )
-    from tasks.dataset.validation import InvalidDatasetError
-
-    check_models(params)
-    if params.rubric is not None:
-        try:
-            read_rubric(params.rubric, params.storage_options)
-        except RubricError as error:
-            raise PreflightError(str(error)) from None
-    if params.data is not None:
-        pair_set = validate_nova(read_source(params.data, None, params.storage_options))
-        whole_set_broken = any(p.row_index is None for p in pair_set.problems)
-        if pair_set.problems and (params.on_invalid == "fail" or whole_set_broken):
-            raise InvalidDatasetError(pair_set.problems, pair_set.total, params.data)
-    check_output(params.output, params.storage_options)
-
-
 @with_options(JUDGE, RUN, own={
     "data": (Annotated[str | None, typer.Argument(
         help="Nova pairwise set: JSONL with prompt, response_A, response_B (and id)")], None),
@@ -101,6 +76,8 @@ def compare_command(**options: Any) -> None:
 
         require_shared_server()
     start_prefect_api(flow_names.COMPARE)  # boots while the set is checked
+    from flows.preflight.compare import preflight_compare
+
     checked(preflight_compare, params)
     if shards > 1:  # the deployment, its pool and a worker, before any flow run exists
         from flows.shards.launch import check_shard_setup

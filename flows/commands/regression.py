@@ -111,7 +111,7 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     import asyncio
 
     from flows.commands.common import _attach_prefect_api
-    from flows.preflight.regression import is_config_error
+    from flows.preflight.checks import is_config_error
     from flows.regression import RegressionNotPassed, regression
     from flows.run.progress import console_progress
     from tasks.report.junit import junit_xml

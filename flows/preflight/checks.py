@@ -11,22 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from flows.params import EvaluateParams
-from flows.preflight.models import ModelConfigError, check_model_config
-from flows.preflight.output import OutputLocationError, check_output
-from flows.preflight.reach import UnreachableModel, check_reachable
-from flows.preflight.trust import ParameterRefused
+from pydantic import ValidationError
+
+from flows.params import EvaluateParams, RunOptions
+from flows.preflight.models import check_model_config
+from flows.preflight.output import check_output
+from flows.preflight.reach import check_reachable
 from flows.run.calibration import catalogue_of, check_calibration_source, label_judges
 from judges.base import JudgeSpec
-from judges.builtin.aspect_critic import AspectError
-from judges.builtin.custom import (
-    CustomJudgeError,
-    fields_present,
-)
-from judges.plan import JudgePlan, JudgeSelectionError, plan_judges
+from judges.builtin.custom import fields_present
+from judges.errors import ConfigError
+from judges.plan import JudgePlan, plan_judges
 from judges.rows import EvalRow
-from judges.storage import StorageRefused
-from tasks.dataset.labels import CalibrationSourceError
 from tasks.dataset.row_stream import RowSource, SetCheck, scan_set
 from tasks.dataset.sources import read_table, table_from_rows
 from tasks.dataset.table import DatasetReadError, RawTable
@@ -38,25 +34,18 @@ from tasks.dataset.validation import (
 )
 
 
-class PreflightError(ValueError):
+class PreflightError(ConfigError):
     """A run that cannot start as asked; the message says what, where and how to fix it."""
 
 
-# Every error that means "the input or the configuration is wrong": exit code 2.
-CONFIG_ERRORS: tuple[type[Exception], ...] = (
-    PreflightError,
-    OutputLocationError,
-    InvalidDatasetError,
-    DatasetReadError,
-    JudgeSelectionError,
-    CustomJudgeError,
-    AspectError,
-    CalibrationSourceError,
-    UnreachableModel,
-    ModelConfigError,
-    StorageRefused,
-    ParameterRefused,
-)
+# Every error that means "the input or the configuration is wrong": exit code 2. A parameter
+# model's own ValidationError is one too (a deployment run's parameters, checked in the flow).
+CONFIG_ERRORS: tuple[type[Exception], ...] = (ConfigError, ValidationError)
+
+
+def is_config_error(error: object) -> bool:
+    """Whether a run's error means bad input or configuration (exit 2), not a crash."""
+    return isinstance(error, CONFIG_ERRORS)
 
 
 def read_source(data: str | None, rows: list[dict[str, Any]] | None, options: dict) -> RawTable:
@@ -183,13 +172,24 @@ def preflight_evaluate(params: EvaluateParams) -> SetCheck:
     Raises:
         One of CONFIG_ERRORS, with a message that names the problem and its fix.
     """
-    check_models(params)
+    check_run_options(params)
     source = row_source(params)
     check = scan_source(source, check_options(params))
     refuse_invalid(check, params.on_invalid, source.name)
     check_something_to_judge(plan_run(params, rows_to_plan(check, params.candidate is not None)))
     check_calibration_source(params)
+    return check
+
+
+def check_run_options(params: RunOptions) -> None:
+    """What every run checks first, whatever it judges: its models, then where it writes.
+
+    Evaluate (and regression through it) and compare extend this with their own inputs.
+
+    Raises:
+        One of CONFIG_ERRORS, naming the option and the fix.
+    """
+    check_models(params)
     check_output(params.output, params.storage_options)
     if params.use_cache and params.cache:
         check_output(params.cache, params.storage_options)
-    return check

@@ -18,6 +18,8 @@ from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
 
+from judges.errors import ConfigError
+
 LOCAL_PREFIX = "judgeflow"
 # The variable each provider's key is read from when no api_base/api_key_env says otherwise.
 # Providers not listed here authenticate otherwise (AWS or Google credentials, none at all):
@@ -37,7 +39,7 @@ KEY_VARIABLES = {
 }
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(ConfigError):
     """A model string or its key that no call could get past; the message says the fix."""
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from judges.errors import ConfigError
 from judges.storage import check_storage_options, check_url, split_protocol
 
 S3_PROTOCOLS = ("s3", "s3a")
@@ -25,7 +26,7 @@ CREDENTIALS_HINT = (
 )
 
 
-class OutputLocationError(ValueError):
+class OutputLocationError(ConfigError):
     """The output location cannot be written: the message names it and the fix."""
 
 

@@ -14,12 +14,14 @@ import socket
 import urllib.request
 from urllib.parse import urlsplit
 
+from judges.errors import ConfigError
+
 # Long enough for a loaded loopback or LAN server to accept, short enough to answer in a second.
 CONNECT_TIMEOUT_SECONDS = 1.5
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class UnreachableModel(ValueError):
+class UnreachableModel(ConfigError):
     """A model's api_base refuses, does not resolve or does not answer: no call could succeed."""
 
 

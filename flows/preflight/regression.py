@@ -13,27 +13,22 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from pydantic import ValidationError
-
-from flows.preflight.checks import CONFIG_ERRORS as EVALUATE_ERRORS
-from flows.preflight.checks import PreflightError, plan_run, preflight_evaluate, rows_to_plan
+from flows.preflight.checks import (
+    CONFIG_ERRORS,
+    PreflightError,
+    plan_run,
+    preflight_evaluate,
+    rows_to_plan,
+)
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan
-from tasks.dataset.pairs import RubricError, read_rubric
+from tasks.dataset.pairs import read_rubric
 from tasks.dataset.row_stream import SetCheck
 from tasks.metric_fields import is_pairwise
 from tasks.regression.gates import Gate, GateConfigError, load_gates
-from tasks.storage.baseline import BaselineNotFound, find_baseline
+from tasks.storage.baseline import find_baseline
 
-__all__ = ["CONFIG_ERRORS", "check_gate_metrics", "is_config_error", "preflight"]
-
-CONFIG_ERRORS = (*EVALUATE_ERRORS, ValidationError, GateConfigError, BaselineNotFound,
-                 RubricError)
-
-
-def is_config_error(error: object) -> bool:
-    """Whether a run's error means bad input or configuration (exit 2), not a crash."""
-    return isinstance(error, CONFIG_ERRORS)
+__all__ = ["check_gate_metrics", "preflight"]
 
 
 def check_gate_metrics(gates: list[Gate], plan: JudgePlan, pairwise: bool,

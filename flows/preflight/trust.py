@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
+from judges.errors import ConfigError
 from judges.storage import local_path, protocol_of
 
 READ_ROOTS_ENV = "JUDGEFLOW_READ_ROOTS"
@@ -43,7 +44,7 @@ LOCAL_PROTOCOLS = ("file", "local")
 P = TypeVar("P", bound=BaseModel)
 
 
-class ParameterRefused(ValueError):
+class ParameterRefused(ConfigError):
     """A run parameter the operator's policy does not allow; the message says which and why."""
 
 

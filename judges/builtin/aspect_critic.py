@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from judges.base import JudgeSpec, template_hash
+from judges.errors import ConfigError
 from judges.rows import Chunk, EvalRow
 
 PREDEFINED_ASPECTS: dict[str, str] = {
@@ -30,7 +31,7 @@ PREDEFINED_ASPECTS: dict[str, str] = {
 logger = logging.getLogger(__name__)
 
 
-class AspectError(ValueError):
+class AspectError(ConfigError):
     """An aspect that cannot run: unknown name without a definition, or a bad name."""
 
 

@@ -29,6 +29,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from judges.base import JudgeSpec, template_hash, untrusted
+from judges.errors import ConfigError
 from judges.rows import Chunk, EvalRow
 from judges.storage import open_url
 
@@ -38,7 +39,7 @@ ROW_FIELDS = (
 )
 
 
-class CustomJudgeError(ValueError):
+class CustomJudgeError(ConfigError):
     """A custom judge definition that cannot run (bad file, unknown field, bad template)."""
 
 

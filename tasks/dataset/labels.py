@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
+from judges.errors import ConfigError
 from judges.integrity import signing_key
 from judges.rows import LABELS_COLUMN, PREFERENCE_COLUMN
 from tasks.dataset.normalise import stable_request_id
@@ -31,7 +32,7 @@ class LabelsFileError(DatasetReadError):
     """The labels file cannot be joined onto the set (bad rows, unknown or repeated ids)."""
 
 
-class CalibrationSourceError(ValueError):
+class CalibrationSourceError(ConfigError):
     """The run named to reuse a calibration from is absent, uncalibrated, or fails its check."""
 
 

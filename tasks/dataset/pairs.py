@@ -22,6 +22,7 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import ValidationError
 
 from judges.builtin.pairwise import Pair
+from judges.errors import ConfigError
 from judges.pairwise.models import Rubric, parse_rubric
 from judges.rows import PREFERENCE_COLUMN, EvalRow
 from judges.storage import open_url, url_to_fs
@@ -35,7 +36,7 @@ NOVA_COLUMNS = ("id", "prompt", "response_A", "response_B")
 DUPLICATE_ID = "duplicate id"
 
 
-class RubricError(ValueError):
+class RubricError(ConfigError):
     """The rubric file cannot be read or does not describe valid criteria."""
 
 

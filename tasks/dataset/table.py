@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
+from judges.errors import ConfigError
+
 
 class RowProblem(NamedTuple):
     """One reason a row cannot be evaluated."""
@@ -47,7 +49,7 @@ class RecordBatch(NamedTuple):
     problems: list[RowProblem]
 
 
-class DatasetReadError(ValueError):
+class DatasetReadError(ConfigError):
     """The dataset cannot be read at all (missing file, unknown format, not UTF-8, corrupt)."""
 
 

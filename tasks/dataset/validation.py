@@ -16,6 +16,7 @@ import pandera.pandas as pa
 from pandera.errors import SchemaErrors
 
 from judges.builtin import BUILTIN_JUDGES
+from judges.errors import ConfigError
 from judges.result_names import LabelKind, label_kinds
 from judges.rows import LABELS_COLUMN, PREFERENCE_COLUMN, EvalRow
 from tasks.dataset.cells import (
@@ -117,7 +118,7 @@ class ValidatedSet:
         return len(self.rows)
 
 
-class InvalidDatasetError(ValueError):
+class InvalidDatasetError(ConfigError):
     """The set has invalid rows and the run was asked to fail on them."""
 
     def __init__(self, problems: list[RowProblem], total: int, source: str | None = None):

@@ -20,6 +20,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from judges.errors import ConfigError
 from judges.integrity import SigningKey, signing_key
 from judges.storage import open_url
 from tasks.metric_fields import MetricField, RowData, row_data
@@ -42,7 +43,7 @@ BASELINE_KINDS = ("evaluate", "regression")
 SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-class BaselineNotFound(ValueError):
+class BaselineNotFound(ConfigError):
     """A baseline run named explicitly does not exist or has no manifest (is incomplete)."""
 
 

@@ -1,0 +1,12 @@
+"""The one base of every error that means "the input or the configuration is wrong".
+
+A user can fix such an error from its message alone (what, where, how to fix): the command exits
+2 with that one sentence and no traceback, and a flow run fails with it before anything is
+published. Everything else is a crash or an incomplete run, never a user error.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """Bad input or configuration; the message says what, where and how to fix it."""
