@@ -9,7 +9,7 @@ from prefect import flow, get_run_logger
 from flows import flow_names
 from flows.compare_params import CompareParams
 from flows.phases.compare import (
-    judge_pairs,
+    judge_prepared_pairs,
     prepare_pairs,
     publish_pairs,
     warn_notices,
@@ -32,7 +32,7 @@ async def compare(params: CompareParams) -> dict:
     location = run_location(params, started_at)
     prepared = prepare_pairs(params)
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
-    judged = await judge_pairs(params, prepared, store, location)
+    judged = await judge_prepared_pairs(params, prepared, store, location)
     manifest, urls = publish_pairs(params, location, prepared, judged, started_at)
     publish_artifacts(manifest, judged.metrics, urls)
     get_run_logger().info("report: %s", visible(urls["report.html"]))

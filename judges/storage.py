@@ -71,6 +71,11 @@ def protocol_of(url: str) -> str:
     return (protocol or "file").lower()
 
 
+def is_local(url: str) -> bool:
+    """Whether the URL names a file on this machine (a plain path, file:// or local://)."""
+    return protocol_of(url) in ("file", "local")
+
+
 def check_url(url: str) -> str:
     """The URL unchanged if judgeflow may open it; StorageRefused naming why not."""
     if not isinstance(url, str) or not url:

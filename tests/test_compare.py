@@ -22,7 +22,7 @@ from judges.pairwise.metrics import PassCounts, bootstrap_winrate
 from tasks.dataset.pairs import join_sets, validate_nova
 from tasks.dataset.sources import read_table
 from tasks.dataset.validation import InvalidDatasetError
-from tasks.storage.chunk_kinds import JudgedPairs
+from tasks.storage.chunk_kinds import JudgedPairChunks
 from tests.fake_llm import Reply
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"
@@ -267,7 +267,7 @@ def test_offline_judge_runs_compare_end_to_end(tmp_path):
 @pytest.mark.parametrize("swap", [True, False])
 def test_a_dead_chunk_task_still_yields_every_pair(swap):
     pairs = validate_nova(read_table(str(EXAMPLE))).pairs[:2]
-    kind = JudgedPairs(PairwiseOptions(swap=swap), LLMSettings(model="x"))
+    kind = JudgedPairChunks(PairwiseOptions(swap=swap), LLMSettings(model="x"))
     result = kind.failed(0, pairs, "boom")
     assert [r["pairwise/verdict"] for r in result.records] == ["error", "error"]
     assert "chunk task failed: boom" in result.records[0]["pairwise/error_message"]

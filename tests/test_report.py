@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import pytest
 
+from judges.base import PROMPTS_DIR
 from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.builtin.pairwise import Pair, PairResult
@@ -31,8 +32,8 @@ from judges.pairwise.reconcile import Pass, reconcile
 from judges.result_names import row_count_names, run_metrics
 from judges.results import JudgeResult, RowResult, Verdict
 from judges.rows import Chunk, EvalRow
-from tasks.report.drilldown import request_messages
-from tasks.report.page import PROMPTS_DIR, TEMPLATE_NAME, render_report
+from tasks.report.drilldown import message_views
+from tasks.report.page import TEMPLATE_NAME, render_report
 from tasks.report.rows import DRILLDOWN_ROWS, ReportInputs, RowSample
 from tasks.report.view import aggregate_rows, wilson_interval
 
@@ -232,7 +233,7 @@ def test_a_metric_nobody_rated_has_no_interval():
     (None, []),
 ])
 def test_every_request_shape_becomes_messages(request_, expected):
-    assert [tuple(m) for m in request_messages(request_)] == expected
+    assert [tuple(m) for m in message_views(request_)] == expected
 
 
 # --------------------------------------------------------------------------- the page

@@ -264,6 +264,6 @@ def test_judged_pairs_resume_with_their_verdicts_reconciled_again(fake_llm, tmp_
 def _rows_kind(plan):
     """The judged-rows kind of chunk (tasks/storage/chunk_kinds.py) under `plan`."""
     from judges.model.settings import LLMSettings
-    from tasks.storage.chunk_kinds import JudgedRows
+    from tasks.storage.chunk_kinds import JudgedRowChunks
 
-    return JudgedRows(plan, LLMSettings(model="judgeflow/offline"))
+    return JudgedRowChunks(plan, LLMSettings(model="judgeflow/offline"))

@@ -131,13 +131,13 @@ def checked(check, *args):
 
 
 def _prepare_models(params) -> None:
-    """Import litellm and look the run's models up (judges/model/llm.py `prepare`)."""
-    from judges.model.llm import prepare
+    """Import litellm and look the run's models up (judges/model/llm.py `prepare_model`)."""
+    from judges.model.llm import prepare_model
 
     for name in ("judge", "candidate"):
         model = getattr(params, name, None)
         if model is not None and hasattr(model, "settings"):
-            prepare(model.settings())
+            prepare_model(model.settings())
 
 
 def _prepare_models_meanwhile(params) -> None:

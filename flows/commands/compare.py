@@ -21,7 +21,13 @@ from flows.commands.common import (
     run_flow,
     start_prefect_api,
 )
-from flows.commands.options import JUDGE, RUN, judge_fields, run_fields, with_options
+from flows.commands.options import (
+    JUDGE_OPTIONS,
+    RUN_OPTIONS,
+    judge_model_fields,
+    run_fields,
+    with_options,
+)
 
 
 def print_compare_summary(summary: dict) -> None:
@@ -46,7 +52,7 @@ def print_compare_summary(summary: dict) -> None:
     print(f"metrics: {summary['files']['metrics.json']}")
 
 
-@with_options(JUDGE, RUN, own={
+@with_options(JUDGE_OPTIONS, RUN_OPTIONS, own={
     "data": (Annotated[str | None, typer.Argument(
         help="Nova pairwise set: JSONL with prompt, response_A, response_B (and id)")], None),
     "baseline": (Annotated[str | None, typer.Option(
@@ -67,7 +73,7 @@ def compare_command(**options: Any) -> None:
 
     params = build_params(
         CompareParams, data=options["data"], baseline=options["baseline"],
-        candidate=options["candidate"], judge=judge_fields(options), rubric=options["rubric"],
+        candidate=options["candidate"], judge=judge_model_fields(options), rubric=options["rubric"],
         strict_ties=options["strict_ties"], swap=not options["no_swap"],
         bootstrap_seed=options["seed"], **run_fields(options))
     shards = params.shards

@@ -24,11 +24,11 @@ from flows.commands.common import (
     start_prefect_api,
 )
 from flows.commands.options import (
-    CANDIDATE,
-    EVALUATION,
-    JUDGE,
+    CANDIDATE_OPTIONS,
+    EVALUATION_OPTIONS,
+    JUDGE_OPTIONS,
     REQUIRED,
-    RUN,
+    RUN_OPTIONS,
     evaluation_fields,
     with_options,
 )
@@ -62,7 +62,7 @@ def require_shared_server() -> None:
         fail(problem)
 
 
-@with_options(JUDGE, CANDIDATE, EVALUATION, RUN, own={
+@with_options(JUDGE_OPTIONS, CANDIDATE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS, own={
     "data": (Annotated[str, typer.Argument(
         help="Evaluation set: path or URL (.jsonl .json .csv .parquet)")], REQUIRED),
 })

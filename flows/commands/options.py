@@ -78,15 +78,15 @@ OPTIONS: dict[str, tuple] = {
                            "a terminal)", "--no-progress"),
 }
 
-JUDGE = ("judge_model", "api_base", "api_key_env", "temperature", "concurrency", "rpm", "tpm",
-         "max_attempts")
-CANDIDATE = ("candidate_model", "candidate_api_base", "candidate_api_key_env",
-             "candidate_max_attempts")
-EVALUATION = ("judges", "custom_judges", "aspect", "strictness", "allow_extra_columns",
-              "labels", "calibration", "calibration_floor", "calibration_min_labels",
-              "calibration_seed")
-RUN = ("output", "suite", "run_id", "chunk_size", "on_invalid", "max_error_share", "no_cache",
-       "storage_option", "shards", "no_progress")
+JUDGE_OPTIONS = ("judge_model", "api_base", "api_key_env", "temperature", "concurrency", "rpm",
+                 "tpm", "max_attempts")
+CANDIDATE_OPTIONS = ("candidate_model", "candidate_api_base", "candidate_api_key_env",
+                     "candidate_max_attempts")
+EVALUATION_OPTIONS = ("judges", "custom_judges", "aspect", "strictness", "allow_extra_columns",
+                      "labels", "calibration", "calibration_floor", "calibration_min_labels",
+                      "calibration_seed")
+RUN_OPTIONS = ("output", "suite", "run_id", "chunk_size", "on_invalid", "max_error_share",
+               "no_cache", "storage_option", "shards", "no_progress")
 
 
 def with_options(*groups: tuple[str, ...], own: Mapping[str, tuple] | None = None
@@ -110,7 +110,7 @@ def with_options(*groups: tuple[str, ...], own: Mapping[str, tuple] | None = Non
     return apply
 
 
-def judge_fields(options: Mapping[str, Any]) -> dict[str, Any]:
+def judge_model_fields(options: Mapping[str, Any]) -> dict[str, Any]:
     """JudgeModel's fields from the judge options."""
     return {"model": options["judge_model"], "api_base": options["api_base"],
             "api_key_env": options["api_key_env"], "temperature": options["temperature"],
@@ -137,7 +137,7 @@ def evaluation_fields(options: Mapping[str, Any]) -> dict[str, Any]:
     """EvaluateParams' fields (RegressionParams' too) from the shared options."""
     judges = options["judges"]
     return {
-        "judge": judge_fields(options), "candidate": candidate_fields(options),
+        "judge": judge_model_fields(options), "candidate": candidate_fields(options),
         "judges": [p.strip() for p in judges.split(",") if p.strip()] if judges else None,
         "custom_judges": options["custom_judges"], "aspects": options["aspect"] or [],
         "strictness": options["strictness"],

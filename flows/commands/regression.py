@@ -23,11 +23,11 @@ from flows.commands.common import (
     start_prefect_api,
 )
 from flows.commands.options import (
-    CANDIDATE,
-    EVALUATION,
-    JUDGE,
+    CANDIDATE_OPTIONS,
+    EVALUATION_OPTIONS,
+    JUDGE_OPTIONS,
     REQUIRED,
-    RUN,
+    RUN_OPTIONS,
     evaluation_fields,
     with_options,
 )
@@ -41,7 +41,7 @@ def _write_junit(path: str | None, text: str) -> None:
             handle.write(text)
 
 
-@with_options(JUDGE, CANDIDATE, EVALUATION, RUN, own={
+@with_options(JUDGE_OPTIONS, CANDIDATE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS, own={
     "data": (Annotated[str, typer.Argument(help="Evaluation set: path or URL")], REQUIRED),
     "suite": (Annotated[str, typer.Option(
         help="Suite: its newest passed run is the baseline")], REQUIRED),

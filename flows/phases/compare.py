@@ -94,7 +94,7 @@ def prepare_pairs(params: CompareParams) -> PreparedPairs:
     return PreparedPairs(pair_set, options, rubric, time.perf_counter() - started)
 
 
-async def judge_pairs(params: CompareParams, prepared: PreparedPairs,
+async def judge_prepared_pairs(params: CompareParams, prepared: PreparedPairs,
                       store: ChunkStore | None = None, location: RunLocation | None = None
                       ) -> JudgedPairs:
     """Judge every pair in both orders, stage the records, aggregate, assess completeness.

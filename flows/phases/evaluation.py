@@ -19,7 +19,6 @@ from flows.phases.integrity import integrity_section
 from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
 from flows.preflight.checks import (
     check_options,
-    extra_judges,  # noqa: F401 - regression_preflight imports it here
     plan_run,
     refuse_invalid,
     row_source,

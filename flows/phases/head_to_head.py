@@ -27,7 +27,7 @@ from tasks.metric_fields import RowData
 from tasks.storage.staging import ResultStaging
 
 BOOTSTRAP_SEED = 0
-BOOTSTRAP_RESAMPLES = 1000
+HEAD_TO_HEAD_RESAMPLES = 1000
 
 
 class HeadToHead(NamedTuple):
@@ -88,7 +88,7 @@ async def head_to_head(params: Any, rows: Iterable[EvalRow], baseline: Mapping[s
     results = {p.pair_id: PairResult(p, v) for p, v in zip(pairs, verdicts, strict=True)}
     fields = {pair_id: head_to_head_fields(r) for pair_id, r in results.items()}
     summary = compare_summary(verdicts, options, seed=BOOTSTRAP_SEED,
-                              resamples=BOOTSTRAP_RESAMPLES)
+                              resamples=HEAD_TO_HEAD_RESAMPLES)
     return HeadToHead(pairwise_metric_fields(summary), summary, fields, results, usage, missing)
 
 

@@ -19,11 +19,11 @@ from flows.phases.head_to_head import head_to_head, merge_fields
 from judges.fingerprint import differences, fingerprint, recorded_judges
 from judges.model.usage import Usage
 from tasks.metric_fields import RowData, metric_fields, row_data
-from tasks.regression.decide import Context, Verdict, decide
+from tasks.regression.decide import Context, RunVerdict, decide
 from tasks.regression.deltas import DeltaLine, join_rows, paired_deltas
 from tasks.regression.slices import slice_metrics
 from tasks.report.plain_text import visible
-from tasks.storage.baseline import BaselineRefused, BaselineRun, read_rows
+from tasks.storage.baseline import BaselineRefused, BaselineRun, read_baseline_rows
 
 INCOMPLETE_EVENT = "judgeflow.regression.incomplete"
 DETECTED_EVENT = "judgeflow.regression.detected"
@@ -53,7 +53,7 @@ def candidate_rows(judged: JudgedRun) -> dict[str, RowData]:
 def _baseline_rows(baseline: BaselineRun, judged: JudgedRun, params: Any,
                    comparison: Comparison) -> dict[str, RowData]:
     try:
-        return read_rows(baseline, metric_fields(judged.metrics), params.storage_options)
+        return read_baseline_rows(baseline, metric_fields(judged.metrics), params.storage_options)
     except BaselineRefused as error:
         comparison.baseline_refused = str(error)
         get_run_logger().warning("%s", visible(error))
@@ -131,7 +131,7 @@ def judge_changes(baseline: BaselineRun | None, judged: JudgedRun, params: Any
 
 
 def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: JudgedRun,
-               comparison: Comparison) -> Verdict:
+               comparison: Comparison) -> RunVerdict:
     """Apply the gates to this run's numbers; a run that judged too little never passes.
 
     Any judge above max_error_share, gated or not, makes the run incomplete: its gates may
@@ -162,7 +162,7 @@ def baseline_check(baseline: BaselineRun | None, comparison: Comparison) -> str 
 
 
 def regression_section(params: Any, gates: list, baseline: BaselineRun | None,
-                       comparison: Comparison, verdict: Verdict, judged: JudgedRun) -> dict:
+                       comparison: Comparison, verdict: RunVerdict, judged: JudgedRun) -> dict:
     """What the manifest records about the regression (the report and summary.md read it)."""
     return {
         "outcome": verdict.outcome,

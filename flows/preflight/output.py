@@ -12,10 +12,9 @@ import os
 from pathlib import Path
 
 from judges.errors import ConfigError
-from judges.storage import check_storage_options, check_url, split_protocol
+from judges.storage import check_storage_options, check_url, is_local, split_protocol
 
 S3_PROTOCOLS = ("s3", "s3a")
-LOCAL_PROTOCOLS = (None, "file", "local")
 # A preflight must answer in seconds: one attempt, short timeouts.
 S3_CONNECT_TIMEOUT_SECONDS = 3
 S3_READ_TIMEOUT_SECONDS = 5
@@ -39,7 +38,7 @@ def check_output(url: str, storage_options: dict) -> None:
     """
     protocol, path = split_protocol(check_url(url))
     check_storage_options(storage_options)
-    if protocol in LOCAL_PROTOCOLS:
+    if is_local(url):
         _check_local(url, Path(path).expanduser())
     elif protocol in S3_PROTOCOLS:
         _check_s3(url, path.split("/", 1)[0], storage_options)

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 
 from judges.errors import ConfigError
-from judges.storage import local_path, protocol_of
+from judges.storage import is_local, local_path, protocol_of
 
 READ_ROOTS_ENV = "JUDGEFLOW_READ_ROOTS"
 WRITE_ROOTS_ENV = "JUDGEFLOW_WRITE_ROOTS"
@@ -39,7 +39,6 @@ MODEL_ENDPOINTS_ENV = "JUDGEFLOW_MODEL_ENDPOINTS"
 STORAGE_ENDPOINTS_ENV = "JUDGEFLOW_STORAGE_ENDPOINTS"
 UNTRUSTED_ENV = "JUDGEFLOW_UNTRUSTED_PARAMETERS"
 CHECKOUT = Path(__file__).resolve().parents[2]
-LOCAL_PROTOCOLS = ("file", "local")
 
 P = TypeVar("P", bound=BaseModel)
 
@@ -80,10 +79,9 @@ class Root:
     @classmethod
     def parse(cls, text: str) -> Root:
         """A root from the operator's setting."""
-        protocol = protocol_of(text)
-        if protocol in LOCAL_PROTOCOLS:
+        if is_local(text):
             return cls("file", local_path(text).rstrip("/") or "/")
-        return cls(protocol, text.split("://", 1)[-1].strip("/"))
+        return cls(protocol_of(text), text.split("://", 1)[-1].strip("/"))
 
     def holds(self, protocol: str, path: str) -> bool:
         """Whether `path` (already normalised) lies at or under this root."""
@@ -156,7 +154,7 @@ class OperatorPolicy:
         roots, setting = ((self.write_roots, WRITE_ROOTS_ENV) if access == "write"
                           else (self.read_roots, READ_ROOTS_ENV))
         protocol = protocol_of(url)
-        if protocol in LOCAL_PROTOCOLS:
+        if is_local(url):
             protocol, path = "file", local_path(url)
         else:
             path = url.split("://", 1)[-1].strip("/")

@@ -27,7 +27,12 @@ from tasks.compare import PairChunkResult, compare_chunk
 from tasks.generate import generate_chunk
 from tasks.judge import ChunkResult, judge_chunk
 from tasks.report.rows import RowSample
-from tasks.storage.chunk_kinds import ChunkKind, GeneratedRows, JudgedPairs, JudgedRows
+from tasks.storage.chunk_kinds import (
+    ChunkKind,
+    GeneratedRowChunks,
+    JudgedPairChunks,
+    JudgedRowChunks,
+)
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.staging import ResultStaging
 
@@ -201,7 +206,7 @@ async def judge_all(
                 report_rows.add(row_result, calibration.disagreements(row_result))
 
     return await drive(
-        rows, JudgedRows(plan, settings),
+        rows, JudgedRowChunks(plan, settings),
         lambda index, chunk: judge_chunk(index, quote(chunk), quote(plan), settings, cache_url,
                                          storage_options, return_state=True),
         consume, chunk_size, settings.concurrency, store, progress)
@@ -221,7 +226,7 @@ async def generate_all(
     generation error (so every judge that needed the response counts an error).
     """
     return await drive(
-        rows, GeneratedRows(settings),
+        rows, GeneratedRowChunks(settings),
         lambda index, chunk: generate_chunk(quote(chunk), settings, return_state=True),
         lambda index, chunk, result: keep(index, result.rows),
         chunk_size, settings.concurrency, store, progress)
@@ -250,7 +255,7 @@ async def judge_all_pairs(
         by_chunk[index] = result.verdicts
 
     usage = await drive(
-        pairs, JudgedPairs(options, settings),
+        pairs, JudgedPairChunks(options, settings),
         lambda index, chunk: compare_chunk(index, quote(chunk), options, settings, cache_url,
                                            storage_options, return_state=True),
         consume, chunk_size, settings.concurrency, store, progress)

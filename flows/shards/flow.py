@@ -47,7 +47,7 @@ from tasks.storage.shard_inputs import (
     PlanSpec,
     ShardOutcome,
     read_model,
-    read_rows,
+    read_shard_items,
     shard_url,
     write_model,
 )
@@ -116,7 +116,7 @@ async def _judge_rows(params: ShardParams, location: RunLocation, store: ShardSt
                       ) -> tuple[int, dict[str, str]]:
     """An evaluate or regression shard: its rows by the parent's plan. Rows, first errors."""
     options = params.storage_options
-    rows = read_rows(shard_url(location.url(), params.shard, "rows.jsonl"), options)
+    rows = read_shard_items(shard_url(location.url(), params.shard, "rows.jsonl"), options)
     spec = read_model(shard_url(location.url(), name="plan.json"), PlanSpec, options)
     if spec is None:
         raise FileNotFoundError(f"no plan.json under {shard_url(location.url())}")
@@ -137,7 +137,7 @@ async def _judge_pairs(params: ShardParams, location: RunLocation, store: ShardS
                        ) -> tuple[int, dict[str, str]]:
     """A compare shard: its pairs in both orders, as the parent's spec says. Pairs, errors."""
     options = params.storage_options
-    pairs = read_rows(shard_url(location.url(), params.shard, "rows.jsonl"), options, Pair)
+    pairs = read_shard_items(shard_url(location.url(), params.shard, "rows.jsonl"), options, Pair)
     spec = read_model(shard_url(location.url(), name="plan.json"), PairSpec, options)
     if spec is None:
         raise FileNotFoundError(f"no plan.json under {shard_url(location.url())}")

@@ -68,7 +68,7 @@ class SentCall:
         return self.answered - self.sent
 
 
-async def send(call: SentCall, request: dict) -> Completion:
+async def send_within_limits(call: SentCall, request: dict) -> Completion:
     """One litellm call within its endpoint's limits (see the module's docstring)."""
     limits = call.limits
     session = await _pool()

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel
 
 import judges.model.litellm_door as door
-from judges.model.in_flight import SentCall, send
+from judges.model.in_flight import SentCall, send_within_limits
 from judges.model.limits import estimate_tokens, limits_for
 from judges.model.local_models import is_local_model, local_model
 from judges.model.request import request_for
@@ -24,7 +24,7 @@ from judges.model.retry import backoff_delay, describe_error, retry_after_second
 from judges.model.settings import LLMSettings
 from judges.model.usage import Completion, LLMCallError, Usage
 
-__all__ = ["LLMClient", "prepare"]
+__all__ = ["LLMClient", "prepare_model"]
 
 # Models that refused a response_format schema with a 400 in this process (e.g. an older
 # Azure API version): asked without one from then on.
@@ -32,7 +32,7 @@ _MODELS_WITHOUT_SCHEMA: set[str] = set()
 _PREPARED_MODELS: set[str] = set()
 
 
-def prepare(settings: LLMSettings) -> None:
+def prepare_model(settings: LLMSettings) -> None:
     """Import litellm and look the model up now, so that no call pays for it on the event loop.
 
     Cheap after the first time; a local model needs nothing.
@@ -75,7 +75,7 @@ class LLMClient:
             return self._answer_locally(messages, usage, metadata or {})
         if self.settings.model not in _PREPARED_MODELS:
             # The model's first call: the import and lookups in a thread, off the event loop.
-            await asyncio.to_thread(prepare, self.settings)
+            await asyncio.to_thread(prepare_model, self.settings)
         for attempt in range(1, self.settings.max_attempts + 1):
             try:
                 completion = await self._attempt(messages, response_format)
@@ -129,7 +129,7 @@ class LLMClient:
         request = request_for(self.settings, messages, self._schema(response_format))
         call = SentCall(limits, estimate_tokens(messages, self.settings.max_tokens))
         try:
-            completion = await send(call, request)
+            completion = await send_within_limits(call, request)
         except BaseException as error:
             limits.tokens.settle(call.reserved, 0)  # a failed call spent (almost) nothing
             self._observe_failure(error, call.epoch)

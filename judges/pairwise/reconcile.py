@@ -21,7 +21,7 @@ from judges.pairwise.models import (
 )
 
 __all__ = [
-    "Order", "PairVerdict", "Pass", "PositionScores", "SidePreference", "SidedPass", "Verdict",
+    "Order", "PairVerdict", "Pass", "PositionScores", "SidePreference", "SidedPass", "PairOutcome",
     "normalised_score", "position_to_side", "reconcile", "side_to_position", "swap_positions",
     "to_sides", "weighted_scores",
 ]
@@ -29,7 +29,7 @@ __all__ = [
 Order = Literal["forward", "backward"]
 SidePreference = Literal["A", "B", "tie"]
 PREFERENCES: tuple[SidePreference, ...] = ("A", "B", "tie")  # a pair's decided verdicts
-Verdict = Literal["A", "B", "tie", "error"]
+PairOutcome = Literal["A", "B", "tie", "error"]
 
 # Which prompt position response A occupies in each order; everything else derives from this.
 _POSITION_OF_A: dict[Order, Literal["1", "2"]] = {"forward": "1", "backward": "2"}
@@ -144,7 +144,7 @@ class PairVerdict:
         single_pass: exactly one pass failed; the verdict rests on the other alone.
     """
 
-    verdict: Verdict
+    verdict: PairOutcome
     forward: Pass
     backward: Pass
     forward_preference: SidePreference | None
@@ -179,7 +179,7 @@ class PairVerdict:
 def _combine(
     forward: SidePreference, backward: SidePreference, strict_ties: bool
 ) -> tuple[SidePreference, bool]:
-    """Verdict and position_flip from two valid preferences."""
+    """The verdict and position_flip from two valid preferences."""
     if forward == backward:
         return forward, False
     if "tie" in (forward, backward):
@@ -206,7 +206,7 @@ def reconcile(forward: Pass, backward: Pass, *, strict_ties: bool = False) -> Pa
             raise ValueError(f"expected a {expected!r} pass, got {judge_pass.order!r}")
     f_sides, b_sides = to_sides(forward), to_sides(backward)
     valid = [s for s in (f_sides, b_sides) if s is not None]
-    verdict: Verdict = "error"
+    verdict: PairOutcome = "error"
     flip = False
     if f_sides is not None and b_sides is not None:
         verdict, flip = _combine(f_sides.preference, b_sides.preference, strict_ties)

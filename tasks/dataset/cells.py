@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from judges.pairwise.reconcile import PREFERENCES
 from tasks.dataset.traces import TraceError, parse_trace
 
 TEXT = "expected a string"
@@ -73,7 +74,6 @@ def shown(value: Any) -> str:
 
 
 YES_NO = ("yes", "no")
-PREFERENCES = ("A", "B", "tie")
 LABELS = 'expected an object from judge name to label, e.g. {"correctness": "yes"}'
 
 

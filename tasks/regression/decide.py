@@ -17,15 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from judges.calibration.policy import MIN_LABELS
-from judges.calibration.policy import advisory_reason as advisory_reason_of
+from judges.calibration.policy import MIN_LABELS, advisory_reason
 from judges.result_names import PAIRWISE_KEY, WINRATE_FIELDS, count_names, tag_metric
 from tasks.metric_fields import is_pairwise, metric_field, stats_of
 from tasks.regression.deltas import DeltaLine
-from tasks.regression.gates import Gate, advisory_reason
+from tasks.regression.gates import Gate, gate_advisory
 from tasks.regression.paired_stats import holm
 
-__all__ = ["Context", "GateResult", "Verdict", "decide"]
+__all__ = ["Context", "GateResult", "RunVerdict", "decide"]
 
 Outcome = Literal["passed", "failed", "incomplete"]
 
@@ -78,7 +77,7 @@ class GateResult(NamedTuple):
     worst_slice: dict | None
 
 
-class Verdict(NamedTuple):
+class RunVerdict(NamedTuple):
     """The run's outcome and every gate's result, in the gates file's order."""
 
     outcome: Outcome
@@ -99,7 +98,7 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
         if pairs.get(gate.metric) is None:
             return f"pairwise metric {gate.metric!r} is absent or undefined in this run"
         stats = stats_of(metrics, PAIRWISE_KEY)
-        advisory = advisory_reason_of(stats, ctx.calibration_floor, bool(stats.get("stale")),
+        advisory = advisory_reason(stats, ctx.calibration_floor, bool(stats.get("stale")),
                                       ctx.calibration_min_labels, ctx.max_error_share)
         if advisory:
             return (f"the pairwise judge is advisory under the calibration floor: {advisory}; "
@@ -119,7 +118,7 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
     if metrics.get(scoped(gate.metric)) is None:
         where = "this run" if gate.tag is None else f"rows tagged {gate.tag!r}"
         return f"metric {gate.metric!r} is absent or unrated in {where}"
-    if advisory := advisory_reason(gate.metric, metrics, ctx.advisory):
+    if advisory := gate_advisory(gate.metric, metrics, ctx.advisory):
         return advisory
     if spec is not None:
         rated, errors = (metrics.get(scoped(name)) for name in count_names(spec.base))
@@ -225,7 +224,7 @@ def even_when_all_ties(pairwise: Mapping[str, Any] | None) -> Mapping[str, Any] 
 
 
 def decide(gates: Sequence[Gate], metrics: Mapping[str, Any], lines: Sequence[DeltaLine],
-           ctx: Context) -> Verdict:
+           ctx: Context) -> RunVerdict:
     """Judge every gate, then the run (see the module docstring)."""
     ctx = ctx._replace(pairwise=even_when_all_ties(ctx.pairwise))
     by_key = {(x.metric, x.tag): x for x in lines}
@@ -244,7 +243,7 @@ def decide(gates: Sequence[Gate], metrics: Mapping[str, Any], lines: Sequence[De
     outcomes = {r.outcome for r in results}
     outcome: Outcome = ("failed" if "breached" in outcomes
                         else "incomplete" if "undecidable" in outcomes else "passed")
-    return Verdict(outcome, results)
+    return RunVerdict(outcome, results)
 
 
 def _baseline_refusal(reason: str) -> GateResult:

@@ -127,7 +127,7 @@ def load_gates(url: str | None, storage_options: dict | None = None) -> list[Gat
         raise GateConfigError(f"cannot read gates file {url!r}: {error}") from None
 
 
-def advisory_reason(metric: str, metrics: Mapping[str, Any],
+def gate_advisory(metric: str, metrics: Mapping[str, Any],
                     reasons: Mapping[str, str] | None = None) -> str | None:
     """Why a gate on `metric` cannot be decided because its judge is advisory, if it is.
 

@@ -24,7 +24,7 @@ PREVIEW_CHARS = 140
 _UNIT_METRICS = frozenset({"document_recall"})
 
 
-class Message(NamedTuple):
+class MessageView(NamedTuple):
     """One turn of the request, as shown."""
 
     role: str
@@ -39,7 +39,7 @@ class Number(NamedTuple):
     text: str
 
 
-class Verdict(NamedTuple):
+class VerdictView(NamedTuple):
     """A judge's outcome on a row or a chunk."""
 
     label: str
@@ -50,14 +50,14 @@ class Verdict(NamedTuple):
     person: str | None = None  # the label a person gave (human_labels), if any
 
 
-class Chunk(NamedTuple):
+class ChunkView(NamedTuple):
     """A retrieved chunk with each per-chunk judge's verdict on it."""
 
     index: int
     doc_uri: str
     content: str
     expected: bool
-    verdicts: list[Verdict]
+    verdicts: list[VerdictView]
 
 
 class Criterion(NamedTuple):
@@ -98,13 +98,13 @@ class RowView(NamedTuple):
     index: int
     request_id: str
     preview: str
-    messages: list[Message]
+    messages: list[MessageView]
     response: str | None
     expected_facts: list[str]
     expected_response: str | None
-    chunks: list[Chunk]
+    chunks: list[ChunkView]
     expected_docs: list[str]
-    verdicts: list[Verdict]
+    verdicts: list[VerdictView]
     numbers: list[Number]
     pair: PairView | None
     other: list[tuple[str, str]]
@@ -112,30 +112,30 @@ class RowView(NamedTuple):
     disagrees: tuple[str, ...] = ()  # judges (calibration keys) the person's labels contradict
 
 
-def request_messages(request: Any) -> list[Message]:
+def message_views(request: Any) -> list[MessageView]:
     """A request in any accepted shape (str, chat messages, query + history) as messages."""
     if request is None or request == "":
         return []
     if isinstance(request, str):
-        return [Message("user", request)]
+        return [MessageView("user", request)]
     if isinstance(request, Mapping):
         if isinstance(request.get("messages"), list):
             turns = request["messages"]
         elif "query" in request:
             turns = [*(request.get("history") or []), {"role": "user", "content": request["query"]}]
         else:
-            return [Message("request", as_text(request))]
+            return [MessageView("request", as_text(request))]
         return [_message(turn) for turn in turns]
-    return [Message("request", as_text(request))]
+    return [MessageView("request", as_text(request))]
 
 
-def _message(turn: Any) -> Message:
+def _message(turn: Any) -> MessageView:
     if isinstance(turn, Mapping):
-        return Message(str(turn.get("role") or "?"), as_text(turn.get("content")))
-    return Message("?", as_text(turn))
+        return MessageView(str(turn.get("role") or "?"), as_text(turn.get("content")))
+    return MessageView("?", as_text(turn))
 
 
-def _preview(messages: list[Message], fallback: Any) -> str:
+def _preview(messages: list[MessageView], fallback: Any) -> str:
     """The last user turn (the question being answered), on one line, cut short."""
     users = [m.text for m in messages if m.role == "user"] or [m.text for m in messages]
     text = " ".join((users[-1] if users else as_text(fallback)).split())
@@ -157,7 +157,7 @@ def _label(judged: JudgeResult) -> str:
     return judged.spec.name.replace("_", " ")
 
 
-def _row_verdicts(result: RowResult, labels: Mapping[str, Any]) -> list[Verdict]:
+def _row_verdicts(result: RowResult, labels: Mapping[str, Any]) -> list[VerdictView]:
     """Row-level judges' verdicts; a per-chunk judge only when the row itself errored."""
     verdicts = []
     for judged in result.judges:
@@ -165,12 +165,12 @@ def _row_verdicts(result: RowResult, labels: Mapping[str, Any]) -> list[Verdict]
             continue  # its verdicts are on the chunks, its precision among the numbers
         verdict = judged.verdict
         person = None if judged.spec.per_chunk else _text(_person(labels, judged))
-        verdicts.append(Verdict(_label(judged), judged.spec.prefix, verdict.rating,
+        verdicts.append(VerdictView(_label(judged), judged.spec.prefix, verdict.rating,
                                 _text(verdict.rationale), _text(verdict.error), person))
     return verdicts
 
 
-def _chunks(result: RowResult, labels: Mapping[str, Any], expected: set[str]) -> list[Chunk]:
+def _chunks(result: RowResult, labels: Mapping[str, Any], expected: set[str]) -> list[ChunkView]:
     retrieved = result.row.retrieved_context or []
     judges = [j for j in result.judges if j.spec.per_chunk]
     count = max([len(retrieved), *(len(j.chunks) for j in judges)], default=0)
@@ -182,12 +182,12 @@ def _chunks(result: RowResult, labels: Mapping[str, Any], expected: set[str]) ->
             own = judged.chunks[i] if i < len(judged.chunks) else None
             person = _person(labels, judged)
             person = person[i] if isinstance(person, list | tuple) and i < len(person) else None
-            verdicts.append(Verdict(_label(judged), judged.spec.prefix,
+            verdicts.append(VerdictView(_label(judged), judged.spec.prefix,
                                     own.rating if own else None,
                                     _text(own.rationale) if own else None,
                                     _text(own.error) if own else None, _text(person)))
         uri = chunk.doc_uri if chunk else ""
-        chunks.append(Chunk(i + 1, uri, (chunk.content or "") if chunk else "", uri in expected,
+        chunks.append(ChunkView(i + 1, uri, (chunk.content or "") if chunk else "", uri in expected,
                             verdicts))
     return chunks
 
@@ -248,7 +248,7 @@ def _judged_row_view(entry: ReportRow, result: RowResult) -> RowView:
     row = result.row
     labels = row.extra.get(LABELS_COLUMN)
     labels = labels if isinstance(labels, Mapping) else {}
-    messages = request_messages(row.request)
+    messages = message_views(row.request)
     expected_docs = [c.doc_uri for c in row.expected_retrieved_context or []]
     return RowView(
         index=row.row_index, request_id=row.request_id, preview=_preview(messages, row.request),
@@ -264,7 +264,7 @@ def _judged_row_view(entry: ReportRow, result: RowResult) -> RowView:
 
 def _pair_row_view(entry: ReportRow, result: PairResult) -> RowView:
     pair = result.pair
-    messages = request_messages(pair.prompt)
+    messages = message_views(pair.prompt)
     return RowView(
         index=pair.row_index, request_id=pair.pair_id, preview=_preview(messages, pair.prompt),
         messages=messages, response=None, expected_facts=[], expected_response=None,

@@ -16,11 +16,11 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from judges.base import PROMPTS_DIR
 from tasks.report.calibration import calibration_view
 from tasks.report.drilldown import row_view
 from tasks.report.regression import regression_view, slice_rows
@@ -37,9 +37,8 @@ from tasks.report.view import (
     rejected_view,
 )
 
-__all__ = ["PROMPTS_DIR", "TEMPLATE_NAME", "render_report"]
+__all__ = ["TEMPLATE_NAME", "render_report"]
 
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
 TEMPLATE_NAME = "report.html.j2"
 
 

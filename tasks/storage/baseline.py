@@ -9,7 +9,7 @@ becomes the default baseline (a regression that failed twice fails twice).
 Whoever can write the suite's folder is not trusted to decide the gates. The pointer's run id
 must be a single safe path segment. With a signing key (judges/integrity.py) the baseline's
 manifest MAC, bound to its suite and run id, and the digests of the files read from it
-(metrics.json here, results.jsonl in `read_rows`) must verify, and a run the pointer names
+(metrics.json here, results.jsonl in `read_baseline_rows`) must verify, and a run the pointer names
 must have passed by its signed manifest; otherwise the baseline is *refused*: the run cannot
 be compared, so its regression ends incomplete, saying why.
 """
@@ -149,7 +149,7 @@ def find_baseline(
                        or {})
 
 
-def read_rows(
+def read_baseline_rows(
     baseline: BaselineRun, specs: list[MetricField], storage_options: dict | None = None
 ) -> dict[str, RowData]:
     """The baseline's per-row values by request_id, from its results.jsonl.

@@ -68,7 +68,7 @@ class ChunkKind(Protocol, Generic[Item, Result]):
 
 
 @dataclass(frozen=True)
-class JudgedRows:
+class JudgedRowChunks:
     """Rows through every planned judge."""
 
     plan: JudgePlan
@@ -111,7 +111,7 @@ class JudgedRows:
 
 
 @dataclass(frozen=True)
-class GeneratedRows:
+class GeneratedRowChunks:
     """Rows answered by the candidate model."""
 
     settings: LLMSettings
@@ -153,7 +153,7 @@ class GeneratedRows:
 
 
 @dataclass(frozen=True)
-class JudgedPairs:
+class JudgedPairChunks:
     """Pairs judged in both orders (or forward only) and reconciled."""
 
     options: PairwiseOptions

@@ -16,7 +16,7 @@ from judges.builtin.pairwise import PAIRWISE_JUDGE, Pair, PairwiseOptions, forwa
 from judges.model.settings import LLMSettings
 from judges.pairwise.models import PairwiseJudgment
 from judges.pairwise.reconcile import PairVerdict, Pass, reconcile
-from tasks.storage.row_codec import ResultCodecError, fingerprint
+from tasks.storage.row_codec import ResultCodecError, chunk_fingerprint
 
 
 def _encode_pass(judge_pass: Pass) -> dict:
@@ -61,7 +61,7 @@ def pairs_fingerprint(pairs: Sequence[Pair], options: PairwiseOptions,
                       settings: LLMSettings) -> str:
     """The fingerprint of a chunk of pairs: pairs, rubric, tie rules, judge prompt and model."""
     rubric = None if options.rubric is None else options.rubric.model_dump(mode="json")
-    return fingerprint(
+    return chunk_fingerprint(
         "pairs", [p.model_dump(mode="json", fallback=str) for p in pairs],
         options={"rubric": rubric, "swap": options.swap, "strict_ties": options.strict_ties},
         judge=PAIRWISE_JUDGE.manifest_entry(), model=settings.call_identity(),

@@ -148,7 +148,7 @@ def plan_identity(plan: JudgePlan) -> dict:
     }
 
 
-def fingerprint(kind: str, rows: Sequence[dict], **identity: object) -> str:
+def chunk_fingerprint(kind: str, rows: Sequence[dict], **identity: object) -> str:
     """sha256 over what changes a chunk's output: its kind, its rows' content and `identity`.
 
     `identity` holds what else decides the output (the plan's identity, the model's call
@@ -164,10 +164,11 @@ def fingerprint(kind: str, rows: Sequence[dict], **identity: object) -> str:
 
 def judge_fingerprint(rows: Sequence[EvalRow], plan: JudgePlan, settings: LLMSettings) -> str:
     """The fingerprint of a judged chunk: its rows, the plan, the judge model and sampling."""
-    return fingerprint("judge", [row_json(r) for r in rows], plan=plan_identity(plan),
+    return chunk_fingerprint("judge", [row_json(r) for r in rows], plan=plan_identity(plan),
                        model=settings.call_identity())
 
 
 def generation_fingerprint(rows: Sequence[EvalRow], settings: LLMSettings) -> str:
     """The fingerprint of a generated chunk: its rows as given and the candidate model."""
-    return fingerprint("generate", [row_json(r) for r in rows], model=settings.call_identity())
+    return chunk_fingerprint("generate", [row_json(r) for r in rows],
+                             model=settings.call_identity())

@@ -97,12 +97,12 @@ def shard_url(run_url: str, shard: int | None = None, name: str = "") -> str:
 
 def write_rows(url: str, rows: Sequence[EvalRow] | Sequence[Pair], storage_options: dict
                ) -> None:
-    """Rows (or pairs) as JSONL, exactly as a child reads them back (`read_rows`)."""
+    """Rows (or pairs) as JSONL, exactly as a child reads them back (`read_shard_items`)."""
     text = "".join(row.model_dump_json(fallback=str) + "\n" for row in rows)
     _write_text(url, text, storage_options)
 
 
-def read_rows(url: str, storage_options: dict, kind: type[M] = EvalRow) -> list[M]:
+def read_shard_items(url: str, storage_options: dict, kind: type[M] = EvalRow) -> list[M]:
     """The rows (`kind`: EvalRow or Pair) `write_rows` wrote, in order."""
     with open_url(url, "r", storage_options, encoding="utf-8") as handle:
         return [kind.model_validate_json(line) for line in handle if line.strip()]
