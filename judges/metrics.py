@@ -7,12 +7,14 @@ judge (missing inputs) are in neither. `summary()` is the typed outcome (the rep
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from judges.base import JudgeSpec, MetricSpec
 from judges.plan import JudgePlan
-from judges.result_names import run_metrics
+from judges.result_names import GENERATION_ERROR_COUNT, row_count_names, run_metrics
 from judges.results import JudgeResult, RowResult
 from judges.rows import generation_failure
 
@@ -110,3 +112,49 @@ class MetricsAccumulator:
         """The flat metrics: each judge's aggregate and counts, each metric's average."""
         summary = self.summary()
         return run_metrics(summary.judges, summary.metrics)
+
+
+@dataclass(frozen=True, eq=False)
+class RunMetrics(Mapping[str, Any]):
+    """A run's metrics.json as typed sections, read as the flat mapping it publishes.
+
+    Each section is set whole when it is known (`with_slices`, `with_pairwise`), never edited
+    key by key; the names inside come from judges/result_names.py. Published in this order:
+    the judges' (or the pairwise judge's) aggregates, calibration, row counts, failed
+    generations, tag slices, the head-to-head.
+    """
+
+    judges: Mapping[str, Any]
+    calibration: Mapping[str, Any] = field(default_factory=dict)
+    rows: Mapping[str, int] = field(default_factory=dict)  # total, judged, rejected
+    generation_errors: int | None = None  # only when a candidate model generated responses
+    slices: Mapping[str, Any] | None = None  # None: not computed yet (publishing does)
+    pairwise: Mapping[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def _flat(self) -> dict[str, Any]:
+        generated = ({} if self.generation_errors is None
+                     else {GENERATION_ERROR_COUNT: self.generation_errors})
+        return {**self.judges, **self.calibration, **row_count_names(self.rows), **generated,
+                **(self.slices or {}), **self.pairwise}
+
+    def __getitem__(self, name: str) -> Any:
+        return self._flat[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._flat)
+
+    def __len__(self) -> int:
+        return len(self._flat)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The flat metrics, as metrics.json holds them."""
+        return dict(self._flat)
+
+    def with_slices(self, slices: Mapping[str, Any]) -> RunMetrics:
+        """These metrics with the per-tag aggregates (`tag/{tag}/{metric}`)."""
+        return replace(self, slices=dict(slices))
+
+    def with_pairwise(self, pairwise: Mapping[str, Any]) -> RunMetrics:
+        """These metrics with a regression's head-to-head figures."""
+        return replace(self, pairwise=dict(pairwise))

@@ -10,15 +10,16 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from judges.integrity import signing_key
 from judges.storage import filesystem, is_object_store
-from tasks.regression.slices import slices_of_records
 from tasks.report.markdown_text import code
 from tasks.report.nova import nova_results
 from tasks.report.page import render_report
@@ -79,7 +80,7 @@ def _withdraw_manifest(location: RunLocation) -> None:
 def publish_run(
     location: RunLocation,
     staging: ResultStaging,
-    metrics: dict,
+    metrics: Mapping[str, Any],
     manifest: dict,
     rejected: list[dict],
     pairwise: dict | None = None,
@@ -92,16 +93,13 @@ def publish_run(
     The manifest records each file's sha256 and, with $JUDGEFLOW_SIGNING_KEY, carries a MAC
     over itself (tasks/storage/run_integrity.py).
 
-    Per-tag aggregates (tasks/regression/slices.py) are added to the metrics here when the caller
-    has not, so every kind of run publishes them. The report is rendered from `report`'s typed
-    values (its drill-down already bounded), never from the staged records read back.
+    The report is rendered from `report`'s typed values (its drill-down already bounded), never
+    from the staged records read back.
 
     Returns:
         The URL of every file written, by name, and `report_link`: a presigned HTTPS URL of
         the report on S3 (None elsewhere).
     """
-    if not any(name.startswith("tag/") for name in metrics):
-        metrics = {**metrics, **slices_of_records(staging.iter_records(), metrics)}
     _withdraw_manifest(location)
     files = [*DATA_FILES, "calls.jsonl", *(["nova_results.json"] if pairwise else [])]
     planned = [f"{location.run_dir}/{name}" for name in (*files, "manifest.json")]
@@ -113,7 +111,7 @@ def publish_run(
     publisher.write_run_file("results.parquet", _write_parquet(staging))
     publisher.write_run_file("rejected.jsonl", _write_lines(rejected))
     publisher.write_run_file("calls.jsonl", _concatenated(staging.call_files()))
-    publisher.write_json(f"{location.run_dir}/metrics.json", metrics)
+    publisher.write_json(f"{location.run_dir}/metrics.json", dict(metrics))
     if pairwise:
         publisher.write_json(f"{location.run_dir}/nova_results.json",
                              nova_results(pairwise, manifest))

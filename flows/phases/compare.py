@@ -27,14 +27,16 @@ from judges.builtin.pairwise import (
     compare_summary,
 )
 from judges.calibration.rows import pairwise_calibration, preferences_of
+from judges.metrics import RunMetrics
 from judges.model.usage import Usage
 from judges.pairwise.models import Rubric
 from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
-from judges.result_names import pairwise_metric_fields, row_count_names
+from judges.result_names import pairwise_metric_fields
 from tasks.dataset.pairs import PairSet, load_pairs, load_rubric
 from tasks.dataset.validation import InvalidDatasetError
 from tasks.publish import publish_run
+from tasks.regression.slices import with_slices
 from tasks.report.rows import ReportInputs
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
@@ -63,7 +65,7 @@ class JudgedPairs:
 
     verdicts: list[PairVerdict]
     staging: ResultStaging
-    metrics: dict
+    metrics: RunMetrics
     usage: Usage
     completeness: Completeness
     timings: dict[str, float] = field(default_factory=dict)
@@ -122,12 +124,11 @@ async def judge_prepared_pairs(params: CompareParams, prepared: PreparedPairs,
         await progress.finish()
     summary = compare_summary(verdicts, prepared.options, seed=params.bootstrap_seed,
                               resamples=params.bootstrap_resamples)
-    metrics = {**pairwise_metric_fields(summary),
-               **pairwise_calibration(preferences_of(pairs), verdicts,
-                                      seed=params.bootstrap_seed,
-                                      resamples=params.bootstrap_resamples),
-               **row_count_names({k.removeprefix("rows_"): v
-                                  for k, v in _counts(prepared.pair_set).items()})}
+    metrics = RunMetrics(
+        pairwise_metric_fields(summary),
+        pairwise_calibration(preferences_of(pairs), verdicts, seed=params.bootstrap_seed,
+                             resamples=params.bootstrap_resamples),
+        {k.removeprefix("rows_"): v for k, v in _counts(prepared.pair_set).items()})
     report = ReportInputs(pairwise=summary)
     for pair, verdict in zip(pairs, verdicts, strict=True):
         report.rows.add_pair(PairResult(pair, verdict, prepared.options.swap))
@@ -149,6 +150,7 @@ def publish_pairs(params: CompareParams, location: RunLocation, prepared: Prepar
                                 judged.usage, started_at, judged.timings, judged.completeness)
     manifest.update(judged.sections)
     manifest["integrity"] = integrity_section([judged.usage], judged.store)
+    judged.metrics = with_slices(judged.metrics, judged.staging.iter_records)
     try:
         urls = publish_run(location, judged.staging, judged.metrics, manifest,
                            prepared.pair_set.rejected, pairwise=judged.metrics,

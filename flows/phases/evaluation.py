@@ -30,10 +30,9 @@ from flows.run.execution import auto_chunk_size, generate_all, judge_all
 from flows.run.progress import PhaseProgress
 from flows.run.timeline import mark
 from flows.shards.fan_out import judge_in_shards
-from judges.metrics import MetricsAccumulator
+from judges.metrics import MetricsAccumulator, RunMetrics
 from judges.model.usage import Usage
 from judges.plan import JudgePlan
-from judges.result_names import GENERATION_ERROR_COUNT, row_count_names
 from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.dataset.row_shapes import RowShapes
 from tasks.dataset.row_spool import RowSpool
@@ -41,6 +40,7 @@ from tasks.dataset.row_stream import RowSource, SetCheck, rejected_rows, valid_r
 from tasks.dataset.validation import CheckOptions
 from tasks.load import check_dataset
 from tasks.publish import publish_run
+from tasks.regression.slices import with_slices
 from tasks.report.plain_text import visible
 from tasks.report.rows import ReportInputs
 from tasks.storage.chunk_store import ChunkStore
@@ -86,7 +86,7 @@ class JudgedRun:
 
     plan: JudgePlan
     staging: ResultStaging
-    metrics: dict
+    metrics: RunMetrics
     usage: Usage
     timings: dict[str, float] = field(default_factory=dict)
     completeness: Completeness = field(default_factory=lambda: Completeness.of([]))
@@ -199,15 +199,13 @@ async def judge(
     check = prepared.check
     calibrated = calibrate(params, plan, calibration)
     report.summary = accumulator.summary()
-    metrics = {
-        **accumulator.result(),
-        **calibrated.metrics,
-        **row_count_names({"total": check.total, "judged": check.valid_count,
-                           "rejected": len(check.rejected_indices)}),
-    }
     if params.candidate is not None:
         report.generation_errors = prepared.generation_errors
-        metrics[GENERATION_ERROR_COUNT] = report.generation_errors
+    metrics = RunMetrics(
+        accumulator.result(), calibrated.metrics,
+        {"total": check.total, "judged": check.valid_count,
+         "rejected": len(check.rejected_indices)},
+        report.generation_errors if params.candidate is not None else None)
     judge_model = params.judge.model + (f" at {params.judge.api_base}" if params.judge.api_base
                                         else "")
     completeness = assess(error_shares(plan, metrics, accumulator.first_errors),
@@ -240,8 +238,7 @@ def publish(
     judge phase did (a regression's baseline and head-to-head); by default it is made here.
     """
     settings = params.judge.settings()
-    counts = {f"rows_{key[len('rows/'):]}": value
-              for key, value in judged.metrics.items() if key.startswith("rows/")}
+    counts = {f"rows_{key}": value for key, value in judged.metrics.rows.items()}
     manifest = build_manifest(
         kind=kind, suite=location.suite, run_id=location.run_id,
         source=params.data or "inline rows", counts=counts, settings=settings,
@@ -258,6 +255,7 @@ def publish(
         manifest["calibration"] = judged.calibration
     if params.candidate is not None:
         manifest["candidate"] = params.candidate.model_dump(mode="json")
+    judged.metrics = with_slices(judged.metrics, judged.staging.iter_records)
     try:
         urls = publish_run(
             location, judged.staging, judged.metrics, manifest,

@@ -81,7 +81,7 @@ async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
     comparison.usage = result.usage
     comparison.pairing["no_response"] = result.not_compared  # paired, but nothing to compare
     judged.staging = merge_fields(judged.staging, result.fields)
-    judged.metrics.update(result.metrics)
+    judged.metrics = judged.metrics.with_pairwise(result.metrics)
 
 
 async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
@@ -90,7 +90,7 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
     comparison = Comparison()
     candidate = candidate_rows(judged)
     specs = metric_fields(judged.metrics)
-    judged.metrics.update(slice_metrics(candidate.values(), specs))
+    judged.metrics = judged.metrics.with_slices(slice_metrics(candidate.values(), specs))
     comparison.tags = sorted({t for row in candidate.values() for t in row.tags})
     if baseline is None:
         comparison.pairwise_unavailable = f"no baseline yet: first run of suite {params.suite!r}"

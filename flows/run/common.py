@@ -7,8 +7,9 @@ location or an "incomplete" state means the same thing whichever flow made it.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from prefect.states import Completed
 
@@ -50,13 +51,14 @@ def cache_url(params: RunParams) -> str | None:
     return params.cache or f"{params.output.rstrip('/')}/{CACHE_FOLDER}"
 
 
-def run_summary(location: RunLocation, manifest: dict, metrics: dict, urls: dict) -> dict:
+def run_summary(location: RunLocation, manifest: dict, metrics: Mapping[str, Any], urls: dict
+                ) -> dict:
     """What a flow returns to its caller (the command line, the Python API)."""
     return {
         "run_id": location.run_id,
         "run_url": location.url(),
         "files": urls,
-        "metrics": metrics,
+        "metrics": dict(metrics),  # plain data: the flow run's result is persisted
         "offline": manifest["judge"]["offline"],
         "usage": manifest["usage"],
         "status": manifest.get("status", "complete"),

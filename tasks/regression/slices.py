@@ -9,9 +9,10 @@ so the judges and their accumulator need not know about tags.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from judges.metrics import RunMetrics
 from judges.result_names import count_names, row_count_names, tag_metric
 from tasks.metric_fields import MetricField, RowData, metric_fields, row_data
 
@@ -46,3 +47,15 @@ def slices_of_records(records: Iterable[Mapping[str, Any]], metrics: Mapping[str
     """Per-tag aggregates of published records, for the aggregates the run's metrics name."""
     specs = metric_fields(metrics)
     return slice_metrics((row_data(r, specs) for r in records), specs)
+
+
+def with_slices(metrics: RunMetrics, records: Callable[[], Iterable[Mapping[str, Any]]]
+                ) -> RunMetrics:
+    """`metrics` with their per-tag aggregates.
+
+    Computed from the published records (read by `records()`) unless the run has them already
+    (a regression, from its rows in memory).
+    """
+    if metrics.slices is not None:
+        return metrics
+    return metrics.with_slices(slices_of_records(records(), metrics))
