@@ -1,40 +1,35 @@
-"""The mapped unit of work: one chunk of rows through every planned judge."""
+"""The mapped unit of work of every judging run: one chunk of rows, or of pairs, judged."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from prefect import task
 
-from judges.engine import judge_rows
+from judges.calls import JudgeContext
 from judges.model.settings import LLMSettings
-from judges.model.usage import Usage
-from judges.plan import JudgePlan
-from judges.results import RowResult
-from judges.rows import EvalRow
 from tasks.chunk_task import CHUNK_TASK_OPTIONS, judge_context
 
+Result = TypeVar("Result", covariant=True)
 
-@dataclass
-class ChunkResult:
-    """A judged chunk: one typed result per row in input order, the usage and the call log."""
 
-    index: int
-    results: list[RowResult]
-    usage: Usage
-    calls: list[dict]
+class JudgingKind(Protocol[Result]):
+    """A chunk kind that calls a judge (tasks/storage/chunk_kinds.py): rows or pairs."""
+
+    settings: LLMSettings
+
+    async def judge(self, ctx: JudgeContext, index: int, items: list) -> Result:
+        """The chunk judged with this context's client, cache and usage tally."""
 
 
 @task(name="judge-chunk", tags=["judgeflow-judge"], **CHUNK_TASK_OPTIONS)
 async def judge_chunk(
     index: int,
-    rows: list[EvalRow],
-    plan: JudgePlan,
-    settings: LLMSettings,
+    items: list,
+    kind: JudgingKind[Result],
     cache_url: str | None,
     storage_options: dict,
-) -> ChunkResult:
-    """Judge one chunk of rows: all their calls concurrent under the process-wide bounds."""
-    ctx = judge_context(settings, cache_url, storage_options)
-    results = await judge_rows(ctx, plan, rows)
-    return ChunkResult(index, results, ctx.usage, ctx.calls)
+) -> Result:
+    """Judge one chunk: all its calls concurrent under the process-wide bounds."""
+    ctx = judge_context(kind.settings, cache_url, storage_options)
+    return await kind.judge(ctx, index, items)

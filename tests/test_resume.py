@@ -25,7 +25,7 @@ from tasks.chunk_task import judge_context
 from tasks.dataset.pairs import validate_nova
 from tasks.dataset.sources import read_table, table_from_rows
 from tasks.dataset.validation import validate_table
-from tasks.judge import ChunkResult
+from tasks.storage.chunk_kinds import ChunkResult
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.row_codec import judge_fingerprint
 from tasks.storage.staging import ResultStaging

@@ -120,6 +120,25 @@ def build_params(factory, **fields):
         fail(f"invalid options: {messages}")
 
 
+def print_run_summary(summary: dict, title: str, notices: list[str]) -> None:
+    """The run's headline figures as a table, its notices, then where its files are."""
+    from rich.table import Table
+
+    from judges.result_names import headline_metrics
+
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name in headline_metrics(summary["metrics"]):
+        value = summary["metrics"][name]
+        table.add_row(name, "n/a" if value is None else f"{value:.4g}")
+    Console().print(table)
+    for notice in notices:
+        console.print(f"[yellow]{notice}[/]")
+    print(f"report:  {summary['files']['report.html']}")
+    print(f"metrics: {summary['files']['metrics.json']}")
+
+
 def checked(check, *args):
     """Run a preflight check and return what it returns; a configuration error exits 2."""
     from flows.preflight.checks import CONFIG_ERRORS

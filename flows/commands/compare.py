@@ -10,49 +10,31 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from flows import flow_names
 from flows.commands.common import (
     build_params,
     checked,
     finish,
+    print_run_summary,
     run_flow,
     start_prefect_api,
 )
-from flows.commands.options import (
-    JUDGE_OPTIONS,
-    RUN_OPTIONS,
-    judge_model_fields,
-    run_fields,
-    with_options,
-)
+from flows.commands.options import PAIR_RUN_OPTIONS, judge_model_fields, run_fields, with_options
 
 
 def print_compare_summary(summary: dict) -> None:
     """The run's headline pairwise metrics as a table, then notices and where the files are."""
     from flows.phases.compare import SWAP_DISABLED_NOTICE
     from flows.phases.manifest import OFFLINE_NOTICE
-    from judges.result_names import headline_metrics
 
-    table = Table(title=f"compare {summary['run_id']}: B = candidate, A = baseline")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name in headline_metrics(summary["metrics"]):
-        value = summary["metrics"][name]
-        table.add_row(name, "n/a" if value is None else f"{value:.4g}")
-    Console().print(table)
-    err = Console(stderr=True)
-    if summary["offline"]:
-        err.print(f"[yellow]{OFFLINE_NOTICE}[/]")
-    if not summary["swap"]:
-        err.print(f"[yellow]{SWAP_DISABLED_NOTICE}[/]")
-    print(f"report:  {summary['files']['report.html']}")
-    print(f"metrics: {summary['files']['metrics.json']}")
+    notices = [OFFLINE_NOTICE] if summary["offline"] else []
+    notices += [] if summary["swap"] else [SWAP_DISABLED_NOTICE]
+    print_run_summary(summary, f"compare {summary['run_id']}: B = candidate, A = baseline",
+                      notices)
 
 
-@with_options(JUDGE_OPTIONS, RUN_OPTIONS, own={
+@with_options(*PAIR_RUN_OPTIONS, own={
     "data": (Annotated[str | None, typer.Argument(
         help="Nova pairwise set: JSONL with prompt, response_A, response_B (and id)")], None),
     "baseline": (Annotated[str | None, typer.Option(

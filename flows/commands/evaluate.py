@@ -10,47 +10,27 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from flows import flow_names
 from flows.commands.common import (
     build_params,
     checked,
-    console,
     fail,
     finish,
+    print_run_summary,
     run_flow,
     start_prefect_api,
 )
-from flows.commands.options import (
-    CANDIDATE_OPTIONS,
-    EVALUATION_OPTIONS,
-    JUDGE_OPTIONS,
-    REQUIRED,
-    RUN_OPTIONS,
-    evaluation_fields,
-    with_options,
-)
+from flows.commands.options import REQUIRED, ROW_RUN_OPTIONS, evaluation_fields, with_options
 from flows.run.timeline import mark
 
 
 def print_summary(summary: dict) -> None:
     """Headline metrics as a table, then notices and where the files are."""
     from flows.phases.manifest import OFFLINE_NOTICE
-    from judges.result_names import headline_metrics
 
-    table = Table(title=f"run {summary['run_id']}", show_lines=False)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name in headline_metrics(summary["metrics"]):
-        value = summary["metrics"][name]
-        table.add_row(name, "n/a" if value is None else f"{value:.4g}")
-    Console().print(table)
-    if summary["offline"]:
-        console.print(f"[yellow]{OFFLINE_NOTICE}[/]")
-    print(f"report:  {summary['files']['report.html']}")
-    print(f"metrics: {summary['files']['metrics.json']}")
+    notices = [OFFLINE_NOTICE] if summary["offline"] else []
+    print_run_summary(summary, f"run {summary['run_id']}", notices)
 
 
 def require_shared_server() -> None:
@@ -62,7 +42,7 @@ def require_shared_server() -> None:
         fail(problem)
 
 
-@with_options(JUDGE_OPTIONS, CANDIDATE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS, own={
+@with_options(*ROW_RUN_OPTIONS, own={
     "data": (Annotated[str, typer.Argument(
         help="Evaluation set: path or URL (.jsonl .json .csv .parquet)")], REQUIRED),
 })

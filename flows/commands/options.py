@@ -87,6 +87,9 @@ EVALUATION_OPTIONS = ("judges", "custom_judges", "aspect", "strictness", "allow_
                       "calibration_seed")
 RUN_OPTIONS = ("output", "suite", "run_id", "chunk_size", "on_invalid", "max_error_share",
                "no_cache", "storage_option", "shards", "no_progress")
+# What each command takes besides its own: evaluate and regression judge rows, compare pairs.
+ROW_RUN_OPTIONS = (JUDGE_OPTIONS, CANDIDATE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS)
+PAIR_RUN_OPTIONS = (JUDGE_OPTIONS, RUN_OPTIONS)
 
 
 def with_options(*groups: tuple[str, ...], own: Mapping[str, tuple] | None = None

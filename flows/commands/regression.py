@@ -22,15 +22,7 @@ from flows.commands.common import (
     fail,
     start_prefect_api,
 )
-from flows.commands.options import (
-    CANDIDATE_OPTIONS,
-    EVALUATION_OPTIONS,
-    JUDGE_OPTIONS,
-    REQUIRED,
-    RUN_OPTIONS,
-    evaluation_fields,
-    with_options,
-)
+from flows.commands.options import REQUIRED, ROW_RUN_OPTIONS, evaluation_fields, with_options
 
 EXIT_PASSED = 0
 
@@ -41,7 +33,7 @@ def _write_junit(path: str | None, text: str) -> None:
             handle.write(text)
 
 
-@with_options(JUDGE_OPTIONS, CANDIDATE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS, own={
+@with_options(*ROW_RUN_OPTIONS, own={
     "data": (Annotated[str, typer.Argument(help="Evaluation set: path or URL")], REQUIRED),
     "suite": (Annotated[str, typer.Option(
         help="Suite: its newest passed run is the baseline")], REQUIRED),

@@ -23,15 +23,16 @@ from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
 from judges.result_names import row_record
 from judges.rows import EvalRow
-from tasks.compare import PairChunkResult, compare_chunk
 from tasks.generate import generate_chunk
-from tasks.judge import ChunkResult, judge_chunk
+from tasks.judge import judge_chunk
 from tasks.report.rows import RowSample
 from tasks.storage.chunk_kinds import (
     ChunkKind,
+    ChunkResult,
     GeneratedRowChunks,
     JudgedPairChunks,
     JudgedRowChunks,
+    PairChunkResult,
 )
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.staging import ResultStaging
@@ -165,10 +166,10 @@ async def drive(
         outcome = await chunks.settle(index, state)
         result = (outcome.result if outcome.result is not None
                   else kind.failed(index, chunk, outcome.failure))
-        usage.add(kind.usage(result))
+        usage.add(result.usage)
         consume(index, chunk, result)
         if progress is not None:
-            spent = Usage() if outcome.resumed else kind.usage(result)
+            spent = Usage() if outcome.resumed else result.usage
             await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
                                                  kind.errors(result), outcome.resumed))
 
@@ -205,9 +206,10 @@ async def judge_all(
             if report_rows is not None:
                 report_rows.add(row_result, calibration.disagreements(row_result))
 
+    kind = JudgedRowChunks(plan, settings)
     return await drive(
-        rows, JudgedRowChunks(plan, settings),
-        lambda index, chunk: judge_chunk(index, quote(chunk), quote(plan), settings, cache_url,
+        rows, kind,
+        lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), cache_url,
                                          storage_options, return_state=True),
         consume, chunk_size, settings.concurrency, store, progress)
 
@@ -254,9 +256,10 @@ async def judge_all_pairs(
         staging.write_chunk(index, result.records, result.calls)
         by_chunk[index] = result.verdicts
 
+    kind = JudgedPairChunks(options, settings)
     usage = await drive(
-        pairs, JudgedPairChunks(options, settings),
-        lambda index, chunk: compare_chunk(index, quote(chunk), options, settings, cache_url,
-                                           storage_options, return_state=True),
+        pairs, kind,
+        lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), cache_url,
+                                         storage_options, return_state=True),
         consume, chunk_size, settings.concurrency, store, progress)
     return [v for index in sorted(by_chunk) for v in by_chunk[index]], usage

@@ -32,16 +32,10 @@ def _refused(store: ChunkStore, kind: str, index: int) -> str | None:
             f"worker signs with another {SIGNING_KEY_ENV}, or none)")
 
 
-class ShardStoreView:
-    """The run's store as one shard sees it: local chunk i is the run's chunk first_chunk + i.
+class _StoreView:
+    """A view over the run's chunk store; `store` is set by the subclass."""
 
-    Records which chunks it found finished and which it saved, for the shard's outcome.
-    """
-
-    def __init__(self, store: ChunkStore, first_chunk: int):
-        self.store, self.first_chunk = store, first_chunk
-        self.reused: set[int] = set()
-        self.saved: set[int] = set()
+    store: ChunkStore
 
     @property
     def url(self) -> str:
@@ -52,6 +46,18 @@ class ShardStoreView:
     def rejected(self) -> int:
         """Stored chunks the store refused for a missing or wrong MAC."""
         return self.store.rejected
+
+
+class ShardStoreView(_StoreView):
+    """The run's store as one shard sees it: local chunk i is the run's chunk first_chunk + i.
+
+    Records which chunks it found finished and which it saved, for the shard's outcome.
+    """
+
+    def __init__(self, store: ChunkStore, first_chunk: int):
+        self.store, self.first_chunk = store, first_chunk
+        self.reused: set[int] = set()
+        self.saved: set[int] = set()
 
     def load(self, kind: ChunkKind[Any, R], index: int, fingerprint: str) -> R | None:
         """The finished chunk at the run's index for this local one, if stored."""
@@ -66,7 +72,7 @@ class ShardStoreView:
         self.saved.add(self.first_chunk + index)
 
 
-class MergeView(Generic[T]):
+class MergeView(_StoreView, Generic[T]):
     """The run's store as the parent merges it: a stored chunk, or its items as shard errors.
 
     Args:
@@ -81,16 +87,6 @@ class MergeView(Generic[T]):
         self.store, self.items, self.chunk_size = store, items, chunk_size
         self.why_missing = why_missing
         self.missing: list[int] = []
-
-    @property
-    def url(self) -> str:
-        """Where the run's chunks are (the store's URL)."""
-        return self.store.url
-
-    @property
-    def rejected(self) -> int:
-        """Stored chunks the store refused for a missing or wrong MAC."""
-        return self.store.rejected
 
     def load(self, kind: ChunkKind[T, R], index: int, fingerprint: str) -> R:
         """The chunk a shard finished, or a result per item carrying why it is missing."""

@@ -9,19 +9,20 @@ failed, or that no shard finished, becomes: a result per item carrying why, neve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, failed_verdict
-from judges.engine import failed_rows
+from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, failed_verdict, judge_pairs
+from judges.calls import JudgeContext
+from judges.engine import failed_rows, judge_rows
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
+from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
 from judges.result_names import pair_fields
+from judges.results import RowResult
 from judges.rows import GENERATION_ERROR, EvalRow
-from tasks.compare import PairChunkResult
 from tasks.generate import GeneratedChunk, mark_generation_failed
-from tasks.judge import ChunkResult
 from tasks.storage.pair_codec import decode_pair_verdict, encode_pair_verdict, pairs_fingerprint
 from tasks.storage.row_codec import (
     decode_row_result,
@@ -37,8 +38,32 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
+@dataclass
+class ChunkResult:
+    """A judged chunk of rows: one typed result per row in input order, usage, the call log."""
+
+    index: int
+    results: list[RowResult]
+    usage: Usage
+    calls: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class PairChunkResult:
+    """A judged chunk of pairs: one results record and one verdict per pair, in input order."""
+
+    index: int
+    records: list[dict]
+    verdicts: list[PairVerdict]
+    usage: Usage
+    calls: list[dict] = field(default_factory=list)
+
+
 class ChunkKind(Protocol, Generic[Item, Result]):
-    """One kind of chunk result and everything a driver or a store needs to know of it."""
+    """One kind of chunk result and everything a driver or a store needs to know of it.
+
+    Every result carries the `usage` (calls and tokens) its chunk spent.
+    """
 
     name: str  # the kind's folder in the chunk store
 
@@ -53,9 +78,6 @@ class ChunkKind(Protocol, Generic[Item, Result]):
 
     def size(self, result: Result) -> int:
         """Items in the result (a stored result of another size is not this chunk's)."""
-
-    def usage(self, result: Result) -> Usage:
-        """The calls and tokens the result cost."""
 
     def errors(self, result: Result) -> int:
         """Items (or judgments) that ended as an error."""
@@ -75,6 +97,10 @@ class JudgedRowChunks:
     settings: LLMSettings
     name: str = "judge"
 
+    async def judge(self, ctx: JudgeContext, index: int, items: list[EvalRow]) -> ChunkResult:
+        """Every planned judge over the rows, all their calls concurrent."""
+        return ChunkResult(index, await judge_rows(ctx, self.plan, items), ctx.usage, ctx.calls)
+
     def fingerprint(self, items: list[EvalRow]) -> str:
         """Rows, plan (judges, prompts) and model."""
         return judge_fingerprint(items, self.plan, self.settings)
@@ -93,9 +119,6 @@ class JudgedRowChunks:
         """Rows judged."""
         return len(result.results)
 
-    def usage(self, result: ChunkResult) -> Usage:
-        """What judging the chunk cost."""
-        return result.usage
 
     def errors(self, result: ChunkResult) -> int:
         """Judgments that ended as an error."""
@@ -134,9 +157,6 @@ class GeneratedRowChunks:
         """Rows answered (or marked failed)."""
         return len(result.rows)
 
-    def usage(self, result: GeneratedChunk) -> Usage:
-        """What generating the chunk cost."""
-        return result.usage
 
     def errors(self, result: GeneratedChunk) -> int:
         """Rows whose generation failed."""
@@ -160,6 +180,13 @@ class JudgedPairChunks:
     settings: LLMSettings
     name: str = "pairs"
 
+    async def judge(self, ctx: JudgeContext, index: int, items: list[Pair]) -> PairChunkResult:
+        """Every pass of every pair, concurrent; the verdicts reconciled and recorded."""
+        verdicts = await judge_pairs(ctx, items, self.options)
+        records = [pair_fields(PairResult(p, v, self.options.swap))
+                   for p, v in zip(items, verdicts, strict=True)]
+        return PairChunkResult(index, records, verdicts, ctx.usage, ctx.calls)
+
     def fingerprint(self, items: list[Pair]) -> str:
         """Pairs, rubric, rules and model."""
         return pairs_fingerprint(items, self.options, self.settings)
@@ -181,9 +208,6 @@ class JudgedPairChunks:
         """Pairs judged."""
         return len(result.verdicts)
 
-    def usage(self, result: PairChunkResult) -> Usage:
-        """What judging the pairs cost."""
-        return result.usage
 
     def errors(self, result: PairChunkResult) -> int:
         """Pairs without a verdict."""
