@@ -48,6 +48,7 @@ class CallOutcome(NamedTuple):
 
     verdict: Any | None
     error: str | None
+    reply: str | None = None  # the model's last reply, as it came (untrusted text)
 
 
 class Exchange(NamedTuple):
@@ -101,7 +102,8 @@ async def judged_call(
         "error": exchange.error,
     })
     FINISHED_CALLS.add()
-    return CallOutcome(exchange.verdict, exchange.error)
+    return CallOutcome(exchange.verdict, exchange.error,
+                       exchange.replies[-1] if exchange.replies else None)
 
 
 async def _cached(

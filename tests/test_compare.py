@@ -167,6 +167,17 @@ def test_each_pair_is_judged_in_both_orders(fake_llm, tmp_path):
     assert firsts == ["#q=1 beta", "#q=5 alpha"]
 
 
+def test_each_pass_keeps_the_judges_reply_as_it_came(fake_llm, tmp_path):
+    fake_llm.script = BiasedJudge()
+    _, records, _ = run(fake_llm, tmp_path, write_pairs(tmp_path, [pair("p", "#q=5 a", "#q=1 b")]))
+    forward, backward = (records[0][f"pairwise/{order}/raw"] for order in ("forward", "backward"))
+    # A won in both orders: position 1 forward, position 2 backward, each in the judge's words
+    assert forward.startswith("Here is my judgment") and '"preference": "1"' in forward
+    assert '"preference": "2"' in backward
+    report = (tmp_path / "out" / "t" / "r1" / "report.html").read_text()
+    assert report.count("raw reply") >= 2
+
+
 def test_strict_ties_turn_one_sided_ties_into_ties(fake_llm, tmp_path):
     fake_llm.script = BiasedJudge()
     metrics, records, _ = run(fake_llm, tmp_path, write_pairs(tmp_path, [r for r, _ in PLANTED]),

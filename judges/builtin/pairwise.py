@@ -130,10 +130,10 @@ async def run_pass(ctx: JudgeContext, pair: Pair, order: Order, rubric: Rubric |
                     "request_id": pair.pair_id, "row_index": pair.row_index, "order": order},
     )
     if outcome.verdict is None:
-        return Pass(order, error=outcome.error)
+        return Pass(order, error=outcome.error, raw=outcome.reply)
     # The parsed reply is a RubricJudgment; check_rubric hands back a plain PairwiseJudgment
     # whose criteria carry the user's descriptions and weights.
-    return Pass(order, judgment=check_rubric(outcome.verdict, rubric))
+    return Pass(order, judgment=check_rubric(outcome.verdict, rubric), raw=outcome.reply)
 
 
 def forward_only(forward: Pass) -> PairVerdict:
