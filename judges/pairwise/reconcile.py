@@ -4,8 +4,7 @@ Pure logic only: no prompt, no network. A pair (prompt, A, B) is judged twice, f
 position 1) and backward (B in position 1); each pass speaks in positions "1"/"2", and
 `reconcile` maps both back to A/B and combines them into one `PairVerdict`.
 
-The output models (criteria, judgment, rubric) live in judges/pairwise/models.py and are
-re-exported here, so `from judges.pairwise.reconcile import PairwiseJudgment` keeps working.
+The output models (criteria, judgment, rubric) live in judges/pairwise/models.py.
 """
 
 from __future__ import annotations
