@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from flows import flow_names
 from flows.params import EvaluateParams, SafeName, StorageURL
+from flows.phases.canary import run_canary
 from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.phases.integrity import integrity_section
 from flows.phases.regression import (
@@ -32,8 +33,11 @@ from flows.preflight.checks import plan_run, rows_to_plan
 from flows.preflight.regression import check_gate_metrics
 from flows.preflight.trust import guard_parameters
 from flows.run.common import run_location, run_summary
+from judges.model.usage import Usage
 from tasks.artifacts import publish_artifacts
+from tasks.regression.canary import DEFAULT_CANARY_ROWS, DEFAULT_MIN_AGREEMENT
 from tasks.regression.gates import load_gates
+from tasks.report.plain_text import visible
 from tasks.report.verdict_text import gate_line, verdict_message
 from tasks.storage.baseline import find_baseline
 from tasks.storage.chunk_store import ChunkStore
@@ -87,6 +91,16 @@ class RegressionParams(EvaluateParams):
         0.9, ge=0, le=1, description="Smallest share of the baseline's rated rows that must "
         "pair (same request_id, request and expected answer) for a relative gate to decide",
     )
+    canary_rows: int = Field(
+        DEFAULT_CANARY_ROWS, ge=0, le=10_000, description="Judge drift canary: how many of the "
+        "baseline's rows tonight's judge judges again (never from the cache) to compare with "
+        "the baseline's verdicts; 0 turns it off unless the judge fingerprint changed",
+    )
+    canary_min_agreement: float = Field(
+        DEFAULT_MIN_AGREEMENT, ge=0, le=1, description="A judge agreeing with its own baseline "
+        "verdicts on fewer of the canary's rows than this has drifted: the night is incomplete",
+    )
+    canary_seed: int = Field(0, description="Seed of the canary's sample of baseline rows")
 
     @model_validator(mode="after")
     def _candidate_is_named(self) -> RegressionParams:
@@ -103,6 +117,7 @@ def _emit(params: RegressionParams, event: str, run_id: str, urls: dict, section
                   "prefect.resource.name": params.suite},
         payload={"run_id": run_id,
                  "outcome": section["outcome"], "report": urls["report.html"],
+                 "reasons": [visible(r) for r in section.get("incomplete_reasons") or []],
                  "gates": [gate_line(g) for g in gates], "breaches": [
                      gate_line(g) for g in gates if g["outcome"] == "breached"]},
     )
@@ -127,13 +142,15 @@ async def regression(params: RegressionParams) -> dict | State:
     generation_usage = await generate_responses(params, prepared, store)
     judged = await judge(params, prepared, store, location)
     comparison = await compare_with_baseline(params, baseline, prepared, judged)
-    verdict = decide_run(params, gates, baseline, judged, comparison)
-    section = regression_section(params, gates, baseline, comparison, verdict, judged)
+    canary = await run_canary(params, baseline, judged)
+    verdict = decide_run(params, gates, baseline, judged, comparison, canary)
+    section = regression_section(params, gates, baseline, comparison, verdict, judged, canary)
     extra: dict[str, Any] = {"status": verdict.outcome, "regression": section}
     if params.candidate is not None:
         extra["generation_usage"] = generation_usage.as_dict()
     integrity = integrity_section(
-        [judged.usage, comparison.usage], judged.store, calibration=params.calibration,
+        [judged.usage, comparison.usage, canary.usage if canary else Usage()], judged.store,
+        calibration=params.calibration,
         baseline=baseline_check(baseline, comparison) or "none",
         baseline_refused=comparison.baseline_refused)
     manifest, urls = publish(params, location, prepared, judged, started_at, extra,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from judges.base import JudgeSpec
@@ -21,20 +21,28 @@ from judges.model.settings import LLMSettings
 # Each part of a judge's identity, with the words used when it differs.
 PARTS = (("model", "model"), ("api_base", "endpoint"), ("temperature", "temperature"),
          ("max_tokens", "reply cap"), ("samples", "samples per verdict"),
-         ("version", "judge version"), ("prompt_hash", "prompt"))
+         ("version", "judge version"), ("prompt_hash", "prompt"),
+         ("answered_by", "model the provider says answered"))
 
 
-def judge_identity(spec: JudgeSpec, settings: LLMSettings) -> dict[str, Any]:
+def judge_identity(spec: JudgeSpec, settings: LLMSettings,
+                   answered_by: Iterable[str] = ()) -> dict[str, Any]:
     """What identifies one judge's verdicts in this run."""
     return {"name": spec.name, "model": settings.model, "api_base": settings.api_base,
             "temperature": settings.temperature, "max_tokens": settings.max_tokens,
-            "samples": spec.samples, "version": spec.version, "prompt_hash": spec.prompt_hash}
+            "samples": spec.samples, "version": spec.version, "prompt_hash": spec.prompt_hash,
+            "answered_by": sorted(answered_by)}
 
 
-def fingerprint(judges: list[JudgeSpec] | tuple[JudgeSpec, ...],
-                settings: LLMSettings) -> dict[str, Any]:
-    """The run's fingerprint: each judge's identity by prefix, and one digest over them."""
-    parts = {spec.prefix: judge_identity(spec, settings) for spec in judges}
+def fingerprint(judges: list[JudgeSpec] | tuple[JudgeSpec, ...], settings: LLMSettings,
+                answered_by: Iterable[str] = ()) -> dict[str, Any]:
+    """The run's fingerprint: each judge's identity by prefix, and one digest over them.
+
+    `answered_by` is what the provider said answered the run's model calls (every judge of a
+    run calls the same model); empty when every reply came from the cache.
+    """
+    answered = sorted(set(answered_by))
+    parts = {spec.prefix: judge_identity(spec, settings, answered) for spec in judges}
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
     return {"digest": hashlib.sha256(text.encode()).hexdigest(), "judges": parts}
 
@@ -66,6 +74,8 @@ def differences(before: Mapping[str, Any] | None, now: Mapping[str, Any]) -> lis
         old, new = before.get(field), now.get(field)
         if field == "samples" and old is None and new == 1:
             continue  # runs before the fingerprint drew one sample per verdict
+        if field == "answered_by" and (not old or not new):
+            continue  # one of the runs made no call (replies from the cache): nothing to say
         if old != new:
             changed.append(f"{words} {old!r} → {new!r}")
     return changed

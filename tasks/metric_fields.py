@@ -22,7 +22,8 @@ from judges.result_names import (
 
 __all__ = [
     "MetricField", "RowData", "advisory_key", "calibrated_keys", "is_calibration",
-    "is_pairwise", "metric_field", "metric_fields", "row_data", "row_tags", "stats_of",
+    "is_pairwise", "metric_field", "metric_fields", "record_inputs", "row_data", "row_tags",
+    "stats_of",
 ]
 
 RATE_SUFFIXES = ("/rating/percentage", "/rating/average")
@@ -127,6 +128,16 @@ def row_data(record: Mapping[str, Any], specs: Iterable[MetricField]) -> RowData
     return RowData(record.get("request"), record.get("response"), row_tags(record.get("tags")),
                    values, frozenset(errors),
                    (record.get("expected_response"), record.get("expected_facts")))
+
+
+def record_inputs(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A published record's inputs, as a set's row gives them (to judge it again).
+
+    Every field a judge or metric wrote is named under an area (`response/…`, `retrieval/…`,
+    `agent/…`, `pairwise/…`, `calibration/…`): the inputs are the names without a slash, but
+    for `row_index`, which the set a row is read into assigns anew.
+    """
+    return {k: v for k, v in record.items() if "/" not in k and k != "row_index"}
 
 
 def counts_of(metrics: Mapping[str, Any], base: str) -> tuple[Any, Any]:

@@ -25,6 +25,8 @@ class Reply:
     prompt_tokens: int = 10
     completion_tokens: int = 5
     delay_seconds: float = 0.0
+    model: str | None = None  # the model the provider says answered (default: as asked)
+    system_fingerprint: str | None = None
 
 
 Script = Callable[[dict], Reply]
@@ -41,7 +43,9 @@ def _completion_json(body: dict, reply: Reply) -> bytes:
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": body.get("model", "fake"),
+            "model": reply.model or body.get("model", "fake"),
+            **({"system_fingerprint": reply.system_fingerprint}
+               if reply.system_fingerprint else {}),
             "choices": [
                 {
                     "index": 0,

@@ -51,6 +51,13 @@ def _write_junit(path: str | None, text: str) -> None:
     "min_coverage": (Annotated[float, typer.Option(
         help="Smallest share of the baseline's rated rows that must pair for a relative gate "
         "to decide")], 0.9),
+    "canary_rows": (Annotated[int, typer.Option(
+        help="Judge drift canary: baseline rows judged again tonight (0: off unless the judge "
+        "changed)")], 50),
+    "canary_min_agreement": (Annotated[float, typer.Option(
+        help="Least agreement with the baseline's own verdicts before the judge counts as "
+        "drifted")], 0.9),
+    "canary_seed": (Annotated[int, typer.Option(help="Seed of the canary's sample")], 0),
 })
 def regression_command(**options: Any) -> None:
     """Evaluate a candidate against the suite's baseline and gate it (exit 0/1/2/3)."""
@@ -61,7 +68,8 @@ def regression_command(**options: Any) -> None:
         RegressionParams, **fields, data=options["data"], gates=options["gates"],
         baseline=options["baseline"], pairwise=not options["no_pairwise"],
         rubric=options["rubric"], min_paired=options["min_paired"],
-        min_coverage=options["min_coverage"])
+        min_coverage=options["min_coverage"], canary_rows=options["canary_rows"],
+        canary_min_agreement=options["canary_min_agreement"], canary_seed=options["canary_seed"])
     junit = options["junit"]
     _preflight(params, junit)
     raise typer.Exit(_run(params, junit, progress=not options["no_progress"]))

@@ -77,7 +77,7 @@ def build_manifest(
         "dataset": {"source": source, **counts},
         "judge": judge_section(settings),
         "offline_notice": OFFLINE_NOTICE if settings.is_offline else None,
-        "judge_fingerprint": fingerprint(plan.judges, settings),
+        "judge_fingerprint": fingerprint(plan.judges, settings, usage.answered_by),
         "judges": [
             {
                 "name": j.name,

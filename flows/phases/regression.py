@@ -14,6 +14,7 @@ from typing import Any
 
 from prefect import get_run_logger
 
+from flows.phases.canary import Canary
 from flows.phases.evaluation import JudgedRun, PreparedSet
 from flows.phases.head_to_head import head_to_head, merge_fields
 from judges.fingerprint import differences, fingerprint, recorded_judges
@@ -131,11 +132,12 @@ def judge_changes(baseline: BaselineRun | None, judged: JudgedRun, params: Any
 
 
 def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: JudgedRun,
-               comparison: Comparison) -> RunVerdict:
+               comparison: Comparison, canary: Canary | None = None) -> RunVerdict:
     """Apply the gates to this run's numbers; a run that judged too little never passes.
 
     Any judge above max_error_share, gated or not, makes the run incomplete: its gates may
-    hold, but the run cannot be the suite's next baseline. A breach still fails it.
+    hold, but the run cannot be the suite's next baseline. A breach still fails it, unless the
+    judge drifted since the baseline (the canary): then no gate can be read, breached or not.
     """
     context = Context(
         suite=params.suite, baseline_run_id=baseline.run_id if baseline else None,
@@ -149,6 +151,8 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
             entry["key"]: entry["advisory_reason"]
             for entry in (judged.calibration or {}).get("judges", []) if entry.get("advisory")})
     verdict = decide(gates, judged.metrics, comparison.deltas, context)
+    if canary is not None and canary.reasons:
+        return verdict._replace(outcome="incomplete")
     if verdict.outcome == "passed" and judged.completeness.status != "complete":
         return verdict._replace(outcome="incomplete")
     return verdict
@@ -162,11 +166,13 @@ def baseline_check(baseline: BaselineRun | None, comparison: Comparison) -> str 
 
 
 def regression_section(params: Any, gates: list, baseline: BaselineRun | None,
-                       comparison: Comparison, verdict: RunVerdict, judged: JudgedRun) -> dict:
+                       comparison: Comparison, verdict: RunVerdict, judged: JudgedRun,
+                       canary: Canary | None = None) -> dict:
     """What the manifest records about the regression (the report and summary.md read it)."""
     return {
         "outcome": verdict.outcome,
-        "incomplete_reasons": judged.completeness.reasons,
+        "incomplete_reasons": judged.completeness.reasons + (canary.reasons if canary else []),
+        "canary": canary.section if canary else None,
         "baseline_run_id": baseline.run_id if baseline else None,
         "baseline_url": baseline.url if baseline else None,
         "baseline_status": baseline.manifest.get("status") if baseline else None,

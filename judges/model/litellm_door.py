@@ -150,4 +150,18 @@ def _to_completion(response: Any, model: str) -> Completion:
         input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         cost_usd=_cost(response, model),
+        answered_by=_answered_by(response),
     )
+
+
+def _answered_by(response: Any) -> str | None:
+    """The provider's word for what answered: its `model`, and `system_fingerprint` if given.
+
+    Untrusted and unbounded text from the provider: kept short and on one line.
+    """
+    model = getattr(response, "model", None)
+    if not isinstance(model, str) or not model.strip():
+        return None
+    fingerprint = getattr(response, "system_fingerprint", None)
+    named = f"{model} {fingerprint}" if isinstance(fingerprint, str) and fingerprint else model
+    return " ".join(named.split())[:120]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
@@ -17,6 +17,9 @@ class Completion(NamedTuple):
     # rate-limit waits or earlier attempts.
     latency_seconds: float = 0.0
     attempts: int = 1
+    # The model the provider says answered (its reply's `model`, with `system_fingerprint`
+    # when given): a provider may change it behind the same model string.
+    answered_by: str | None = None
 
 
 class LLMCallError(RuntimeError):
@@ -35,15 +38,22 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    # Answered calls by the model the provider said answered them (see Completion).
+    answered_by: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: Usage) -> None:
         """Add another tally to this one."""
         for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            if name == "answered_by":
+                for model, count in other.answered_by.items():
+                    self.answered_by[model] = self.answered_by.get(model, 0) + count
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def as_dict(self) -> dict:
         """The tally as a plain dict (for manifests)."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return {name: dict(value) if isinstance(value, dict) else value
+                for name in self.__dataclass_fields__ for value in [getattr(self, name)]}
 
     def count_success(self, completion: Completion) -> None:
         """Tally one answered call: its tokens and cost."""
@@ -51,3 +61,6 @@ class Usage:
         self.input_tokens += completion.input_tokens
         self.output_tokens += completion.output_tokens
         self.cost_usd += completion.cost_usd
+        if completion.answered_by:
+            self.answered_by[completion.answered_by] = (
+                self.answered_by.get(completion.answered_by, 0) + 1)

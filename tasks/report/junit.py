@@ -16,19 +16,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from tasks.report.plain_text import visible, visible_lines
-from tasks.report.verdict_text import gate_line, headline
+from tasks.report.verdict_text import canary_line, gate_line, headline
 
 
 def junit_xml(section: Mapping[str, Any], suite: str, report: str | None = None) -> str:
     """The regression section of a manifest as a JUnit XML document (UTF-8 text)."""
     gates = section.get("gates") or []
+    canary = canary_line(section)
+    drifted = bool((section.get("canary") or {}).get("drifted"))
+    tests = len(gates) + (canary is not None)
     failures = sum(g["outcome"] == "breached" for g in gates)
-    errors = sum(g["outcome"] == "undecidable" for g in gates)
-    root = ET.Element("testsuites", name="judgeflow regression", tests=str(len(gates)),
+    errors = sum(g["outcome"] == "undecidable" for g in gates) + drifted
+    root = ET.Element("testsuites", name="judgeflow regression", tests=str(tests),
                       failures=str(failures), errors=str(errors))
     suite = visible(suite)
     testsuite = ET.SubElement(root, "testsuite", name=f"judgeflow.regression.{suite}",
-                              tests=str(len(gates)), failures=str(failures),
+                              tests=str(tests), failures=str(failures),
                               errors=str(errors), skipped="0")
     properties = ET.SubElement(testsuite, "properties")
     for name, value in (("outcome", section.get("outcome")),
@@ -48,6 +51,14 @@ def junit_xml(section: Mapping[str, Any], suite: str, report: str | None = None)
                           type="GateUndecidable").text = line
         else:
             ET.SubElement(case, "system-out").text = line
+    if canary is not None:  # the judge itself, checked against the baseline's verdicts
+        case = ET.SubElement(testsuite, "testcase", classname=f"judgeflow.regression.{suite}",
+                             name="judge drift canary")
+        if drifted:
+            ET.SubElement(case, "error", message="the judge drifted since the baseline",
+                          type="JudgeDrifted").text = canary
+        else:
+            ET.SubElement(case, "system-out").text = canary
     ET.SubElement(testsuite, "system-out").text = headline(section, suite)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

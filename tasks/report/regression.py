@@ -11,7 +11,14 @@ from typing import Any, NamedTuple
 
 from judges.result_names import TAG_PREFIX, tag_metric
 from tasks.metric_fields import counts_of, metric_field
-from tasks.report.verdict_text import fmt_delta, fmt_p, fmt_value, gate_cells, headline
+from tasks.report.verdict_text import (
+    canary_line,
+    fmt_delta,
+    fmt_p,
+    fmt_value,
+    gate_cells,
+    headline,
+)
 
 
 class SliceRow(NamedTuple):
@@ -64,7 +71,8 @@ def regression_view(section: Mapping[str, Any] | None, suite: str) -> dict[str, 
     for line in lines:
         if line.get("tag"):
             by_tag.setdefault(line["tag"], []).append(delta_cells(line))
-    notes = [text for text in (section.get("pairwise_error") and
+    notes = [text for text in (canary_line(section),
+                               section.get("pairwise_error") and
                                f"Head-to-head failed: {section['pairwise_error']}",
                                section.get("baseline_rows_error") and
                                f"The baseline's results could not be read: "

@@ -14,7 +14,7 @@ from typing import Any
 
 from judges.result_names import headline_metrics
 from tasks.report.markdown_text import cell, code, inline
-from tasks.report.verdict_text import gate_cells, headline
+from tasks.report.verdict_text import canary_line, gate_cells, headline
 
 # Three short columns: a table that fits the Prefect UI's artifact view (about 1,400 px) and a
 # pull request's comment; each gate's reason and statistics follow it, a line each.
@@ -61,6 +61,8 @@ def regression_lines(section: Mapping[str, Any], suite: str) -> list[str]:
                      f"{pairing.get('expectation_changed', 0)}.")
     if section.get("pairwise_error"):
         lines.append(f"Head-to-head comparison failed: {inline(section['pairwise_error'])}")
+    if canary := canary_line(section):
+        lines += ["", inline(canary)]
     for reason in section.get("incomplete_reasons") or []:
         lines.append(f"- Incomplete: {inline(reason)}")
     return [*lines, ""]

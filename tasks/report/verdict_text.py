@@ -104,6 +104,33 @@ def gate_line(gate: Mapping[str, Any]) -> str:
     return f"{c['verdict']} {c['gate']} ({c['rule']}): {stats}: {c['reason']}"
 
 
+def canary_line(section: Mapping[str, Any]) -> str | None:
+    """The judge drift canary in one line; None when the run had no baseline to check."""
+    canary = section.get("canary")
+    if not canary:
+        return None
+    if canary.get("error"):
+        return f"Judge drift canary: {visible(canary['error'])}"
+    if not canary.get("sample"):
+        return f"Judge drift canary: skipped, {visible(canary.get('skipped') or 'no rows')}"
+    parts = []
+    for judge in canary.get("judges") or []:
+        agreement = judge.get("agreement")
+        kappa = judge.get("kappa")
+        parts.append(
+            f"{visible(judge.get('name'))} agrees on {judge.get('agreed')} of "
+            f"{judge.get('compared')}" + (f" ({agreement:.0%}" if agreement is not None else " (")
+            + (f", kappa {kappa:.2f}" if kappa is not None else "")
+            + f"; flips yes→no {judge.get('yes_to_no')}, no→yes {judge.get('no_to_yes')}"
+            + (f", failed {judge.get('errors')}" if judge.get("errors") else "") + ")")
+    cost = canary.get("cost") or {}
+    why = " (forced: the judge fingerprint changed)" if canary.get("forced") else ""
+    state = "DRIFTED" if canary.get("drifted") else "steady"
+    return (f"Judge drift canary{why}: {state}: tonight's judge re-judged {canary['sample']} of "
+            f"the baseline's rows: {'; '.join(parts)}; {cost.get('calls', 0)} calls, "
+            f"${cost.get('cost_usd', 0.0):.4f}")
+
+
 def headline(section: Mapping[str, Any], suite: str) -> str:
     """'FAILED: 1 of 3 gates breached in suite 'x' against baseline run 'y''.
 
@@ -113,7 +140,11 @@ def headline(section: Mapping[str, Any], suite: str) -> str:
     outcome = section.get("outcome", "incomplete")
     counts = {o: sum(g["outcome"] == o for g in gates) for o in ("held", "breached",
                                                                    "undecidable")}
-    if outcome == "failed":
+    canary = section.get("canary") or {}
+    if outcome == "incomplete" and canary.get("drifted"):
+        text = ("INCOMPLETE: the judge drifted since the baseline (drift canary); no gate can "
+                "be read")
+    elif outcome == "failed":
         text = f"FAILED: {counts['breached']} of {len(gates)} gate(s) breached"
     elif outcome == "incomplete" and not counts["undecidable"] and section.get(
             "incomplete_reasons"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from judges.errors import ConfigError
@@ -154,14 +155,26 @@ def read_baseline_rows(
 ) -> dict[str, RowData]:
     """The baseline's per-row values by request_id, from its results.jsonl.
 
-    A verified baseline's file is hashed as it is parsed, and its rows are returned only if
-    the digest is the one its signed manifest records.
+    Raises:
+        FileNotFoundError: the run has no results.jsonl.
+        BaselineRefused: a verified baseline's results.jsonl is not the one it published.
+    """
+    return {str(record.get("request_id")): row_data(record, specs)
+            for record in iter_baseline_records(baseline, storage_options)}
+
+
+def iter_baseline_records(baseline: BaselineRun, storage_options: dict | None = None
+                          ) -> Iterator[dict[str, Any]]:
+    """The baseline's published records, streamed from its results.jsonl.
+
+    A verified baseline's file is hashed as it is read; when it ends, a digest other than the
+    one its signed manifest records raises, so a caller that uses what it collected only once
+    the iteration is over never uses an altered file.
 
     Raises:
         FileNotFoundError: the run has no results.jsonl.
         BaselineRefused: a verified baseline's results.jsonl is not the one it published.
     """
-    rows: dict[str, RowData] = {}
     url = f"{baseline.url}/results.jsonl"
     check = FileCheck(baseline.manifest, "results.jsonl") if baseline.check == VERIFIED else None
     with open_url(url, "rb", storage_options) as handle:
@@ -170,11 +183,9 @@ def read_baseline_rows(
                 check.update(raw)
             line = raw.decode("utf-8")
             if line.strip():
-                record: dict[str, Any] = json.loads(line)
-                rows[str(record.get("request_id"))] = row_data(record, specs)
+                yield json.loads(line)
     if check is not None:
         try:
             check.check()
         except RunRefused as error:
             raise BaselineRefused(f"baseline run {baseline.run_id!r} refused: {error}") from None
-    return rows

@@ -132,7 +132,13 @@ def decode_usage(data: dict) -> Usage:
     known = {f.name for f in fields(Usage)}
     if not isinstance(data, dict) or set(data) - known:
         raise ResultCodecError(f"malformed stored usage: {data!r}")
-    return Usage(**{name: _optional_number(value, name) or 0 for name, value in data.items()})
+    answered = data.get("answered_by") or {}
+    if not isinstance(answered, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in answered.items()):
+        raise ResultCodecError(f"malformed stored usage: {data!r}")
+    return Usage(**{name: _optional_number(value, name) or 0 for name, value in data.items()
+                    if name != "answered_by"}, answered_by=dict(answered))
 
 
 def plan_identity(plan: JudgePlan) -> dict:

@@ -1,0 +1,99 @@
+"""The regression's judge drift canary: the baseline's sampled rows judged again, tonight.
+
+The statistics and the rule are tasks/regression/canary.py; this phase reads the baseline's
+records, rebuilds their rows, judges them with tonight's judge (never from the reply cache: a
+cached reply is the baseline's own) and says whether the judge drifted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from flows.phases.evaluation import JudgedRun
+from judges.engine import judge_rows
+from judges.fingerprint import fingerprint, recorded_judges
+from judges.model.usage import Usage
+from judges.plan import JudgePlan
+from tasks.chunk_task import judge_context
+from tasks.dataset.normalise import normalise
+from tasks.metric_fields import record_inputs
+from tasks.regression.canary import (
+    DEFAULT_CANARY_ROWS,
+    agreement_of,
+    canary_judges,
+    choose_rows,
+    drift_reasons,
+)
+from tasks.storage.baseline import BaselineRun, iter_baseline_records
+
+
+@dataclass
+class Canary:
+    """What the canary found: the manifest's section, why the night is incomplete, its cost."""
+
+    section: dict[str, Any]
+    reasons: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+def _skipped(why: str, changed: bool) -> Canary:
+    return Canary({"sample": 0, "skipped": why, "fingerprint_changed": changed, "drifted": False})
+
+
+async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRun
+                     ) -> Canary | None:
+    """Re-judge a seeded sample of the baseline's rows; None when there is no baseline.
+
+    The sample has `params.canary_rows` rows (0 turns it off, unless the judge fingerprint
+    differs from the baseline's: then the default size runs anyway).
+    """
+    if baseline is None or baseline.refused is not None:
+        return None
+    settings = params.judge.settings()
+    digest = fingerprint(judged.plan.judges, settings, judged.usage.answered_by)["digest"]
+    recorded = baseline.manifest.get("judge_fingerprint") or {}
+    changed = recorded.get("digest") != digest
+    size = params.canary_rows or (DEFAULT_CANARY_ROWS if changed else 0)
+    if size == 0:
+        return _skipped("turned off (canary rows 0) and the judge fingerprint is the baseline's",
+                        changed)
+    judges = [j for j in canary_judges(judged.plan.judges)
+              if j.prefix in recorded_judges(baseline.manifest)]
+    if not judges:
+        return _skipped("no yes/no judge of tonight's run judged the baseline", changed)
+    try:
+        records = choose_rows(iter_baseline_records(baseline, params.storage_options), judges,
+                              size, params.canary_seed)
+        rows = [normalise(i, record_inputs(r), str(r.get("request_id")))
+                for i, r in enumerate(records)]
+    except (OSError, ValueError, ValidationError) as error:
+        why = f"the judge drift canary could not read the baseline's rows: {error}"
+        return Canary({"sample": 0, "error": why, "fingerprint_changed": changed,
+                       "drifted": True}, [why])
+    ctx = judge_context(settings, None, params.storage_options)  # never the cache
+    results = await judge_rows(ctx, JudgePlan(tuple(judges), (), ()), rows)
+    agreements = []
+    for judge in judges:
+        pairs = []
+        for record, result in zip(records, results, strict=True):
+            before = record.get(f"{judge.prefix}/rating")
+            now = next((r for r in result.judges if r.spec.prefix == judge.prefix), None)
+            if before in ("yes", "no") and now is not None and now.applied:
+                pairs.append((before, now.verdict.rating if now.verdict.rating in ("yes", "no")
+                              else None))
+        agreements.append(agreement_of(judge, pairs))
+    reasons = drift_reasons(agreements, params.canary_min_agreement, params.max_error_share)
+    compared = sum(a.compared for a in agreements)
+    section = {
+        "sample": len(rows), "requested": size, "seed": params.canary_seed,
+        "min_agreement": params.canary_min_agreement, "fingerprint_changed": changed,
+        "forced": changed and not params.canary_rows,
+        "baseline_digest": recorded.get("digest"), "digest": digest,
+        "agreement": sum(a.agreed for a in agreements) / compared if compared else None,
+        "judges": [a.as_dict() for a in agreements], "drifted": bool(reasons),
+        "cost": ctx.usage.as_dict(),
+    }
+    return Canary(section, reasons, ctx.usage)

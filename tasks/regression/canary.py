@@ -1,0 +1,138 @@
+"""The judge drift canary: tonight's judge against the baseline's own verdicts.
+
+A regression compares tonight's candidate with the baseline's verdicts, so it means something
+only if the judge still judges as it did then. Providers update a model behind the same name,
+and a prompt, endpoint or temperature change moves verdicts too. The canary re-judges a fixed,
+seeded sample of the baseline's rows (the baseline's responses, not tonight's) with tonight's
+judge, never from the reply cache, and compares each yes/no verdict with the one the baseline
+published: agreement, Cohen's kappa, flips both ways and the exact McNemar p.
+
+The rule is agreement, per judge: a judge that agrees with its own earlier verdicts on fewer
+than `min_agreement` of the sampled rows (0.9 by default) has drifted, and the night is
+incomplete, never a pass or a breach. Why 0.9 and 50 rows: see the README ("Judge drift").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from judges.base import JudgeSpec
+from judges.calibration.stats import cohen_kappa
+from tasks.regression.paired_stats import mcnemar
+
+DEFAULT_CANARY_ROWS = 50
+DEFAULT_MIN_AGREEMENT = 0.9
+YES_NO = ("yes", "no")
+
+
+def canary_judges(judges: Iterable[JudgeSpec]) -> list[JudgeSpec]:
+    """The judges a canary can check: one yes/no verdict per row.
+
+    Per-chunk and scored judges have no single verdict to compare.
+    """
+    return [j for j in judges if j.mode == "answer" and j.aggregate == "percentage"]
+
+
+def sample_key(seed: int, request_id: str) -> str:
+    """A row's place in the seeded order: the same rows are drawn every night for a baseline."""
+    return hashlib.sha256(f"{seed}\x00{request_id}".encode()).hexdigest()
+
+
+def choose_rows(records: Iterable[Mapping[str, Any]], judges: Sequence[JudgeSpec], size: int,
+                seed: int) -> list[Mapping[str, Any]]:
+    """Up to `size` published records with a yes/no verdict of at least one of `judges`.
+
+    The first `size` in the seeded order (`sample_key`), kept in bounded memory as the
+    records stream by, returned in that order.
+    """
+    kept: list[tuple[str, int, Mapping[str, Any]]] = []  # a max-heap by key, via negation
+    for position, record in enumerate(records):
+        if not any(record.get(f"{j.prefix}/rating") in YES_NO for j in judges):
+            continue
+        key = sample_key(seed, str(record.get("request_id")))
+        entry = (_negated(key), position, record)
+        if len(kept) < size:
+            heapq.heappush(kept, entry)
+        elif entry > kept[0]:
+            heapq.heapreplace(kept, entry)
+    return [record for _, _, record in sorted(kept, reverse=True)]
+
+
+def _negated(key: str) -> str:
+    """A key that sorts in reverse (hex digits complemented), for a max-heap on heapq."""
+    return key.translate(str.maketrans("0123456789abcdef", "fedcba9876543210"))
+
+
+@dataclass(frozen=True)
+class JudgeAgreement:
+    """How one judge's verdicts tonight compare with its verdicts in the baseline."""
+
+    name: str
+    prefix: str
+    compared: int  # rows rated yes/no both times
+    agreed: int
+    yes_to_no: int
+    no_to_yes: int
+    errors: int  # sampled rows the judge failed on tonight
+    kappa: float | None
+    mcnemar_p: float | None
+
+    @property
+    def agreement(self) -> float | None:
+        """Share of the compared rows with the same verdict both times."""
+        return self.agreed / self.compared if self.compared else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The manifest's entry for this judge."""
+        return {"name": self.name, "prefix": self.prefix, "compared": self.compared,
+                "agreed": self.agreed, "agreement": self.agreement,
+                "yes_to_no": self.yes_to_no, "no_to_yes": self.no_to_yes,
+                "errors": self.errors, "kappa": self.kappa, "mcnemar_p": self.mcnemar_p}
+
+
+def agreement_of(judge: JudgeSpec, pairs: Sequence[tuple[str, str | None]]) -> JudgeAgreement:
+    """Agreement of (baseline verdict, tonight's verdict or None if it failed) pairs."""
+    compared = [(before, now) for before, now in pairs if now in YES_NO]
+    errors = sum(now is None for _, now in pairs)
+    before = [b == "yes" for b, _ in compared]
+    now = [n == "yes" for _, n in compared]
+    matrix = np.zeros((2, 2), dtype=np.int64)
+    for b, n in zip(before, now, strict=True):
+        matrix[int(n), int(b)] += 1
+    test = mcnemar(before, now)
+    return JudgeAgreement(
+        judge.name, judge.prefix, len(compared),
+        sum(b == n for b, n in zip(before, now, strict=True)),
+        sum(b and not n for b, n in zip(before, now, strict=True)),
+        sum(n and not b for b, n in zip(before, now, strict=True)), errors,
+        cohen_kappa(matrix) if compared else None, test.p_two_sided)
+
+
+def drift_reasons(agreements: Sequence[JudgeAgreement], min_agreement: float,
+                  max_error_share: float) -> list[str]:
+    """One sentence per judge that drifted or could not be checked (empty: no drift seen)."""
+    reasons = []
+    for a in agreements:
+        asked = a.compared + a.errors
+        if asked and a.errors / asked > max_error_share:
+            reasons.append(
+                f"the judge drift canary could not check {a.name}: it failed on {a.errors} of "
+                f"{asked} of the baseline's rows")
+        elif a.compared and a.agreed / a.compared < min_agreement:
+            reasons.append(
+                f"the judge drifted: {a.name} agrees with the baseline's own verdicts on "
+                f"{a.agreed} of {a.compared} rows ({a.agreed / a.compared:.0%}, below "
+                f"{min_agreement:.0%}); flips yes→no {a.yes_to_no}, no→yes {a.no_to_yes}, "
+                f"McNemar p {_p(a.mcnemar_p)}; re-judge the baseline with tonight's judge "
+                "(judgeflow rejudge ... --as-baseline) to adopt it on purpose")
+    return reasons
+
+
+def _p(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
