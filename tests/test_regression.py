@@ -230,8 +230,13 @@ def test_nightly_run_keeps_custom_judges_aspects_and_strictness(fake_llm, tmp_pa
     assert summary["metrics"]["response/llm_judged/cites_sources/rated_count"] == 12
     assert summary["metrics"]["response/aspect_critic/harmfulness/rated_count"] == 12
     assert [g["outcome"] for g in summary["regression"]["gates"]] == ["held", "held"]
-    # strictness 3: three calls per row for the aspect, one each for the two judges
-    assert len(fake_llm.requests) == 12 * (3 + 1 + 1)
+    # strictness 3: three calls per row for the aspect, one each for the two judges; the drift
+    # canary asks as much again for the baseline's 12 rows (custom judges and aspects too)
+    assert len(fake_llm.requests) == 2 * 12 * (3 + 1 + 1)
+    canary = manifest(tmp_path, "custom")["regression"]["canary"]
+    assert canary["cost"]["calls"] == 12 * 5 and canary["agreement"] == 1.0
+    assert {j["name"] for j in canary["judges"]} == {"correctness", "cites_sources",
+                                                      "harmfulness"}
     config = manifest(tmp_path, "custom")["config"]
     assert config["custom_judges"] == str(judges_file) and config["strictness"] == 3
 

@@ -61,13 +61,16 @@ def test_exit_codes_and_junit_through_a_suite_s_life(fake_llm, tmp_path):
     assert passed.exit_code == 0, passed.output
     assert "PASSED: all 1 gate(s) held in suite 'ci' against baseline run 'seed'" in passed.output
     root = junit(tmp_path / "2.xml")
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("1", "0", "0")
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "0", "0")
+    canary = next(c for c in root.iter("testcase") if c.get("name") == "judge drift canary")
+    assert canary.find("system-out").text.startswith("Judge drift canary: steady: tonight's "
+                                                     "judge re-judged 40 of the baseline's rows")
 
     failed = invoke(fake_llm, tmp_path, bad, "--run-id", "r3", "--junit", str(tmp_path / "3.xml"))
     assert failed.exit_code == 1, failed.output
     assert "FAILED: 1 of 1 gate(s) breached in suite 'ci' against baseline run 'r2'" in (
         failed.output)
-    [case] = junit(tmp_path / "3.xml").iter("testcase")
+    case, _canary = junit(tmp_path / "3.xml").iter("testcase")
     assert case.get("name") == "response/llm_judged/correctness/rating/percentage"
     failure = case.find("failure")
     assert failure.get("message") == "dropped 0.2500, more than 0.02"
