@@ -27,6 +27,7 @@ from flows.commands.common import (  # noqa: E402, F401 - re-exported for caller
 from flows.commands.compare import compare_command  # noqa: E402
 from flows.commands.evaluate import evaluate_command  # noqa: E402
 from flows.commands.regression import regression_command  # noqa: E402
+from flows.commands.rejudge import rejudge_command  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
@@ -50,6 +51,7 @@ def _root(
 app.command(name="evaluate")(evaluate_command)
 app.command(name="compare")(compare_command)
 app.command(name="regression")(regression_command)
+app.command(name="rejudge")(rejudge_command)
 
 
 def main() -> None:

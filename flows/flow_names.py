@@ -7,3 +7,4 @@ flows/commands/prefect_api.py), so the names live here rather than only in the f
 EVALUATE = "evaluate"
 COMPARE = "compare"
 REGRESSION = "regression"
+REJUDGE = "rejudge"

@@ -138,9 +138,14 @@ def candidate_fields(options: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def evaluation_fields(options: Mapping[str, Any]) -> dict[str, Any]:
     """EvaluateParams' fields (RegressionParams' too) from the shared options."""
+    return {**judging_fields(options), "candidate": candidate_fields(options)}
+
+
+def judging_fields(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The judge, the judges and the run's fields: all EvaluateParams takes but the candidate."""
     judges = options["judges"]
     return {
-        "judge": judge_model_fields(options), "candidate": candidate_fields(options),
+        "judge": judge_model_fields(options),
         "judges": [p.strip() for p in judges.split(",") if p.strip()] if judges else None,
         "custom_judges": options["custom_judges"], "aspects": options["aspect"] or [],
         "strictness": options["strictness"],

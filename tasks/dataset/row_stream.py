@@ -18,6 +18,7 @@ from tasks.dataset.row_shapes import RowShapes
 from tasks.dataset.sources import batches_of_rows, iter_batches
 from tasks.dataset.table import DatasetReadError, RecordBatch, RowProblem
 from tasks.dataset.validation import CheckOptions, SetValidator, finished_problems, whole_set_broken
+from tasks.metric_fields import record_inputs
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,15 @@ class RowSource:
         rows: rows given inline, as a flow parameter.
         storage_options: fsspec options of the set and of the labels file.
         labels: a labels file joined onto the set on request_id (tasks/dataset/labels.py).
+        published: the set is a published run's results.jsonl: only its inputs are read
+            (tasks/metric_fields.py `record_inputs`), never what its judges wrote.
     """
 
     data: str | None
     rows: list[Any] | None = None
     storage_options: dict = field(default_factory=dict)
     labels: str | None = None
+    published: bool = False
 
     @property
     def name(self) -> str:
@@ -48,6 +52,8 @@ class RowSource:
         else:
             raw = iter_batches(self.data, self.storage_options)
         for batch in raw:
+            if self.published:
+                batch = batch._replace(records=[record_inputs(r) for r in batch.records])
             yield batch._replace(records=join.apply(batch.records)) if join else batch
 
     def label_join(self) -> LabelJoin | None:

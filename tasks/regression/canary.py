@@ -34,9 +34,9 @@ YES_NO = ("yes", "no")
 def canary_judges(judges: Iterable[JudgeSpec]) -> list[JudgeSpec]:
     """The judges a canary can check: one yes/no verdict per row.
 
-    Per-chunk and scored judges have no single verdict to compare.
+    Per-chunk judges give a verdict per chunk, summed up as a precision: no one verdict.
     """
-    return [j for j in judges if j.mode == "answer" and j.aggregate == "percentage"]
+    return [j for j in judges if j.mode == "answer"]
 
 
 def sample_key(seed: int, request_id: str) -> str:

@@ -74,7 +74,14 @@ def pointer_path(location: RunLocation) -> str:
 
 
 def becomes_baseline(manifest: dict) -> bool:
-    """Whether publishing this run moves the suite's baseline pointer to it."""
+    """Whether publishing this run moves the suite's baseline pointer to it.
+
+    A complete evaluate run or a passed regression does; a re-judged run only when asked
+    (`as_baseline`: adopting a new judge on purpose) and complete.
+    """
+    if manifest.get("kind") == "rejudge":
+        return (manifest.get("status") == "complete"
+                and bool((manifest.get("rejudge") or {}).get("as_baseline")))
     return (manifest.get("status") in BASELINE_STATUSES
             and manifest.get("kind", "evaluate") in BASELINE_KINDS)
 

@@ -1,0 +1,71 @@
+"""`judgeflow rejudge RUN_ID`: judge a published run's stored responses again, as a new run.
+
+Same options as evaluate (the judge, the judges, the run's output); the rows are the source
+run's own, so there is no set to give. Exit codes as evaluate: 0 complete, 2 bad input, 3
+incomplete.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from flows import flow_names
+from flows.commands.common import (
+    build_params,
+    checked,
+    finish,
+    print_run_summary,
+    run_flow,
+    start_prefect_api,
+)
+from flows.commands.options import (
+    EVALUATION_OPTIONS,
+    JUDGE_OPTIONS,
+    REQUIRED,
+    RUN_OPTIONS,
+    judging_fields,
+    with_options,
+)
+
+
+def print_rejudge_summary(summary: dict) -> None:
+    """The new run's headline figures, then how its verdicts moved from the source run's."""
+    section = summary["rejudge"]
+    print_run_summary(summary, f"rejudge {summary['run_id']} of {section['source_run_id']}", [])
+    for judge in section["judges"]:
+        agreement = judge["agreement"]
+        shown = "n/a" if agreement is None else f"{agreement:.1%}"
+        print(f"{judge['name']}: same verdict on {judge['agreed']} of {judge['compared']} rows "
+              f"({shown}); yes→no {judge['yes_to_no']}, no→yes {judge['no_to_yes']}")
+    if section["as_baseline"]:
+        moved = summary.get("status") == "complete"
+        print("baseline: " + ("this run is now the suite's baseline" if moved else
+                              "unchanged: an incomplete run never becomes the baseline"))
+
+
+@with_options(JUDGE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS, own={
+    "source_run": (Annotated[str, typer.Argument(
+        help="Run id of the suite's published run to judge again")], REQUIRED),
+    "as_baseline": (Annotated[bool, typer.Option(
+        "--as-baseline", help="Make the new run the suite's baseline if it is complete "
+        "(adopt this judge on purpose)")], False),
+})
+def rejudge_command(**options: Any) -> None:
+    """Judge a published run's responses again (another judge, a new prompt) as a new run."""
+    start_prefect_api(flow_names.REJUDGE)
+    from flows.preflight.checks import check_run_options
+    from flows.rejudge import RejudgeParams
+
+    params = build_params(RejudgeParams, source_run=options["source_run"],
+                          as_baseline=options["as_baseline"], **judging_fields(options))
+    checked(check_run_options, params)
+    from flows.phases.rejudge import source_run
+
+    checked(source_run, params)  # a missing or refused run exits 2 before the flow starts
+    from flows.rejudge import rejudge
+
+    summary = run_flow(rejudge, params, progress=not options["no_progress"])
+    print_rejudge_summary(summary)
+    finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []))

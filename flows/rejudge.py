@@ -1,0 +1,70 @@
+"""The `rejudge` flow: a published run's stored responses judged again, published as a new run.
+
+source run → its rows (inputs only) → judge → publish, with the manifest naming the source run,
+both judge fingerprints and how the verdicts moved. With `as_baseline` and a complete result,
+the new run becomes the suite's baseline: the way to adopt a new judge (a model upgrade, a new
+prompt) on purpose. The reply cache makes an unchanged judge free.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import ClassVar
+
+from prefect import flow, get_run_logger
+from pydantic import Field, model_validator
+
+from flows import flow_names
+from flows.params import EvaluateParams, SafeName
+from flows.phases.evaluation import judge, prepare, publish, warn_if_offline
+from flows.phases.rejudge import rejudge_section, source_run, with_source
+from flows.preflight.trust import guard_parameters
+from flows.run.common import final_state, run_location, run_summary
+from tasks.artifacts import publish_artifacts
+from tasks.report.plain_text import visible
+from tasks.storage.chunk_store import ChunkStore
+
+
+class RejudgeParams(EvaluateParams):
+    """A published run of the suite judged again, by this judge.
+
+    Judges, aspects, custom judges and strictness default to the source run's.
+    """
+
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("source_run",)
+
+    source_run: SafeName = Field(description="Run id of the suite's published run to judge again")
+    as_baseline: bool = Field(
+        False, description="Make the new run the suite's baseline if it is complete: adopt "
+        "this judge on purpose (its lineage is in the manifest)",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RejudgeParams:
+        if self.data is not None or self.rows is not None:
+            raise ValueError("a rejudge reads the source run's stored responses: give "
+                             "source_run, not data or rows")
+        if self.candidate is not None:
+            raise ValueError("a rejudge judges the source run's stored responses: no candidate")
+        return self
+
+
+@flow(name=flow_names.REJUDGE, log_prints=True)
+async def rejudge(params: RejudgeParams) -> dict:
+    """Judge a published run's responses again and publish the result as a new run."""
+    params = guard_parameters(params)
+    started_at = datetime.now(UTC)
+    source = source_run(params)
+    params = with_source(params, source)
+    warn_if_offline(params)
+    location = run_location(params, started_at)
+    prepared = prepare(params)
+    store = ChunkStore.for_run(location)
+    judged = await judge(params, prepared, store, location)
+    section = rejudge_section(params, source, judged)
+    manifest, urls = publish(params, location, prepared, judged, started_at,
+                             {"rejudge": section}, kind="rejudge")
+    publish_artifacts(manifest, judged.metrics, urls)
+    get_run_logger().info("report: %s", visible(urls["report.html"]))
+    return final_state({**run_summary(location, manifest, judged.metrics, urls),
+                        "rejudge": section})
