@@ -13,7 +13,7 @@ from typing import Any
 
 from flows.phases.evaluation import JudgedRun
 from judges.errors import ConfigError
-from judges.fingerprint import fingerprint
+from judges.fingerprint import differences, fingerprint, recorded_judges
 from tasks.regression.canary import agreement_of, canary_judges
 from tasks.storage.baseline import (
     BaselineRefused,
@@ -80,13 +80,16 @@ def rejudge_section(params: Any, source: BaselineRun, judged: JudgedRun) -> dict
     agreements = [agreement_of(j, pairs[j.prefix]) for j in judges]
     compared = sum(a.compared for a in agreements)
     source_digest = (source.manifest.get("judge_fingerprint") or {}).get("digest")
-    digest = fingerprint(judged.plan.judges, params.judge.settings(),
-                         judged.usage.answered_by)["digest"]
+    now = fingerprint(judged.plan.judges, params.judge.settings(), judged.usage.answered_by)
+    recorded = recorded_judges(source.manifest)
+    changes = {identity["name"]: words for prefix, identity in now["judges"].items()
+               if (words := differences(recorded.get(prefix), identity))}
     return {
         "source_run_id": source.run_id, "source_url": source.url,
         "source_check": source.check, "as_baseline": params.as_baseline,
-        "source_fingerprint": source_digest, "fingerprint": digest,
-        "fingerprint_changed": source_digest != digest,
+        "source_fingerprint": source_digest, "fingerprint": now["digest"],
+        "fingerprint_changed": source_digest != now["digest"],
+        "judge_changes": changes,  # in words, by judge (empty: the same judges)
         "agreement": sum(a.agreed for a in agreements) / compared if compared else None,
         "judges": [a.as_dict() for a in agreements],
     }

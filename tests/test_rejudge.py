@@ -1,0 +1,86 @@
+"""Re-judging a published run: the same judge for free, a new judge adopted on purpose."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.params import JudgeModel
+from flows.rejudge import RejudgeParams, rejudge
+from tests.fake_llm import Reply
+from tests.planted import PlantedJudge
+from tests.test_canary import DriftingJudge
+from tests.test_regression import manifest, pointer, rows, seed
+
+runner = CliRunner()
+
+
+def _rejudge(server, tmp_path, run_id: str, model: str = "openai/planted", **fields) -> dict:
+    judge = JudgeModel(model=model, api_base=server.api_base, backoff_seconds=0.05)
+    params = RejudgeParams(source_run="seed", judge=judge, output=str(tmp_path / "out"),
+                           suite="nightly", run_id=run_id, **fields)
+    return asyncio.run(rejudge(params))
+
+
+def test_the_same_judge_reproduces_the_run_at_zero_calls(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(24, {1, 5, 9}), use_cache=True)
+    asked = len(fake_llm.requests)
+    summary = _rejudge(fake_llm, tmp_path, "again")
+    assert len(fake_llm.requests) == asked  # every reply from the cache
+    section = summary["rejudge"]
+    assert section["source_run_id"] == "seed" and section["agreement"] == 1.0
+    assert section["judge_changes"] == {}  # the same judge (the cache says nothing of who
+    # answered, so the digests differ: the replies' model is unknown for the rejudge)
+    [correctness] = section["judges"]
+    assert (correctness["compared"], correctness["agreed"]) == (24, 24)
+    assert summary["metrics"]["response/llm_judged/correctness/rating/percentage"] == 21 / 24
+    written = manifest(tmp_path, "again")
+    assert written["kind"] == "rejudge" and written["rejudge"]["source_run_id"] == "seed"
+    assert written["judge_fingerprint"]["digest"] == written["rejudge"]["fingerprint"]
+    assert pointer(tmp_path, "baseline") == "seed"  # not asked to become the baseline
+    # inputs only: nothing the source's judges wrote is read back as a column
+    results = (tmp_path / "out/nightly/again/results.jsonl").read_text().splitlines()
+    assert all(key.count("/") or key in {"row_index", "request_id", "request", "response",
+                                         "expected_response", "expected_facts",
+                                         "retrieved_context", "expected_retrieved_context"}
+               for key in json.loads(results[0]))
+
+
+def test_a_new_judge_adopted_as_baseline_records_its_lineage(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(40, set()))
+    fake_llm.script = DriftingJudge(share=0.3, model="planted-v2")
+    summary = _rejudge(fake_llm, tmp_path, "adopted", model="openai/planted-v2",
+                       as_baseline=True, use_cache=False)
+    section = summary["rejudge"]
+    assert section["fingerprint_changed"] and section["source_fingerprint"] != (
+        section["fingerprint"])
+    assert section["judge_changes"]["correctness"][0] == (
+        "model 'openai/planted' → 'openai/planted-v2'")
+    [correctness] = section["judges"]
+    assert correctness["yes_to_no"] > 0 and correctness["no_to_yes"] == 0
+    assert section["agreement"] == correctness["agreed"] / 40 < 1
+    assert pointer(tmp_path, "baseline") == "adopted"
+    lineage = manifest(tmp_path, "adopted")["rejudge"]
+    assert lineage["as_baseline"] and lineage["source_url"].endswith("/nightly/seed")
+
+
+def test_an_incomplete_rejudge_never_becomes_the_baseline(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(10, set()))
+    fake_llm.script = lambda body: Reply(status=400)  # the new judge refuses every call
+    summary = _rejudge(fake_llm, tmp_path, "broken", as_baseline=True, use_cache=False)
+    assert summary["status"] == "incomplete"
+    assert pointer(tmp_path, "baseline") == "seed"
+
+
+def test_the_command_refuses_a_run_that_does_not_exist_in_one_line(tmp_path):
+    result = runner.invoke(app, ["rejudge", "nope", "--suite", "nightly", "--judge-model",
+                                 "judgeflow/offline", "--output", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "baseline run 'nope' of suite 'nightly' has no manifest.json" in result.output
+    assert "Traceback" not in result.output
