@@ -37,6 +37,7 @@ BIN = Path(sys.executable).parent
 POOL = "judgeflow-process"
 NAMES = {"evaluate": "evaluate/evaluate",
          "compare": "compare/compare",
+         "rejudge": "rejudge/rejudge",
          "nightly": "regression/nightly-regression",
          "post_deploy": "regression/post-deploy-eval",
          "shard": "judge-shard/judge-shard"}
@@ -169,7 +170,7 @@ def _state(server: Server, flow_run_id: str) -> dict:
         return api.get(f"/flow_runs/{flow_run_id}").raise_for_status().json()["state"]
 
 
-def test_deploy_registers_the_five_deployments(deployed):
+def test_deploy_registers_the_six_deployments(deployed):
     for deployment in deployed.values():
         assert deployment["work_pool_name"] == POOL
         assert deployment["enforce_parameter_schema"] is True
@@ -178,6 +179,7 @@ def test_deploy_registers_the_five_deployments(deployed):
                                              {"directory": str(REPO)}}]
     assert deployed["evaluate"]["entrypoint"] == "flows.evaluate.evaluate"
     assert deployed["compare"]["entrypoint"] == "flows.compare.compare"
+    assert deployed["rejudge"]["entrypoint"] == "flows.rejudge.rejudge"
     assert deployed["nightly"]["entrypoint"] == "flows.regression.regression"
     assert deployed["post_deploy"]["entrypoint"] == "flows.regression.regression"
     assert deployed["shard"]["entrypoint"] == "flows.shards.flow.judge_shard"
@@ -207,7 +209,7 @@ def test_nightly_deployment_has_its_cron_timezone_and_concurrency_limit(deployed
     assert schedule["schedule"]["timezone"] == "Europe/Paris"
     assert nightly["global_concurrency_limit"]["limit"] == 1
     assert nightly["concurrency_options"]["collision_strategy"] == "CANCEL_NEW"
-    for key in ("evaluate", "compare", "post_deploy", "shard"):
+    for key in ("evaluate", "compare", "rejudge", "post_deploy", "shard"):
         assert deployed[key]["schedules"] == []
 
 
