@@ -22,8 +22,8 @@ from judges.result_names import (
 
 __all__ = [
     "MetricField", "RowData", "advisory_key", "calibrated_keys", "is_calibration",
-    "is_pairwise", "metric_field", "metric_fields", "record_inputs", "row_data", "row_tags",
-    "stats_of",
+    "is_pairwise", "judge_failed", "metric_field", "metric_fields", "record_inputs", "row_data",
+    "row_tags", "stats_of", "yes_no_verdict",
 ]
 
 RATE_SUFFIXES = ("/rating/percentage", "/rating/average")
@@ -128,6 +128,17 @@ def row_data(record: Mapping[str, Any], specs: Iterable[MetricField]) -> RowData
     return RowData(record.get("request"), record.get("response"), row_tags(record.get("tags")),
                    values, frozenset(errors),
                    (record.get("expected_response"), record.get("expected_facts")))
+
+
+def yes_no_verdict(record: Mapping[str, Any], prefix: str) -> str | None:
+    """A judge's yes/no verdict on a published row (`{prefix}/rating`); None without one."""
+    rating = record.get(f"{prefix}/rating")
+    return rating if rating in ("yes", "no") else None
+
+
+def judge_failed(record: Mapping[str, Any], prefix: str) -> bool:
+    """Whether the judge failed on this published row (`{prefix}/error_message` is set)."""
+    return bool(record.get(f"{prefix}/error_message"))
 
 
 def record_inputs(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from judges.model.usage import Usage
 from judges.plan import JudgePlan
 from tasks.chunk_task import judge_context
 from tasks.dataset.normalise import normalise
-from tasks.metric_fields import record_inputs
+from tasks.metric_fields import record_inputs, yes_no_verdict
 from tasks.regression.canary import (
     DEFAULT_CANARY_ROWS,
     agreement_of,
@@ -79,9 +79,9 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
     for judge in judges:
         pairs = []
         for record, result in zip(records, results, strict=True):
-            before = record.get(f"{judge.prefix}/rating")
+            before = yes_no_verdict(record, judge.prefix)
             now = next((r for r in result.judges if r.spec.prefix == judge.prefix), None)
-            if before in ("yes", "no") and now is not None and now.applied:
+            if before is not None and now is not None and now.applied:
                 pairs.append((before, now.verdict.rating if now.verdict.rating in ("yes", "no")
                               else None))
         agreements.append(agreement_of(judge, pairs))

@@ -14,6 +14,7 @@ from typing import Any
 from flows.phases.evaluation import JudgedRun
 from judges.errors import ConfigError
 from judges.fingerprint import differences, fingerprint, recorded_judges
+from tasks.metric_fields import judge_failed, yes_no_verdict
 from tasks.regression.canary import agreement_of, canary_judges
 from tasks.storage.baseline import (
     BaselineRefused,
@@ -67,16 +68,14 @@ def rejudge_section(params: Any, source: BaselineRun, judged: JudgedRun) -> dict
     before: dict[str, dict[str, Any]] = {}
     for record in iter_baseline_records(source, params.storage_options):
         before[str(record.get("request_id"))] = {
-            j.prefix: record.get(f"{j.prefix}/rating") for j in judges}
+            j.prefix: yes_no_verdict(record, j.prefix) for j in judges}
     pairs: dict[str, list[tuple[str, str | None]]] = {j.prefix: [] for j in judges}
     for record in judged.staging.iter_records():
         old = before.get(str(record.get("request_id"))) or {}
         for judge in judges:
-            rating = record.get(f"{judge.prefix}/rating")
-            if old.get(judge.prefix) in ("yes", "no") and (
-                    rating in ("yes", "no") or record.get(f"{judge.prefix}/error_message")):
-                pairs[judge.prefix].append(
-                    (old[judge.prefix], rating if rating in ("yes", "no") else None))
+            rating = yes_no_verdict(record, judge.prefix)
+            if old.get(judge.prefix) and (rating or judge_failed(record, judge.prefix)):
+                pairs[judge.prefix].append((old[judge.prefix], rating))
     agreements = [agreement_of(j, pairs[j.prefix]) for j in judges]
     compared = sum(a.compared for a in agreements)
     source_digest = (source.manifest.get("judge_fingerprint") or {}).get("digest")

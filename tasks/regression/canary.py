@@ -24,6 +24,7 @@ import numpy as np
 
 from judges.base import JudgeSpec
 from judges.calibration.stats import cohen_kappa
+from tasks.metric_fields import yes_no_verdict
 from tasks.regression.paired_stats import mcnemar
 
 DEFAULT_CANARY_ROWS = 50
@@ -53,7 +54,7 @@ def choose_rows(records: Iterable[Mapping[str, Any]], judges: Sequence[JudgeSpec
     """
     kept: list[tuple[str, int, Mapping[str, Any]]] = []  # a max-heap by key, via negation
     for position, record in enumerate(records):
-        if not any(record.get(f"{j.prefix}/rating") in YES_NO for j in judges):
+        if not any(yes_no_verdict(record, j.prefix) for j in judges):
             continue
         key = sample_key(seed, str(record.get("request_id")))
         entry = (_negated(key), position, record)
