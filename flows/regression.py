@@ -27,8 +27,10 @@ from flows.phases.regression import (
     baseline_check,
     compare_with_baseline,
     decide_run,
+    judge_changes,
     regression_section,
 )
+from flows.phases.rejudge import rejudged_baseline
 from flows.preflight.checks import plan_run, rows_to_plan
 from flows.preflight.regression import check_gate_metrics
 from flows.preflight.trust import guard_parameters
@@ -101,6 +103,11 @@ class RegressionParams(EvaluateParams):
         "verdicts on fewer of the canary's rows than this has drifted: the night is incomplete",
     )
     canary_seed: int = Field(0, description="Seed of the canary's sample of baseline rows")
+    rejudge_baseline: bool = Field(
+        False, description="When another judge (model, prompt, endpoint, sampling) judged the "
+        "baseline, judge its responses again with tonight's judge first and compare with that "
+        "(a rejudge run of the suite, reused on later nights); off: such gates are undecidable",
+    )
 
     @model_validator(mode="after")
     def _candidate_is_named(self) -> RegressionParams:
@@ -141,10 +148,19 @@ async def regression(params: RegressionParams) -> dict | State:
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
     generation_usage = await generate_responses(params, prepared, store)
     judged = await judge(params, prepared, store, location)
+    rejudged_from, rejudge_error = None, None
+    if (params.rejudge_baseline and baseline is not None and baseline.refused is None
+            and judge_changes(baseline, judged, params)):
+        original = baseline
+        baseline, rejudge_error = await rejudged_baseline(params, baseline, judged)
+        rejudged_from = None if rejudge_error else original.run_id
+        if rejudge_error:
+            logger.warning("%s", visible(rejudge_error))
     comparison = await compare_with_baseline(params, baseline, prepared, judged)
     canary = await run_canary(params, baseline, judged)
     verdict = decide_run(params, gates, baseline, judged, comparison, canary)
     section = regression_section(params, gates, baseline, comparison, verdict, judged, canary)
+    section |= {"baseline_rejudged_from": rejudged_from, "baseline_rejudge_error": rejudge_error}
     extra: dict[str, Any] = {"status": verdict.outcome, "regression": section}
     if params.candidate is not None:
         extra["generation_usage"] = generation_usage.as_dict()

@@ -67,3 +67,28 @@ def test_runs_before_the_fingerprint_are_read_from_their_judge_sections():
     now = {**identity, "samples": 1, "max_tokens": None}
     assert differences(identity, now) == []
     assert differences(identity, {**now, "temperature": 0.7}) == ["temperature 0.0 → 0.7"]
+
+
+def test_the_baseline_rejudged_by_tonight_s_judge_decides_like_with_like(fake_llm, tmp_path):
+    fake_llm.script = _harsher_new_judge()
+    same_rows = rows(30, set())
+    seed(fake_llm, tmp_path, same_rows)
+    judge = JudgeModel(model="openai/planted-v2", api_base=fake_llm.api_base,
+                       backoff_seconds=0.05)
+    state = run(params(fake_llm, tmp_path, same_rows, "n1", judge=judge, rejudge_baseline=True))
+    assert state.is_completed(), state.message
+    section = manifest(tmp_path, "n1")["regression"]
+    assert section["baseline_rejudged_from"] == "seed"
+    rejudged = section["baseline_run_id"]
+    assert rejudged.startswith("seed-by-") and manifest(tmp_path, rejudged)["kind"] == "rejudge"
+    [gate] = section["gates"]
+    assert gate["outcome"] == "held" and gate["baseline"] == gate["candidate"] == 0.5
+    assert section["canary"]["agreement"] == 1.0  # tonight's judge against its own verdicts
+    assert pointer(tmp_path, "baseline") == "n1"
+
+    # The next night's baseline is n1, judged by this judge already: nothing is re-judged.
+    asked = len(fake_llm.requests)
+    state = run(params(fake_llm, tmp_path, same_rows, "n2", judge=judge, rejudge_baseline=True))
+    assert state.is_completed(), state.message
+    assert manifest(tmp_path, "n2")["regression"]["baseline_rejudged_from"] is None
+    assert len(fake_llm.requests) - asked == 30 + 30  # tonight's rows and the canary's only

@@ -58,6 +58,9 @@ def _write_junit(path: str | None, text: str) -> None:
         help="Least agreement with the baseline's own verdicts before the judge counts as "
         "drifted")], 0.9),
     "canary_seed": (Annotated[int, typer.Option(help="Seed of the canary's sample")], 0),
+    "rejudge_baseline": (Annotated[bool, typer.Option(
+        "--rejudge-baseline", help="When another judge judged the baseline, judge its responses "
+        "again with tonight's judge and compare with that")], False),
 })
 def regression_command(**options: Any) -> None:
     """Evaluate a candidate against the suite's baseline and gate it (exit 0/1/2/3)."""
@@ -69,7 +72,8 @@ def regression_command(**options: Any) -> None:
         baseline=options["baseline"], pairwise=not options["no_pairwise"],
         rubric=options["rubric"], min_paired=options["min_paired"],
         min_coverage=options["min_coverage"], canary_rows=options["canary_rows"],
-        canary_min_agreement=options["canary_min_agreement"], canary_seed=options["canary_seed"])
+        canary_min_agreement=options["canary_min_agreement"], canary_seed=options["canary_seed"],
+        rejudge_baseline=options["rejudge_baseline"])
     junit = options["junit"]
     _preflight(params, junit)
     raise typer.Exit(_run(params, junit, progress=not options["no_progress"]))

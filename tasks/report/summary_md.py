@@ -61,6 +61,10 @@ def regression_lines(section: Mapping[str, Any], suite: str) -> list[str]:
                      f"{pairing.get('expectation_changed', 0)}.")
     if section.get("pairwise_error"):
         lines.append(f"Head-to-head comparison failed: {inline(section['pairwise_error'])}")
+    if section.get("baseline_rejudged_from"):
+        lines += ["", f"The baseline run {inline(section['baseline_rejudged_from'])} was judged "
+                  f"by another judge: compared with its responses re-judged by tonight's judge "
+                  f"(run {inline(section.get('baseline_run_id'))})."]
     if canary := canary_line(section):
         lines += ["", inline(canary)]
     for reason in section.get("incomplete_reasons") or []:
