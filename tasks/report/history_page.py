@@ -8,7 +8,9 @@ SVG polyline, runs that became the baseline, failed runs and incomplete runs mar
 Every value comes from an entry (tasks/storage/history_entry.py), which whoever triggers a run
 or can write the suite's folder may have chosen: it reaches the page through jinja2's
 autoescaping, and links are built only from run ids the entry model checked to be one safe
-path segment. The page has no script at all; its Content-Security-Policy allows none.
+path segment. Control and bidi characters are shown as escapes (`visible`), so a name cannot
+reorder or hide what is around it. The page has no script at all; its Content-Security-Policy
+allows none.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
 
 from judges.base import PROMPTS_DIR
+from tasks.report.plain_text import visible
 from tasks.report.view import fmt_duration, fmt_num, fmt_pct
 from tasks.storage.history_entry import GateLine, HistoryEntry
 
@@ -193,10 +197,18 @@ def trend_chart(key: GateKey, oldest_first: Sequence[HistoryEntry]) -> Chart:
     )
 
 
+def _shown(value: object) -> object:
+    """Every printed string with its control and bidi characters made visible (then escaped).
+
+    A macro's output (Markup) is left alone: its own values went through here already.
+    """
+    return visible(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
+
 def _environment() -> Environment:
     # Autoescape on for everything this environment renders (the .j2 suffix would defeat
     # select_autoescape's extension check).
-    return Environment(loader=FileSystemLoader(PROMPTS_DIR), autoescape=True,
+    return Environment(loader=FileSystemLoader(PROMPTS_DIR), autoescape=True, finalize=_shown,
                        undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
