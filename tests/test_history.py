@@ -356,3 +356,27 @@ def test_small_histories_render(count):
     entries = [history_entry(m, x) for _, m, x in planted(count)]
     html = render_history_page("nightly", entries)
     assert len(_rows(html)) == count and "History of nightly" in html
+
+
+def test_on_s3_the_history_page_has_a_presigned_link_and_an_artifact(s3):
+    import httpx
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    result = asyncio.run(evaluate(EvaluateParams(
+        data=str(EXAMPLE_SET), judge=JudgeModel(model="judgeflow/offline"),
+        output=s3.url("evals"), suite="s3hist", run_id="s1", use_cache=False,
+        storage_options=s3.storage_options)))
+    files = result["files"]
+    assert files["history.html"] == f"s3://{s3.name}/evals/s3hist/index.html"
+    page = httpx.get(files["history_link"], timeout=30)  # a browser with no AWS credentials
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'href="s1/report.html"' in page.text
+
+    async def artifacts():
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["judgeflow-s3hist-history"])))
+
+    (artifact,) = asyncio.run(artifacts())
+    assert files["history_link"] in artifact.data  # Prefect stores a link as Markdown
