@@ -47,6 +47,7 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "memory": scenarios.memory,
         "memory-loopback": lambda: scenarios.memory("loopback"),
         "sharded": lambda: scenarios.sharded(calls(12000)),
+        "history": scenarios.history_page,
     }
 
 

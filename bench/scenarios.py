@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from bench import history as bench_history
 from bench import memory as bench_memory
 from bench import rows as bench_rows
 from bench.processes import (
@@ -273,3 +274,22 @@ def sharded(calls: int, shards: int = 2, latency: float = 0.005,
              f"{result['single'][0]['rate']:.0f} and {result['single'][1]['rate']:.0f} req/s "
              f"before and after; CPU ms per call: {per_call}",
     )]
+
+
+def history_page(runs: int = bench_history.RUNS) -> list[Measure]:
+    """The suite's history at 1,000 runs: page render, page size, one publish's update."""
+    times = bench_history.measure(runs)
+    common = dict(calls=runs, rate=None, cpu_ms_per_call=None, peak_rss_mb=None)
+    page_kb, history_kb = times.page_bytes / 1024, times.history_bytes / 1024
+    return [
+        Measure(f"history page, {runs} runs: render", **common,
+                wall_seconds=times.render_seconds, limit=1.0, limit_label="1 s",
+                ratio=times.render_seconds, target="< 0.25",
+                note=f"page {page_kb:.0f} KB (table of the newest 200, charts of all)"),
+        Measure(f"history page, {runs} runs: size", **common, wall_seconds=0.0,
+                limit=300.0, limit_label="300 KB", ratio=page_kb / 300.0, target="< 1"),
+        Measure(f"history update, {runs} runs before", **common,
+                wall_seconds=times.update_seconds, limit=1.0, limit_label="1 s",
+                ratio=times.update_seconds, target="< 1",
+                note=f"history.json {history_kb:.0f} KB read, validated and written"),
+    ]

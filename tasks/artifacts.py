@@ -4,6 +4,7 @@ The summary is summary.md's text, so the UI and a pull-request comment say the s
 The report is linked only where a browser can follow the link: on S3, a presigned HTTPS URL
 (publish_run signs it); a local path is no link from a web page, so local runs get a
 markdown artifact instead, with the path as text and the key figures in the artifact itself.
+The suite's history page (tasks/storage/history.py) is linked likewise, on S3 only.
 Every value of the run in them (suite, run id, model, gate names, reasons, paths, metric names)
 goes through tasks/report/markdown_text.py: whoever triggers a run chooses most of them.
 """
@@ -76,4 +77,9 @@ def publish_artifacts(manifest: dict, metrics: dict, urls: dict[str, str | None]
             markdown=local_report_markdown(manifest, metrics, urls["report.html"]),
             key=f"{key}-report",
             description="Where the report is, and its key figures",
+        )
+    if urls.get("history_link"):  # like the report: a link only where a browser can follow it
+        create_link_artifact(
+            link=urls["history_link"], link_text="suite history", key=f"{key}-history",
+            description="Every run of the suite: outcomes, gates and trends (presigned link)",
         )

@@ -9,23 +9,28 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import MissingContextError
 
 from judges.integrity import signing_key
 from judges.storage import filesystem, is_object_store
+from tasks.report.history_page import render_history_page
 from tasks.report.markdown_text import code
 from tasks.report.nova import nova_results
 from tasks.report.page import render_report
+from tasks.report.plain_text import visible
 from tasks.report.rows import ReportInputs
 from tasks.report.summary_md import summary_markdown
 from tasks.storage.baseline import becomes_baseline, pointer_path
+from tasks.storage.history import INDEX_FILE, record_in_history
 from tasks.storage.outputs import Publisher, RunLocation
 from tasks.storage.results_parquet import write_results_parquet
 from tasks.storage.run_integrity import seal
@@ -37,6 +42,8 @@ DATA_FILES = ("results.jsonl", "results.parquet", "rejected.jsonl", "metrics.jso
 # (a link signed with temporary role credentials dies with them, usually sooner).
 LINK_EXPIRY_ENV = "JUDGEFLOW_REPORT_LINK_EXPIRY_SECONDS"
 DEFAULT_LINK_EXPIRY_SECONDS = 7 * 24 * 3600
+
+logger = logging.getLogger(__name__)
 
 
 def _concatenated(paths: list[Path]):
@@ -96,9 +103,14 @@ def publish_run(
     The report is rendered from `report`'s typed values (its drill-down already bounded), never
     from the staged records read back.
 
+    Last, the run is added to its suite's history (tasks/storage/history.py): a failure there
+    is logged and leaves the run published as it is.
+
     Returns:
         The URL of every file written, by name, and `report_link`: a presigned HTTPS URL of
-        the report on S3 (None elsewhere).
+        the report on S3 (None elsewhere); with the history updated, `history.html`, the URL
+        of the suite's history page ({suite}/index.html), and `history_link`, its presigned
+        URL (None elsewhere).
     """
     _withdraw_manifest(location)
     files = [*DATA_FILES, "calls.jsonl", *(["nova_results.json"] if pairwise else [])]
@@ -138,11 +150,38 @@ def publish_run(
     for path in pointers:
         publisher.write_json(path, pointer)
     urls = {name: location.url(name) for name in (*files, "manifest.json")}
-    return {**urls, "report_link": report_link(location)}
+    return {**urls, "report_link": report_link(location), **_history(location, manifest, metrics)}
+
+
+def _history(location: RunLocation, manifest: dict, metrics: Mapping[str, Any]) -> dict:
+    """Add the published run to its suite's history; its page's URL and link, or nothing."""
+    try:
+        record_in_history(location, manifest, dict(metrics), render_history_page)
+    except Exception as error:  # noqa: BLE001 - the run is published whatever happens here
+        _logger().warning("run %s is published, but the history of suite %s was not updated: %s",
+                       visible(location.run_id), visible(location.suite),
+                       visible(f"{type(error).__name__}: {error}"))
+        return {}
+    index = f"{location.suite_dir}/{INDEX_FILE}"
+    return {"history.html": location.fs.unstrip_protocol(index),
+            "history_link": presigned_link(location, index)}
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter:
+    """The task run's logger (shown in the UI), or the module's outside a run."""
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logger
 
 
 def report_link(location: RunLocation) -> str | None:
-    """A presigned HTTPS URL of the report on an object store; None for local output.
+    """A presigned HTTPS URL of the report on an object store; None for local output."""
+    return presigned_link(location, f"{location.run_dir}/report.html")
+
+
+def presigned_link(location: RunLocation, path: str) -> str | None:
+    """A presigned HTTPS URL of a file on the run's object store; None for local output.
 
     Signing is local (no request is made); the expiry comes from $JUDGEFLOW_REPORT_LINK_
     EXPIRY_SECONDS (default 7 days). A store that cannot presign gets no link.
@@ -154,7 +193,7 @@ def report_link(location: RunLocation) -> str | None:
     try:
         if "s3" in ((fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol):
             fs = _sigv4_s3(location.storage_options)
-        return fs.url(f"{location.run_dir}/report.html", expires=expires)
+        return fs.url(path, expires=expires)
     except (NotImplementedError, AttributeError, ValueError, OSError):
         return None
 

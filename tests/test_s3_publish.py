@@ -65,7 +65,14 @@ def test_a_run_is_published_whole_and_in_order(s3):
     # one read, one write and one delete per chunk, all under .chunks/ (no listing).
     chunk_traffic = [r for r in s3.requests()[setup:] if r.path.startswith(f"/{run_dir}/.chunks/")]
     assert {r.method for r in chunk_traffic} == {"GET", "PUT", "DELETE"}
-    published = [r for r in s3.requests()[setup:] if r not in chunk_traffic]
+    # The suite's history (tasks/storage/history.py) comes after the run is published: it
+    # lists history/ (a GET on the bucket), reads history.json, writes three files.
+    history_traffic = [r for r in s3.requests()[setup:] if r.path == f"/{s3.name}"
+                       or r.path.startswith(f"/{s3.name}/evals/rag/history")
+                       or r.path == f"/{s3.name}/evals/rag/index.html"]
+    assert {r.method for r in history_traffic} == {"GET", "PUT"}
+    published = [r for r in s3.requests()[setup:]
+                 if r not in chunk_traffic and r not in history_traffic]
 
     fs = s3.filesystem()
     assert sorted(p.rsplit("/", 1)[1] for p in fs.ls(run_dir)) == sorted(RUN_FILES)
@@ -86,13 +93,14 @@ def test_a_run_is_published_whole_and_in_order(s3):
     assert latest["run_url"] == f"s3://{run_dir}"
 
     # Order as the server saw it: every data file, then the manifest, then the pointers (a
-    # complete evaluate run becomes the suite's baseline too).
+    # complete evaluate run becomes the suite's baseline too), then the suite's history.
     written = [k for k in s3.keys_written() if not k.startswith("evals/rag/run1/.chunks/")]
     names = [k.removeprefix("evals/rag/run1/") for k in written]
     data_count = len(DATA_FILES)
     assert sorted(names[:data_count]) == sorted(DATA_FILES)
     assert names[data_count:] == [
-        "manifest.json", "evals/rag/latest.json", "evals/rag/baseline.json"]
+        "manifest.json", "evals/rag/latest.json", "evals/rag/baseline.json",
+        "evals/rag/history/run1.json", "evals/rag/history.json", "evals/rag/index.html"]
     # Publishing asks for nothing but object writes under the prefix (a writer role with
     # s3:PutObject on the prefix suffices): no bucket probes, no CreateBucket. The one
     # DELETE withdraws a manifest left by an earlier publish of the same run id.
@@ -104,10 +112,14 @@ def test_a_run_is_published_whole_and_in_order(s3):
 def test_publishing_works_without_bucket_level_permissions(s3):
     # A least-privilege writer: HeadBucket, GetBucketLocation, ListBucket, CreateBucket denied.
     s3.fail(rf"^/{s3.name}/?$", status=403, methods=frozenset({"HEAD", "GET", "PUT"}))
-    _run(_params(s3))
-    assert [k.rsplit("/", 1)[1] for k in s3.keys_written()][-3:] == ["manifest.json",
+    result = _run(_params(s3))
+    # The run's own entry is written; without ListBucket the history stops there, and the run
+    # is published whole all the same (the history is not part of it).
+    assert [k.rsplit("/", 1)[1] for k in s3.keys_written()][-4:] == ["manifest.json",
                                                                      "latest.json",
-                                                                     "baseline.json"]
+                                                                     "baseline.json",
+                                                                     "run1.json"]
+    assert result["status"] == "complete" and "history.html" not in result["files"]
 
 
 def test_a_failed_upload_fails_the_run_and_says_what_was_written(s3):
@@ -317,8 +329,9 @@ def test_cli_publishes_to_s3_with_an_endpoint_option(s3):
         "--storage-option", f"endpoint_url={s3.server.endpoint_url}",
     ])
     assert result.exit_code == 0, result.output
-    assert s3.keys_written()[-3:] == ["cli/cli/c1/manifest.json", "cli/cli/latest.json",
-                                      "cli/cli/baseline.json"]
+    assert s3.keys_written()[-6:] == ["cli/cli/c1/manifest.json", "cli/cli/latest.json",
+                                      "cli/cli/baseline.json", "cli/cli/history/c1.json",
+                                      "cli/cli/history.json", "cli/cli/index.html"]
 
 
 def test_a_failed_republish_of_a_run_id_leaves_no_old_manifest(s3):
