@@ -13,7 +13,7 @@ from pydantic import (
     model_validator,
 )
 
-from judges.model.settings import API_KEY_ENV_PATTERN, LLMSettings
+from judges.model.settings import API_KEY_ENV_PATTERN, LLMSettings, Price
 from judges.storage import check_storage_options, check_url
 
 # Run ids and suite names become path segments: nothing that could climb out of the prefix.
@@ -75,6 +75,9 @@ class JudgeModel(BaseModel):
     concurrency: int = Field(8, ge=1, le=512, description="Judge calls in flight at once")
     rpm: int | None = Field(None, ge=1, description="Requests per minute cap (None: no cap)")
     tpm: int | None = Field(None, ge=1, description="Tokens per minute cap (None: no cap)")
+    price_per_mtok: Price | None = Field(
+        None, description="USD per million input and output tokens, e.g. [0.15, 0.6], for a "
+        "model litellm's price map does not know (or to override it)")
     max_attempts: int = Field(5, ge=1, le=20, description="Attempts per call on 429/5xx/timeout")
     timeout_seconds: float = Field(120, gt=0, description="Timeout of one call")
     backoff_seconds: float = Field(1.0, ge=0, description="First retry delay (doubles, jittered)")
@@ -101,6 +104,9 @@ class CandidateModel(BaseModel):
     concurrency: int = Field(8, ge=1, le=512, description="Generation calls in flight")
     rpm: int | None = Field(None, ge=1, description="Requests per minute cap")
     tpm: int | None = Field(None, ge=1, description="Tokens per minute cap")
+    price_per_mtok: Price | None = Field(
+        None, description="USD per million input and output tokens, e.g. [0.15, 0.6], for a "
+        "model litellm's price map does not know (or to override it)")
 
     def settings(self) -> LLMSettings:
         """These parameters as the LLMSettings of the candidate's calls."""
@@ -170,10 +176,26 @@ class RunOptions(BaseModel):
         description="The shard deployment (flow name/deployment name) that runs the shards",
     )
     storage_options: StorageOptions = Field(default_factory=dict)
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="Run budget in USD: refused before any call if the estimate "
+        "is above it, and no call is started once spent + reserved would pass it (the run is "
+        "then published incomplete). Needs a known price for every model",
+    )
+    over_estimate: bool = Field(
+        False, description="Start even if the estimate is above max_cost_usd (the run still "
+        "stops at the budget)",
+    )
 
     def locations(self) -> list[Location]:
         """Every location a parameter names, with the access the run makes to it."""
         return locations_of(self, self.READ_FIELDS, self.WRITE_FIELDS)
+
+    @model_validator(mode="after")
+    def _budget_in_one_process(self) -> RunOptions:
+        if self.max_cost_usd is not None and self.shards > 1:
+            raise ValueError("max_cost_usd is kept by one process: it cannot be shared by "
+                             "shards yet; run with shards 1 or without a budget")
+        return self
 
 
 class EvaluateParams(RunOptions):

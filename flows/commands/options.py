@@ -36,6 +36,8 @@ OPTIONS: dict[str, tuple] = {
     "tpm": _option(int | None, None, "Tokens per minute cap"),
     "max_attempts": _option(int, 5, "Attempts per judge call on 429/5xx/timeout/connection "
                             "errors"),
+    "price_per_mtok": _option(str | None, None, "The judge's price, INPUT,OUTPUT in USD per "
+                              "million tokens, for a model litellm's price map does not know"),
     # the candidate model, when judgeflow generates the responses
     "candidate_model": _option(str | None, None, "Generate the responses with this litellm "
                                "model (the set then needs no response)"),
@@ -44,6 +46,8 @@ OPTIONS: dict[str, tuple] = {
                                      "API key"),
     "candidate_max_attempts": _option(int | None, None, "Attempts per generation call "
                                       "(default: --max-attempts)"),
+    "candidate_price_per_mtok": _option(str | None, None, "The candidate's price, "
+                                        "INPUT,OUTPUT in USD per million tokens"),
     # what is judged
     "judges": _option(str | None, None, "Comma-separated judges to run"),
     "custom_judges": _option(str | None, None, "YAML/JSON file of custom judges"),
@@ -74,19 +78,23 @@ OPTIONS: dict[str, tuple] = {
                               "endpoint_url=http://minio:9000"),
     "shards": _option(int, 1, "Judge in N child flow runs of the shard deployment, run by the "
                       "workers of its work pool (needs a Prefect server: PREFECT_API_URL)"),
+    "max_cost": _option(float | None, None, "Run budget in USD: refused (exit 2) if the "
+                        "estimate is above it; no call starts once it would be passed (exit 3)"),
+    "over_estimate": _option(bool, False, "Start even if the estimate is above --max-cost",
+                             "--over-estimate"),
     "no_progress": _option(bool, False, "No live progress display (shown only when stderr is "
                            "a terminal)", "--no-progress"),
 }
 
 JUDGE_OPTIONS = ("judge_model", "api_base", "api_key_env", "temperature", "concurrency", "rpm",
-                 "tpm", "max_attempts")
+                 "tpm", "max_attempts", "price_per_mtok")
 CANDIDATE_OPTIONS = ("candidate_model", "candidate_api_base", "candidate_api_key_env",
-                     "candidate_max_attempts")
+                     "candidate_max_attempts", "candidate_price_per_mtok")
 EVALUATION_OPTIONS = ("judges", "custom_judges", "aspect", "strictness", "allow_extra_columns",
                       "labels", "calibration", "calibration_floor", "calibration_min_labels",
                       "calibration_seed")
 RUN_OPTIONS = ("output", "suite", "run_id", "chunk_size", "on_invalid", "max_error_share",
-               "no_cache", "storage_option", "shards", "no_progress")
+               "no_cache", "storage_option", "shards", "max_cost", "over_estimate", "no_progress")
 # What each command takes besides its own: evaluate and regression judge rows, compare pairs.
 ROW_RUN_OPTIONS = (JUDGE_OPTIONS, CANDIDATE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS)
 PAIR_RUN_OPTIONS = (JUDGE_OPTIONS, RUN_OPTIONS)
@@ -118,7 +126,21 @@ def judge_model_fields(options: Mapping[str, Any]) -> dict[str, Any]:
     return {"model": options["judge_model"], "api_base": options["api_base"],
             "api_key_env": options["api_key_env"], "temperature": options["temperature"],
             "concurrency": options["concurrency"], "rpm": options["rpm"], "tpm": options["tpm"],
-            "max_attempts": options["max_attempts"]}
+            "max_attempts": options["max_attempts"],
+            "price_per_mtok": parse_price(options["price_per_mtok"], "--price-per-mtok")}
+
+
+def parse_price(text: str | None, option: str) -> tuple[float, float] | None:
+    """"0.15,0.6" as (0.15, 0.6); a malformed price exits 2 naming the option."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        price_in, price_out = (float(p) for p in parts)
+    except ValueError:
+        fail(f"{option} takes INPUT,OUTPUT in USD per million tokens, e.g. 0.15,0.6; "
+             f"got {text!r}")
+    return price_in, price_out
 
 
 def candidate_fields(options: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -133,7 +155,9 @@ def candidate_fields(options: Mapping[str, Any]) -> dict[str, Any] | None:
     attempts = options["candidate_max_attempts"] or options["max_attempts"]
     return {"model": options["candidate_model"], "api_base": options["candidate_api_base"],
             "api_key_env": options["candidate_api_key_env"], "max_attempts": attempts,
-            "concurrency": options["concurrency"]}
+            "concurrency": options["concurrency"],
+            "price_per_mtok": parse_price(options["candidate_price_per_mtok"],
+                                          "--candidate-price-per-mtok")}
 
 
 def evaluation_fields(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,4 +188,5 @@ def run_fields(options: Mapping[str, Any]) -> dict[str, Any]:
             "on_invalid": options["on_invalid"], "max_error_share": options["max_error_share"],
             "use_cache": not options["no_cache"],
             "storage_options": parse_storage_options(options["storage_option"]),
-            "shards": options["shards"]}
+            "shards": options["shards"], "max_cost_usd": options["max_cost"],
+            "over_estimate": options["over_estimate"]}

@@ -22,6 +22,7 @@ from tasks.dataset.normalise import normalise
 from tasks.metric_fields import record_inputs, yes_no_verdict
 from tasks.regression.canary import (
     DEFAULT_CANARY_ROWS,
+    DRIFTED,
     agreement_of,
     canary_judges,
     choose_rows,
@@ -93,7 +94,9 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
         "forced": changed and not params.canary_rows,
         "baseline_digest": recorded.get("digest"), "digest": digest,
         "agreement": sum(a.agreed for a in agreements) / compared if compared else None,
-        "judges": [a.as_dict() for a in agreements], "drifted": bool(reasons),
+        "judges": [a.as_dict() for a in agreements],
+        # "could not check" (the judge failed on the sample) is incomplete, not a drift
+        "drifted": any(r.startswith(DRIFTED) for r in reasons),
         "cost": ctx.usage.as_dict(),
     }
     return Canary(section, reasons, ctx.usage)

@@ -15,8 +15,9 @@ from prefect import get_run_logger
 from flows.compare_params import CompareParams
 from flows.phases.integrity import integrity_section
 from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
+from flows.preflight.budget import check_budget, estimate_pairs
 from flows.run.common import cache_url
-from flows.run.completeness import Completeness, assess, pair_share
+from flows.run.completeness import Completeness, assess, pair_share, with_budget_reason
 from flows.run.execution import auto_chunk_size, judge_all_pairs
 from flows.run.progress import PhaseProgress
 from flows.shards.fan_out import pairs_in_shards
@@ -28,6 +29,7 @@ from judges.builtin.pairwise import (
 )
 from judges.calibration.rows import pairwise_calibration, preferences_of
 from judges.metrics import RunMetrics
+from judges.model.budget import open_budget
 from judges.model.usage import Usage
 from judges.pairwise.models import Rubric
 from judges.pairwise.reconcile import PairVerdict
@@ -93,6 +95,11 @@ def prepare_pairs(params: CompareParams) -> PreparedPairs:
     if pair_set.problems and (params.on_invalid == "fail" or whole_set_broken or nothing_left):
         raise InvalidDatasetError(pair_set.problems, pair_set.total)
     options = PairwiseOptions(rubric, params.swap, params.strict_ties)
+    open_budget(params.max_cost_usd)  # this run's ledger (none without a budget)
+    if params.max_cost_usd is not None:
+        estimate = estimate_pairs(params, pair_set.pairs, len(pair_set.pairs))
+        check_budget(params, estimate)
+        get_run_logger().info("budget $%s; estimate: %s", params.max_cost_usd, estimate.line())
     return PreparedPairs(pair_set, options, rubric, time.perf_counter() - started)
 
 
@@ -136,6 +143,7 @@ async def judge_prepared_pairs(params: CompareParams, prepared: PreparedPairs,
     completeness = assess([pair_share(metrics, example)], params.max_error_share)
     if sharded is not None:  # a shard that failed for good: its pairs are errors, never dropped
         completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
+    completeness = with_budget_reason(completeness)
     timings = {"load_validate_seconds": prepared.load_seconds,
                "judge_seconds": time.perf_counter() - started}
     return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings, report,

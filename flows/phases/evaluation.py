@@ -19,18 +19,21 @@ from flows.phases.integrity import integrity_section
 from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
 from flows.preflight.checks import (
     check_options,
+    check_run_budget,
     plan_run,
     refuse_invalid,
     row_source,
+    rows_to_plan,
 )
 from flows.run.calibration import calibrate, new_accumulator
 from flows.run.common import cache_url
-from flows.run.completeness import Completeness, assess, error_shares
+from flows.run.completeness import Completeness, assess, error_shares, with_budget_reason
 from flows.run.execution import auto_chunk_size, generate_all, judge_all
 from flows.run.progress import PhaseProgress
 from flows.run.timeline import mark
 from flows.shards.fan_out import judge_in_shards
 from judges.metrics import MetricsAccumulator, RunMetrics
+from judges.model.budget import open_budget
 from judges.model.usage import Usage
 from judges.plan import JudgePlan
 from judges.rows import GENERATION_ERROR, EvalRow
@@ -120,6 +123,11 @@ def prepare(params: EvaluateParams) -> PreparedSet:
     source, options = row_source(params), check_options(params)
     check = _checked_before(source, options) or check_dataset(quote(source), options)
     refuse_invalid(check, params.on_invalid, source.name)
+    open_budget(params.max_cost_usd)  # this run's ledger (none without a budget)
+    estimate = check_run_budget(params, source, check, plan_run(
+        params, rows_to_plan(check, params.candidate is not None)))
+    if estimate is not None:
+        get_run_logger().info("budget $%s; estimate: %s", params.max_cost_usd, estimate.line())
     return PreparedSet(source, options, check)
 
 
@@ -213,6 +221,7 @@ async def judge(
                           planned=bool(plan.judges or plan.metrics))
     if sharded is not None:  # a shard that failed for good: its rows are errors, never dropped
         completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
+    completeness = with_budget_reason(completeness)
     for reason in completeness.reasons:
         logger.warning("incomplete: %s", visible(reason))  # names the model, quotes errors
     return JudgedRun(plan, staging, metrics, usage,

@@ -17,7 +17,9 @@ from prefect import get_run_logger
 from flows.phases.canary import Canary
 from flows.phases.evaluation import JudgedRun, PreparedSet
 from flows.phases.head_to_head import head_to_head, merge_fields
+from flows.run.completeness import with_budget_reason
 from judges.fingerprint import differences, fingerprint, recorded_judges
+from judges.model.budget import current_budget
 from judges.model.usage import Usage
 from tasks.metric_fields import RowData, metric_fields, row_data
 from tasks.regression.decide import Context, RunVerdict, decide
@@ -153,6 +155,9 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
     verdict = decide(gates, judged.metrics, comparison.deltas, context)
     if canary is not None and canary.reasons:
         return verdict._replace(outcome="incomplete")
+    budget = current_budget()
+    if budget is not None and budget.reason():  # never a pass, never a breach
+        return verdict._replace(outcome="incomplete")
     if verdict.outcome == "passed" and judged.completeness.status != "complete":
         return verdict._replace(outcome="incomplete")
     return verdict
@@ -171,7 +176,8 @@ def regression_section(params: Any, gates: list, baseline: BaselineRun | None,
     """What the manifest records about the regression (the report and summary.md read it)."""
     return {
         "outcome": verdict.outcome,
-        "incomplete_reasons": judged.completeness.reasons + (canary.reasons if canary else []),
+        "incomplete_reasons": (with_budget_reason(judged.completeness).reasons
+                               + (canary.reasons if canary else [])),
         "canary": canary.section if canary else None,
         "baseline_run_id": baseline.run_id if baseline else None,
         "baseline_url": baseline.url if baseline else None,

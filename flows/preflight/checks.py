@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from flows.params import EvaluateParams, RunOptions
+from flows.preflight.budget import Estimate, check_budget, estimate_rows
 from flows.preflight.models import check_model_config
 from flows.preflight.output import check_output
 from flows.preflight.reach import check_reachable
@@ -23,7 +24,7 @@ from judges.builtin.custom import fields_present
 from judges.errors import ConfigError
 from judges.plan import JudgePlan, plan_judges
 from judges.rows import EvalRow
-from tasks.dataset.row_stream import RowSource, SetCheck, scan_set
+from tasks.dataset.row_stream import RowSource, SetCheck, scan_set, valid_rows
 from tasks.dataset.sources import read_table, table_from_rows
 from tasks.dataset.table import DatasetReadError, RawTable
 from tasks.dataset.validation import (
@@ -177,9 +178,26 @@ def preflight_evaluate(params: EvaluateParams) -> SetCheck:
     source = row_source(params)
     check = scan_source(source, check_options(params))
     refuse_invalid(check, params.on_invalid, source.name)
-    check_something_to_judge(plan_run(params, rows_to_plan(check, params.candidate is not None)))
+    plan = plan_run(params, rows_to_plan(check, params.candidate is not None))
+    check_something_to_judge(plan)
     check_calibration_source(params)
+    check_run_budget(params, source, check, plan)
     return check
+
+
+def check_run_budget(params: EvaluateParams, source: RowSource, check: SetCheck,
+                     plan: JudgePlan) -> Estimate | None:
+    """With a budget: every model priced and the run's estimate within it (None: no budget).
+
+    Raises:
+        BudgetError: a model without a price, or an estimate above the budget.
+    """
+    if params.max_cost_usd is None:
+        return None
+    estimate = estimate_rows(params, valid_rows(source, check, check_options(params)),
+                             check.valid_count, plan)
+    check_budget(params, estimate)
+    return estimate
 
 
 def check_run_options(params: RunOptions) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
+from judges.model.budget import BUDGET_REASON, current_budget
 from judges.plan import JudgePlan
 from judges.result_names import count_names
 from tasks.report.plain_text import visible
@@ -100,3 +101,13 @@ def assess(shares: list[ErrorShare], max_error_share: float, judge_model: str = 
             reasons.append(f"{share.name}: {share.errors} of {share.total} {share.unit} failed"
                            f"{called}" + (f": {one_line(share.example)}" if share.example else ""))
     return Completeness.of(reasons)
+
+
+def with_budget_reason(completeness: Completeness) -> Completeness:
+    """Incomplete as well when the run's budget stopped a call (judges/model/budget.py)."""
+    budget = current_budget()
+    reason = budget.reason() if budget is not None else None
+    if reason is None:
+        return completeness
+    earlier = [r for r in completeness.reasons if not r.startswith(BUDGET_REASON)]
+    return Completeness.of([*earlier, reason])

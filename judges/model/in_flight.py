@@ -20,7 +20,7 @@ import asyncio
 import functools
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -43,6 +43,9 @@ class SentCall:
         self.sent: float | None = None
         self.answered: float | None = None
         self._tokens_taken = False
+        # A run budget's hold, taken once the call is admitted (judges/model/budget.py).
+        self.reserve_budget: Callable[[], float] | None = None
+        self.budget_hold = 0.0
 
     async def take(self) -> None:
         """The slot at the provider, the RPM turn and (once) the token reservation."""
@@ -74,6 +77,8 @@ async def send_within_limits(call: SentCall, request: dict) -> Completion:
     session = await _pool()
     await limits.admission.acquire()
     try:
+        if call.reserve_budget is not None:  # raises BudgetReached: nothing is sent
+            call.budget_hold = call.reserve_budget()
         # Decided once admitted: the first calls' replies may have shown the hooks work.
         if not _sends_through_hooks(limits):
             await call.take()

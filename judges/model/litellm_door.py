@@ -89,6 +89,14 @@ def _model_info(model: str) -> dict | None:
         return None
 
 
+@functools.lru_cache(maxsize=64)
+def token_prices(model: str) -> tuple[float, float] | None:
+    """USD per input and per output token in litellm's local price map; None if unpriced."""
+    info = _model_info(model) or {}
+    prices = (info.get("input_cost_per_token"), info.get("output_cost_per_token"))
+    return (float(prices[0] or 0.0), float(prices[1] or 0.0)) if any(prices) else None
+
+
 def is_priced(model: str) -> bool:
     """Whether litellm's price map knows the model's token prices (unknown ones cost nothing)."""
     info = _model_info(model) or {}

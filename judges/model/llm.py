@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from pydantic import BaseModel
 
 import judges.model.litellm_door as door
+from judges.model.budget import BudgetReached, current_budget
 from judges.model.in_flight import SentCall, send_within_limits
 from judges.model.limits import estimate_tokens, limits_for
 from judges.model.local_models import is_local_model, local_model
+from judges.model.pricing import call_cost, estimated_call_cost, token_prices
 from judges.model.request import request_for
 from judges.model.retry import backoff_delay, describe_error, retry_after_seconds, status_of
 from judges.model.settings import LLMSettings
@@ -79,6 +81,9 @@ class LLMClient:
         for attempt in range(1, self.settings.max_attempts + 1):
             try:
                 completion = await self._attempt(messages, response_format)
+            except BudgetReached:
+                usage.failures += 1
+                raise
             except Exception as error:  # noqa: BLE001 - classified right below
                 if response_format is not None and self._schema_refused(error):
                     # Ask again at once, without the schema (not counted as an attempt).
@@ -105,6 +110,15 @@ class LLMClient:
         usage.calls += 1
         return Completion(text, 0, 0, 0.0, latency_seconds=time.perf_counter() - started)
 
+    def _estimated_cost(self, messages: list[dict]) -> float:
+        """What the next attempt may cost, as a budget reserves it.
+
+        0 for an unpriced model, which a budget run refuses before it starts.
+        """
+        prices = token_prices(self.settings)
+        return 0.0 if prices is None else estimated_call_cost(prices, messages,
+                                                              self.settings.max_tokens)
+
     def _schema_refused(self, error: Exception) -> bool:
         """A 400 about structured output: remember that this model takes no schema."""
         text = str(error).lower()
@@ -128,14 +142,26 @@ class LLMClient:
         limits = self._limits
         request = request_for(self.settings, messages, self._schema(response_format))
         call = SentCall(limits, estimate_tokens(messages, self.settings.max_tokens))
+        budget = current_budget()
+        if budget is not None:  # reserved once admitted, so that waiting calls hold nothing
+            estimate = self._estimated_cost(messages)
+            call.reserve_budget = lambda: budget.reserve(estimate)
         try:
             completion = await send_within_limits(call, request)
         except BaseException as error:
             limits.tokens.settle(call.reserved, 0)  # a failed call spent (almost) nothing
-            self._observe_failure(error, call.epoch)
+            if budget is not None:
+                budget.settle(call.budget_hold, 0.0)
+            if not isinstance(error, BudgetReached):
+                self._observe_failure(error, call.epoch)
             raise
         limits.congestion.on_success()
         limits.tokens.settle(call.reserved, completion.input_tokens + completion.output_tokens)
+        if self.settings.price_per_mtok is not None:
+            completion = completion._replace(cost_usd=call_cost(
+                token_prices(self.settings), completion.input_tokens, completion.output_tokens))
+        if budget is not None:
+            budget.settle(call.budget_hold, completion.cost_usd)
         return completion
 
     def _observe_failure(self, error: BaseException, epoch: int) -> None:

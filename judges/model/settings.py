@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from judges.model.local_models import is_local_model
@@ -9,6 +11,10 @@ from judges.model.local_models import is_local_model
 # Only variables named like API keys may be chosen: a parameter must not be able to send,
 # say, AWS_SECRET_ACCESS_KEY to an endpoint of its choosing.
 API_KEY_ENV_PATTERN = r"^[A-Z][A-Z0-9_]*_API_KEY$"
+
+
+# USD per million input tokens, then per million output tokens.
+Price = tuple[Annotated[float, Field(ge=0)], Annotated[float, Field(ge=0)]]
 
 
 class LLMSettings(BaseModel):
@@ -32,6 +38,9 @@ class LLMSettings(BaseModel):
     concurrency: int = Field(8, ge=1, description="Calls in flight at once in this process")
     rpm: int | None = Field(None, ge=1, description="Requests per minute for this model")
     tpm: int | None = Field(None, ge=1, description="Tokens per minute for this model")
+    price_per_mtok: Price | None = Field(
+        None, description="USD per million input and output tokens, for a model litellm's "
+        "price map does not know (or to override it)")
 
     @property
     def is_offline(self) -> bool:

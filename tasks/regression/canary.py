@@ -30,6 +30,7 @@ from tasks.regression.paired_stats import mcnemar
 DEFAULT_CANARY_ROWS = 50
 DEFAULT_MIN_AGREEMENT = 0.9
 YES_NO = ("yes", "no")
+DRIFTED = "the judge drifted"  # how a drift reason starts (the others: could not check)
 
 
 def canary_judges(judges: Iterable[JudgeSpec]) -> list[JudgeSpec]:
@@ -127,7 +128,7 @@ def drift_reasons(agreements: Sequence[JudgeAgreement], min_agreement: float,
                 f"{asked} of the baseline's rows")
         elif a.compared and a.agreed / a.compared < min_agreement:
             reasons.append(
-                f"the judge drifted: {a.name} agrees with the baseline's own verdicts on "
+                f"{DRIFTED}: {a.name} agrees with the baseline's own verdicts on "
                 f"{a.agreed} of {a.compared} rows ({a.agreed / a.compared:.0%}, below "
                 f"{min_agreement:.0%}); flips yes→no {a.yes_to_no}, no→yes {a.no_to_yes}, "
                 f"McNemar p {_p(a.mcnemar_p)}; re-judge the baseline with tonight's judge "

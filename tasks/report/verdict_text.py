@@ -144,6 +144,9 @@ def headline(section: Mapping[str, Any], suite: str) -> str:
     if outcome == "incomplete" and canary.get("drifted"):
         text = ("INCOMPLETE: the judge drifted since the baseline (drift canary); no gate can "
                 "be read")
+    elif outcome == "incomplete" and any(str(r).startswith("run budget reached") for r in
+                                         section.get("incomplete_reasons") or []):
+        text = "INCOMPLETE: the run budget was reached before the run could decide"
     elif outcome == "failed":
         text = f"FAILED: {counts['breached']} of {len(gates)} gate(s) breached"
     elif outcome == "incomplete" and not counts["undecidable"] and section.get(

@@ -1,0 +1,120 @@
+"""A run budget: refused before any call when it cannot be kept, stopped at it when reached."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from fractions import Fraction
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.evaluate import evaluate
+from flows.params import EvaluateParams, JudgeModel
+from judges.model.budget import Budget, BudgetReached
+from judges.model.llm import LLMClient
+from judges.model.settings import LLMSettings
+from judges.model.usage import Usage
+from tests.fake_llm import Reply
+from tests.planted import PlantedJudge
+from tests.test_regression import rows
+
+runner = CliRunner()
+PRICE = "1000,2000"  # USD per million tokens: $0.001 per input token, $0.002 per output token
+
+
+def _set(tmp_path, n: int) -> str:
+    path = tmp_path / "set.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows(n, set())))
+    return str(path)
+
+
+def _evaluate(server, tmp_path, *extra: str):
+    return runner.invoke(app, [
+        "evaluate", _set(tmp_path, 30), "--judge-model", "openai/planted", "--api-base",
+        server.api_base, "--judges", "correctness", "--output", str(tmp_path / "out"),
+        "--suite", "b", "--run-id", "r", "--no-cache", *extra])
+
+
+def test_the_ledger_stops_a_call_that_would_pass_the_limit():
+    budget = Budget(1.0)
+    hold = budget.reserve(0.6)
+    with pytest.raises(BudgetReached, match="run budget reached"):
+        budget.reserve(0.5)
+    budget.settle(hold, 0.25)
+    assert budget.reserve(0.7) == 0.7 and budget.stopped == 1
+    assert budget.reason().startswith("run budget reached: 1 model call(s) not made")
+
+
+def test_a_given_price_prices_every_answered_call_exactly(fake_llm):
+    fake_llm.script = lambda body: Reply('{"rating": "yes", "rationale": "ok"}',
+                                         prompt_tokens=123, completion_tokens=45)
+    settings = LLMSettings(model="openai/unpriced-judge", api_base=fake_llm.api_base,
+                           price_per_mtok=(0.15, 0.6))
+    usage = Usage()
+    completion = asyncio.run(LLMClient(settings).complete(
+        [{"role": "user", "content": "q"}], usage))
+    exact = Fraction(123) * Fraction("0.15") / 10**6 + Fraction(45) * Fraction("0.6") / 10**6
+    assert completion.cost_usd == pytest.approx(float(exact), rel=1e-12)
+    assert usage.cost_usd == completion.cost_usd
+
+
+def test_a_model_without_a_price_refuses_a_budget_before_any_call(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    result = _evaluate(fake_llm, tmp_path, "--max-cost", "5")
+    assert result.exit_code == 2, result.output
+    assert "no price for openai/planted: cost unknown" in result.output
+    assert "--price-per-mtok" in result.output and "Traceback" not in result.output
+    assert fake_llm.requests == [] and not (tmp_path / "out").exists()
+
+
+def test_an_estimate_above_the_budget_refuses_before_any_call(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    result = _evaluate(fake_llm, tmp_path, "--max-cost", "0.5", "--price-per-mtok", PRICE)
+    assert result.exit_code == 2, result.output
+    assert "the run is estimated at 30 calls" in result.output
+    assert "above --max-cost $0.5" in result.output and fake_llm.requests == []
+
+
+def test_a_budget_reached_mid_run_publishes_an_incomplete_run_with_every_row(fake_llm,
+                                                                             tmp_path):
+    fake_llm.script = PlantedJudge()
+    judge = JudgeModel(model="openai/planted", api_base=fake_llm.api_base, concurrency=2,
+                       price_per_mtok=(1000, 2000))
+    params = EvaluateParams(data=_set(tmp_path, 30), judge=judge, output=str(tmp_path / "out"),
+                            suite="b", run_id="r", judges=["correctness"], use_cache=False,
+                            max_cost_usd=3.0, over_estimate=True)
+    state = asyncio.run(evaluate(params, return_state=True))
+    summary = state.result()
+    assert summary["status"] == "incomplete"
+    [reason] = [r for r in summary["incomplete_reasons"] if r.startswith("run budget reached")]
+    records = [json.loads(line) for line in
+               (tmp_path / "out/b/r/results.jsonl").read_text().splitlines()]
+    assert len(records) == 30  # every row is published, judged or not
+    stopped = [r for r in records if "run budget reached" in (
+        r["response/llm_judged/correctness/error_message"] or "")]
+    assert 0 < len(stopped) < 30 and f"{len(stopped)} model call(s) not made" in reason
+    answered = 30 - len(stopped)
+    assert len(fake_llm.requests) == answered
+    # the ledger's total is the sum of the calls' own costs: 10 input and 5 output tokens each
+    assert summary["usage"]["cost_usd"] == pytest.approx(answered * (10 * 0.001 + 5 * 0.002))
+    assert summary["usage"]["cost_usd"] <= 3.0
+
+
+def test_a_budget_stop_is_never_a_breach(fake_llm, tmp_path):
+    from tests.test_regression import params, run, seed
+
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(30, set()))
+    judge = JudgeModel(model="openai/planted", api_base=fake_llm.api_base, concurrency=2,
+                       price_per_mtok=(1000, 2000))
+    worse = rows(30, set(range(12)))  # would breach the gate if it were judged whole
+    state = run(params(fake_llm, tmp_path, worse, "broke", judge=judge, max_cost_usd=3.0,
+                       over_estimate=True))
+    assert state.is_failed()
+    assert state.message.startswith("INCOMPLETE: the run budget was reached"), state.message
+    written = json.loads((tmp_path / "out/nightly/broke/manifest.json").read_text())
+    assert written["status"] == "incomplete"
+    assert any(r.startswith("run budget reached") for r in
+               written["regression"]["incomplete_reasons"])
