@@ -30,10 +30,10 @@ from flows.phases.regression import (
     judge_changes,
     regression_section,
 )
-from flows.phases.rejudge import rejudged_baseline
 from flows.preflight.checks import plan_run, rows_to_plan
 from flows.preflight.regression import check_gate_metrics
 from flows.preflight.trust import guard_parameters
+from flows.rejudge import rejudged_baseline
 from flows.run.common import run_location, run_summary
 from judges.model.usage import Usage
 from tasks.artifacts import publish_artifacts

@@ -9,19 +9,21 @@ prompt) on purpose. The reply cache makes an unchanged judge free.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from prefect import flow, get_run_logger
 from pydantic import Field, model_validator
 
 from flows import flow_names
 from flows.params import EvaluateParams, SafeName
-from flows.phases.evaluation import judge, prepare, publish, warn_if_offline
+from flows.phases.evaluation import JudgedRun, judge, prepare, publish, warn_if_offline
 from flows.phases.rejudge import rejudge_section, source_run, with_source
 from flows.preflight.trust import guard_parameters
 from flows.run.common import final_state, run_location, run_summary
+from judges.fingerprint import fingerprint
 from tasks.artifacts import publish_artifacts
 from tasks.report.plain_text import visible
+from tasks.storage.baseline import BaselineNotFound, BaselineRun, find_baseline
 from tasks.storage.chunk_store import ChunkStore
 
 
@@ -68,3 +70,39 @@ async def rejudge(params: RejudgeParams) -> dict:
     get_run_logger().info("report: %s", visible(urls["report.html"]))
     return final_state({**run_summary(location, manifest, judged.metrics, urls),
                         "rejudge": section})
+
+
+async def rejudged_baseline(params: Any, baseline: BaselineRun, judged: JudgedRun
+                            ) -> tuple[BaselineRun, str | None]:
+    """The baseline judged again by tonight's judge, as a rejudge run of the suite.
+
+    A regression whose baseline another judge judged compares like with like this way: the
+    baseline's own responses, tonight's judge. Its run id names the baseline and tonight's judge
+    fingerprint, so a second night with the same judge finds it instead of judging again.
+
+    Returns:
+        The run to compare with, and None; or the original baseline and why the rejudge could
+        not stand in for it (its gates are then undecidable, as without the rejudge).
+    """
+    digest = fingerprint(judged.plan.judges, params.judge.settings())["digest"]
+    run_id = f"{baseline.run_id}-by-{digest[:12]}"[:128]
+    try:
+        found = find_baseline(params.output, params.suite, run_id, params.storage_options)
+    except BaselineNotFound:  # not judged yet: the first night with this judge
+        found = None
+    if found is None or found.refused is not None or found.manifest.get("status") != "complete":
+        request = RejudgeParams(
+            source_run=baseline.run_id, run_id=run_id, judge=params.judge,
+            judges=params.judges, custom_judges=params.custom_judges, aspects=params.aspects,
+            strictness=params.strictness, output=params.output, suite=params.suite,
+            cache=params.cache, use_cache=params.use_cache, chunk_size=params.chunk_size,
+            max_error_share=params.max_error_share, storage_options=params.storage_options)
+        summary = await rejudge(request)
+        if summary.get("status") != "complete":
+            return baseline, (f"the baseline re-judged by tonight's judge ({run_id}) is "
+                              "incomplete: " + "; ".join(summary.get("incomplete_reasons") or []))
+        found = find_baseline(params.output, params.suite, run_id, params.storage_options)
+    if found is None or found.refused is not None:
+        return baseline, f"the re-judged baseline {run_id} cannot be read back"
+    return found, None
+

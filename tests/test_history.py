@@ -103,7 +103,8 @@ def test_a_regression_run_records_its_gates_and_baseline(tmp_path):
     (gate,) = cand["gates"]
     assert gate["metric"] == "winrate" and gate["outcome"] == "breached"
     assert gate["candidate"] == 0.0
-    assert cand["pairwise_cost"] is not None and cand["canary"] is None
+    assert cand["pairwise_cost"] is not None
+    assert cand["canary"] == {"sample": 8, "agreement": 1.0, "drifted": False}
     assert "FAILED" in Page((tmp_path / "out" / "ph" / "index.html").read_text()).text
 
 

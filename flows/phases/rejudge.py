@@ -17,7 +17,6 @@ from judges.fingerprint import differences, fingerprint, recorded_judges
 from tasks.metric_fields import judge_failed, yes_no_verdict
 from tasks.regression.canary import agreement_of, canary_judges
 from tasks.storage.baseline import (
-    BaselineNotFound,
     BaselineRefused,
     BaselineRun,
     find_baseline,
@@ -93,41 +92,4 @@ def rejudge_section(params: Any, source: BaselineRun, judged: JudgedRun) -> dict
         "agreement": sum(a.agreed for a in agreements) / compared if compared else None,
         "judges": [a.as_dict() for a in agreements],
     }
-
-
-async def rejudged_baseline(params: Any, baseline: BaselineRun, judged: JudgedRun
-                            ) -> tuple[BaselineRun, str | None]:
-    """The baseline judged again by tonight's judge, as a rejudge run of the suite.
-
-    A regression whose baseline another judge judged compares like with like this way: the
-    baseline's own responses, tonight's judge. Its run id names the baseline and tonight's judge
-    fingerprint, so a second night with the same judge finds it instead of judging again.
-
-    Returns:
-        The run to compare with, and None; or the original baseline and why the rejudge could
-        not stand in for it (its gates are then undecidable, as without the rejudge).
-    """
-    from flows.rejudge import RejudgeParams, rejudge  # a flow: imported where it runs
-
-    digest = fingerprint(judged.plan.judges, params.judge.settings())["digest"]
-    run_id = f"{baseline.run_id}-by-{digest[:12]}"[:128]
-    try:
-        found = find_baseline(params.output, params.suite, run_id, params.storage_options)
-    except BaselineNotFound:  # not judged yet: the first night with this judge
-        found = None
-    if found is None or found.refused is not None or found.manifest.get("status") != "complete":
-        request = RejudgeParams(
-            source_run=baseline.run_id, run_id=run_id, judge=params.judge,
-            judges=params.judges, custom_judges=params.custom_judges, aspects=params.aspects,
-            strictness=params.strictness, output=params.output, suite=params.suite,
-            cache=params.cache, use_cache=params.use_cache, chunk_size=params.chunk_size,
-            max_error_share=params.max_error_share, storage_options=params.storage_options)
-        summary = await rejudge(request)
-        if summary.get("status") != "complete":
-            return baseline, (f"the baseline re-judged by tonight's judge ({run_id}) is "
-                              "incomplete: " + "; ".join(summary.get("incomplete_reasons") or []))
-        found = find_baseline(params.output, params.suite, run_id, params.storage_options)
-    if found is None or found.refused is not None:
-        return baseline, f"the re-judged baseline {run_id} cannot be read back"
-    return found, None
 
