@@ -25,6 +25,7 @@ from flows.commands.common import (  # noqa: E402, F401 - re-exported for caller
     console,
 )
 from flows.commands.compare import compare_command  # noqa: E402
+from flows.commands.estimate import estimate_command  # noqa: E402
 from flows.commands.evaluate import evaluate_command  # noqa: E402
 from flows.commands.regression import regression_command  # noqa: E402
 from flows.commands.rejudge import rejudge_command  # noqa: E402
@@ -52,6 +53,7 @@ app.command(name="evaluate")(evaluate_command)
 app.command(name="compare")(compare_command)
 app.command(name="regression")(regression_command)
 app.command(name="rejudge")(rejudge_command)
+app.command(name="estimate")(estimate_command)
 
 
 def main() -> None:

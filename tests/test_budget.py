@@ -118,3 +118,14 @@ def test_a_budget_stop_is_never_a_breach(fake_llm, tmp_path):
     assert written["status"] == "incomplete"
     assert any(r.startswith("run budget reached") for r in
                written["regression"]["incomplete_reasons"])
+
+
+def test_the_estimate_counts_the_calls_a_run_makes(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    result = runner.invoke(app, ["estimate", _set(tmp_path, 30), "--judge-model",
+                                 "openai/planted", "--api-base", fake_llm.api_base,
+                                 "--judges", "correctness", "--price-per-mtok", PRICE])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("estimate: 30 calls, ~") and fake_llm.requests == []
+    assert _evaluate(fake_llm, tmp_path).exit_code == 0
+    assert len(fake_llm.requests) == 30  # what the estimate said

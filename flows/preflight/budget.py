@@ -38,20 +38,30 @@ class Estimate:
     input_tokens: int
     output_tokens: int
     cost_usd: float
+    unpriced: tuple[str, ...] = ()  # models without a price: their calls count as $0 here
 
     def line(self) -> str:
         """The estimate in one line."""
+        cost = (f"~${self.cost_usd:.4f}" if not self.unpriced else
+                f"cost unknown (no price for {', '.join(self.unpriced)}: give --price-per-mtok)")
         return (f"{self.calls:,} calls, ~{self.input_tokens:,} input and "
-                f"~{self.output_tokens:,} output tokens, ~${self.cost_usd:.4f}")
+                f"~{self.output_tokens:,} output tokens, {cost}")
 
 
-def priced(settings: LLMSettings, option: str) -> tuple[float, float]:
+def priced(settings: LLMSettings, option: str, unpriced: list[str] | None = None
+           ) -> tuple[float, float]:
     """The model's token prices; a budget run refuses a model without one.
+
+    With `unpriced` (an estimate alone), a model without a price is listed there and priced
+    at zero instead.
 
     Raises:
         BudgetError: naming the model and how to give it a price.
     """
     prices = token_prices(settings)
+    if prices is None and unpriced is not None:
+        unpriced.append(settings.model)
+        return 0.0, 0.0
     if prices is None:
         raise BudgetError(
             f"no price for {settings.model}: cost unknown, so a budget cannot be kept; give "
@@ -64,11 +74,19 @@ def _tokens(messages: list[dict]) -> int:
     return sum(len(str(m.get("content", ""))) for m in messages) // CHARS_PER_TOKEN
 
 
-def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgePlan
-                  ) -> Estimate:
-    """The estimate of an evaluate or regression run over `total` rows like `rows`."""
+def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgePlan,
+                  unpriced: list[str] | None = None) -> Estimate:
+    """The estimate of an evaluate or regression run over `total` rows like `rows`.
+
+    Args:
+        params: the run's parameters (judge, candidate, head-to-head, canary).
+        rows: the set's rows, as a stream: the first `ESTIMATE_ROWS` are rendered.
+        total: how many rows the set has.
+        plan: the judges that will run.
+        unpriced: collects models without a price (then counted at $0) instead of refusing.
+    """
     judge = params.judge.settings()
-    judge_prices = priced(judge, "--judge-model")
+    judge_prices = priced(judge, "--judge-model", unpriced)
     reply = judge.max_tokens or ESTIMATED_REPLY_TOKENS
     sample = list(itertools.islice(rows, ESTIMATE_ROWS))
     calls = prompt = generation_in = generations = 0
@@ -104,10 +122,11 @@ def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgeP
         gen_reply = candidate.max_tokens or ESTIMATED_REPLY_TOKENS
         gen_calls = round(generations * scale)
         gen_in = round(generation_in * scale)
-        cost += call_cost(priced(candidate, "--candidate-model"), gen_in, gen_calls * gen_reply)
+        cost += call_cost(priced(candidate, "--candidate-model", unpriced), gen_in,
+                          gen_calls * gen_reply)
         calls_total, prompt_total = calls_total + gen_calls, prompt_total + gen_in
         output_total += gen_calls * gen_reply
-    return Estimate(calls_total, prompt_total, output_total, cost)
+    return Estimate(calls_total, prompt_total, output_total, cost, tuple(unpriced or ()))
 
 
 def estimate_pairs(params: Any, pairs: Iterable[Any], total: int) -> Estimate:
