@@ -21,6 +21,7 @@ from flows.phases.rejudge import rejudge_section, source_run, with_source
 from flows.preflight.trust import guard_parameters
 from flows.run.common import final_state, run_location, run_summary
 from judges.fingerprint import fingerprint
+from judges.model.budget import current_budget, use_budget
 from tasks.artifacts import publish_artifacts
 from tasks.report.plain_text import visible
 from tasks.storage.baseline import BaselineNotFound, BaselineRun, find_baseline
@@ -91,13 +92,29 @@ async def rejudged_baseline(params: Any, baseline: BaselineRun, judged: JudgedRu
     except BaselineNotFound:  # not judged yet: the first night with this judge
         found = None
     if found is None or found.refused is not None or found.manifest.get("status") != "complete":
+        budget = current_budget()
+        left = None if budget is None else budget.limit_usd - budget.spent_usd
+        if left is not None and left <= 0:
+            return baseline, (f"the baseline could not be re-judged: the run budget is spent "
+                              f"(${budget.spent_usd:.4f} of ${budget.limit_usd:.4f})")
         request = RejudgeParams(
             source_run=baseline.run_id, run_id=run_id, judge=params.judge,
             judges=params.judges, custom_judges=params.custom_judges, aspects=params.aspects,
             strictness=params.strictness, output=params.output, suite=params.suite,
             cache=params.cache, use_cache=params.use_cache, chunk_size=params.chunk_size,
-            max_error_share=params.max_error_share, storage_options=params.storage_options)
-        summary = await rejudge(request)
+            max_error_share=params.max_error_share, storage_options=params.storage_options,
+            max_cost_usd=left, over_estimate=True)
+        try:
+            summary = await rejudge(request)
+        except Exception as error:  # noqa: BLE001 - the night goes on, its gates undecidable
+            return baseline, (f"the baseline could not be re-judged by tonight's judge: "
+                              f"{type(error).__name__}: {error}")
+        finally:  # the nested run kept its own ledger: what it spent is the night's too
+            nested = current_budget()
+            if budget is not None and nested is not None and nested is not budget:
+                budget.spent_usd += nested.spent_usd
+                budget.stopped += nested.stopped
+            use_budget(budget)
         if summary.get("status") != "complete":
             return baseline, (f"the baseline re-judged by tonight's judge ({run_id}) is "
                               "incomplete: " + "; ".join(summary.get("incomplete_reasons") or []))

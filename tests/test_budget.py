@@ -129,3 +129,19 @@ def test_the_estimate_counts_the_calls_a_run_makes(fake_llm, tmp_path):
     assert result.output.startswith("estimate: 30 calls, ~") and fake_llm.requests == []
     assert _evaluate(fake_llm, tmp_path).exit_code == 0
     assert len(fake_llm.requests) == 30  # what the estimate said
+
+
+def test_a_nested_rejudge_spends_from_the_night_s_budget(fake_llm, tmp_path):
+    from judges.model.budget import current_budget
+    from tests.test_regression import params, run, seed
+
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(10, set()))
+    judge = JudgeModel(model="openai/planted-v2", api_base=fake_llm.api_base,
+                       price_per_mtok=(1000, 2000))
+    state = run(params(fake_llm, tmp_path, rows(10, set()), "n1", judge=judge,
+                       rejudge_baseline=True, max_cost_usd=50.0, over_estimate=True))
+    assert state.is_completed(), state.message
+    # tonight's rows, the baseline re-judged, the canary: 30 calls at 10 + 5 tokens each
+    assert len(fake_llm.requests) - 10 == 30
+    assert current_budget().spent_usd == pytest.approx(30 * (10 * 0.001 + 5 * 0.002))

@@ -68,6 +68,12 @@ def open_budget(limit_usd: float | None) -> Budget | None:
     return _current
 
 
+def use_budget(budget: Budget | None) -> None:
+    """Make `budget` this process's ledger again (after a nested run opened its own)."""
+    global _current
+    _current = budget
+
+
 def current_budget() -> Budget | None:
     """The running run's ledger, if it has a limit."""
     return _current
