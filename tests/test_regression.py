@@ -79,11 +79,16 @@ def _api(path: str, body: dict) -> list[dict]:
     return asyncio.run(fetch())
 
 
-def events(name: str, run_id: str) -> list[dict]:
-    """Events named `name` about this run (persisted asynchronously: polled)."""
+def events(name: str, run_id: str, suite: str = "nightly") -> list[dict]:
+    """Events named `name` about this run of the suite (persisted asynchronously: polled).
+
+    The API lives for the whole test session: another test's suite may have a run of the
+    same id.
+    """
     for _ in range(40):
         found = _api("/events/filter", {"filter": {"event": {"name": [name]}}, "limit": 50})
-        found = [e for e in found.get("events", []) if e["payload"]["run_id"] == run_id]
+        found = [e for e in found.get("events", []) if e["payload"]["run_id"] == run_id
+                 and e["resource"]["prefect.resource.id"] == f"judgeflow.suite.{suite}"]
         if found:
             return found
         time.sleep(0.5)

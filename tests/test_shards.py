@@ -374,7 +374,7 @@ def _regression(server: Server, data: Path, out: Path, run_id: str, api_base: st
                "--baseline", "seed", "--judge-model", "openai/shard-judge", "--api-base",
                api_base, "--output", str(out), "--run-id", run_id, "--judges", "correctness",
                "--no-pairwise", "--chunk-size", str(CHUNK_SIZE), "--no-cache", "--min-paired",
-               "10", *extra]
+               "10", "--canary-rows", "0", *extra]  # every judge call once: no drift canary
     return subprocess.run(command, cwd=REPO, env=server.env, text=True, capture_output=True,
                           timeout=300)
 
