@@ -35,6 +35,9 @@ class RejudgeParams(EvaluateParams):
     """
 
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("source_run",)
+    # Its rows are a published run's, under `output` (a write root, read back as a baseline
+    # is); the files the source's manifest names are checked like parameters.
+    READ_FIELDS: ClassVar[tuple[str, ...]] = ("labels", "custom_judges")
 
     source_run: SafeName = Field(description="Run id of the suite's published run to judge again")
     as_baseline: bool = Field(
@@ -58,7 +61,9 @@ async def rejudge(params: RejudgeParams) -> dict:
     params = guard_parameters(params)
     started_at = datetime.now(UTC)
     source = source_run(params)
-    params = with_source(params, source)
+    # What the source's manifest names (its set's results, its custom judges file) is checked
+    # like a parameter: a planted manifest must not reach a file the operator did not allow.
+    params = guard_parameters(with_source(params, source))
     warn_if_offline(params)
     location = run_location(params, started_at)
     prepared = prepare(params)

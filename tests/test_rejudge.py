@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.params import JudgeModel
+from flows.preflight.trust import ParameterRefused
 from flows.rejudge import RejudgeParams, rejudge
 from tests.fake_llm import Reply
 from tests.planted import PlantedJudge
@@ -84,3 +86,20 @@ def test_the_command_refuses_a_run_that_does_not_exist_in_one_line(tmp_path):
     assert result.exit_code == 2, result.output
     assert "baseline run 'nope' of suite 'nightly' has no manifest.json" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_planted_source_manifest_cannot_reach_a_file_the_operator_did_not_allow(
+        fake_llm, tmp_path, monkeypatch):
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(5, set()))
+    path = tmp_path / "out/nightly/seed/manifest.json"
+    planted = json.loads(path.read_text())
+    planted["config"]["custom_judges"] = "/etc/passwd"  # anyone who can write the bucket
+    path.write_text(json.dumps(planted))
+    monkeypatch.setenv("JUDGEFLOW_UNTRUSTED_PARAMETERS", "1")
+    monkeypatch.setenv("JUDGEFLOW_WRITE_ROOTS", str(tmp_path / "out"))
+    monkeypatch.setenv("JUDGEFLOW_READ_ROOTS", str(tmp_path / "sets"))
+    monkeypatch.setenv("JUDGEFLOW_MODEL_ENDPOINTS", f"{fake_llm.api_base}=OPENAI_API_KEY")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with pytest.raises(ParameterRefused, match="custom_judges"):
+        _rejudge(fake_llm, tmp_path, "leak")
