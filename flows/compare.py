@@ -15,7 +15,7 @@ from flows.phases.compare import (
     warn_notices,
 )
 from flows.preflight.trust import guard_parameters
-from flows.run.common import final_state, run_location, run_summary
+from flows.run.common import batch_mode, final_state, run_location, run_summary
 from tasks.artifacts import publish_artifacts
 from tasks.report.plain_text import visible
 from tasks.storage.chunk_store import ChunkStore
@@ -32,7 +32,8 @@ async def compare(params: CompareParams) -> dict:
     location = run_location(params, started_at)
     prepared = prepare_pairs(params)
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
-    judged = await judge_prepared_pairs(params, prepared, store, location)
+    with batch_mode(params, store):
+        judged = await judge_prepared_pairs(params, prepared, store, location)
     manifest, urls = publish_pairs(params, location, prepared, judged, started_at)
     publish_artifacts(manifest, judged.metrics, urls)
     get_run_logger().info("report: %s", visible(urls["report.html"]))

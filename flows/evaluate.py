@@ -10,7 +10,7 @@ from flows import flow_names
 from flows.params import EvaluateParams
 from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.preflight.trust import guard_parameters
-from flows.run.common import final_state, run_location, run_summary
+from flows.run.common import batch_mode, final_state, run_location, run_summary
 from flows.run.timeline import mark
 from tasks.artifacts import publish_artifacts
 from tasks.report.plain_text import visible
@@ -28,8 +28,9 @@ async def evaluate(params: EvaluateParams) -> dict:
     prepared = prepare(params)
     mark("flow prepared")
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
-    generation_usage = await generate_responses(params, prepared, store)
-    judged = await judge(params, prepared, store, location)
+    with batch_mode(params, store):
+        generation_usage = await generate_responses(params, prepared, store)
+        judged = await judge(params, prepared, store, location)
     extra = {"generation_usage": generation_usage.as_dict()} if params.candidate else None
     mark("judged")
     manifest, urls = publish(params, location, prepared, judged, started_at, extra)

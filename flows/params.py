@@ -186,6 +186,24 @@ class RunOptions(BaseModel):
         "stops at the budget)",
     )
 
+    batch: bool = Field(
+        False, description="Send the model calls through the provider's batch API (about half "
+        "the price, answers within hours; OpenAI-compatible endpoints). The batches are kept in "
+        "the run's folder: rerun with the same run_id to pick them up without paying twice",
+    )
+    batch_retry: Literal["batch", "online"] = Field(
+        "batch", description="Where a request the batch failed or let expire is asked again: "
+        "in a follow-up batch, or online at once (within the same attempts)",
+    )
+    batch_max_requests: int = Field(
+        50_000, ge=1, le=50_000, description="Most requests per batch file (the provider's "
+        "limit; a larger run is split into several batches)",
+    )
+    batch_poll_max_seconds: float = Field(
+        60.0, gt=0, le=3600, description="Longest wait between two polls of a batch (polls "
+        "start at 0.5 s and back off to this)",
+    )
+
     def locations(self) -> list[Location]:
         """Every location a parameter names, with the access the run makes to it."""
         return locations_of(self, self.READ_FIELDS, self.WRITE_FIELDS)
@@ -195,6 +213,9 @@ class RunOptions(BaseModel):
         if self.max_cost_usd is not None and self.shards > 1:
             raise ValueError("max_cost_usd is kept by one process: it cannot be shared by "
                              "shards yet; run with shards 1 or without a budget")
+        if self.batch and self.shards > 1:
+            raise ValueError("batch mode keeps its batches in one process: run with shards 1 "
+                             "(a batch needs no shards: the provider does the work)")
         return self
 
 

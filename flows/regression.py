@@ -34,7 +34,7 @@ from flows.preflight.checks import plan_run, rows_to_plan
 from flows.preflight.regression import check_gate_metrics
 from flows.preflight.trust import guard_parameters
 from flows.rejudge import rejudged_baseline
-from flows.run.common import run_location, run_summary
+from flows.run.common import batch_mode, run_location, run_summary
 from judges.model.usage import Usage
 from tasks.artifacts import publish_artifacts
 from tasks.regression.canary import DEFAULT_CANARY_ROWS, DEFAULT_MIN_AGREEMENT
@@ -146,18 +146,19 @@ async def regression(params: RegressionParams) -> dict | State:
                                                             is not None)),
                        params.pairwise, params.gates)
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
-    generation_usage = await generate_responses(params, prepared, store)
-    judged = await judge(params, prepared, store, location)
-    rejudged_from, rejudge_error = None, None
-    if (params.rejudge_baseline and baseline is not None and baseline.refused is None
-            and judge_changes(baseline, judged, params)):
-        original = baseline
-        baseline, rejudge_error = await rejudged_baseline(params, baseline, judged)
-        rejudged_from = None if rejudge_error else original.run_id
-        if rejudge_error:
-            logger.warning("%s", visible(rejudge_error))
-    comparison = await compare_with_baseline(params, baseline, prepared, judged)
-    canary = await run_canary(params, baseline, judged)
+    with batch_mode(params, store):
+        generation_usage = await generate_responses(params, prepared, store)
+        judged = await judge(params, prepared, store, location)
+        rejudged_from, rejudge_error = None, None
+        if (params.rejudge_baseline and baseline is not None and baseline.refused is None
+                and judge_changes(baseline, judged, params)):
+            original = baseline
+            baseline, rejudge_error = await rejudged_baseline(params, baseline, judged)
+            rejudged_from = None if rejudge_error else original.run_id
+            if rejudge_error:
+                logger.warning("%s", visible(rejudge_error))
+        comparison = await compare_with_baseline(params, baseline, prepared, judged)
+        canary = await run_canary(params, baseline, judged)
     verdict = decide_run(params, gates, baseline, judged, comparison, canary)
     section = regression_section(params, gates, baseline, comparison, verdict, judged, canary)
     section |= {"baseline_rejudged_from": rejudged_from, "baseline_rejudge_error": rejudge_error}

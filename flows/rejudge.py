@@ -19,7 +19,7 @@ from flows.params import EvaluateParams, SafeName
 from flows.phases.evaluation import JudgedRun, judge, prepare, publish, warn_if_offline
 from flows.phases.rejudge import rejudge_section, source_run, with_source
 from flows.preflight.trust import guard_parameters
-from flows.run.common import final_state, run_location, run_summary
+from flows.run.common import batch_mode, final_state, run_location, run_summary
 from judges.fingerprint import fingerprint
 from judges.model.budget import current_budget, use_budget
 from tasks.artifacts import publish_artifacts
@@ -68,7 +68,8 @@ async def rejudge(params: RejudgeParams) -> dict:
     location = run_location(params, started_at)
     prepared = prepare(params)
     store = ChunkStore.for_run(location)
-    judged = await judge(params, prepared, store, location)
+    with batch_mode(params, store):
+        judged = await judge(params, prepared, store, location)
     section = rejudge_section(params, source, judged)
     manifest, urls = publish(params, location, prepared, judged, started_at,
                              {"rejudge": section}, kind="rejudge")
@@ -108,7 +109,8 @@ async def rejudged_baseline(params: Any, baseline: BaselineRun, judged: JudgedRu
             strictness=params.strictness, output=params.output, suite=params.suite,
             cache=params.cache, use_cache=params.use_cache, chunk_size=params.chunk_size,
             max_error_share=params.max_error_share, storage_options=params.storage_options,
-            max_cost_usd=left, over_estimate=True)
+            max_cost_usd=left, over_estimate=True, batch=params.batch,
+            batch_retry=params.batch_retry)
         try:
             summary = await rejudge(request)
         except Exception as error:  # noqa: BLE001 - the night goes on, its gates undecidable

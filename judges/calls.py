@@ -85,7 +85,7 @@ async def judged_call(
     source = "cache"
     if exchange is None:
         source = "model"
-        metadata = {"judge": provenance["judge"]} if provenance and "judge" in provenance else None
+        metadata = call_metadata(provenance, sample_index)
         exchange = await _ask_with_one_reask(ctx, messages, output_model, quoted, metadata)
         if exchange.verdict is not None and ctx.cache is not None:
             await asyncio.to_thread(ctx.cache.put, key, exchange.replies[-1])
@@ -104,6 +104,14 @@ async def judged_call(
     FINISHED_CALLS.add()
     return CallOutcome(exchange.verdict, exchange.error,
                        exchange.replies[-1] if exchange.replies else None)
+
+
+def call_metadata(provenance: dict | None, sample_index: int) -> dict[str, str]:
+    """Who asks, as the model client takes it: the judge (local models read it) and the row,
+    sample and pass (a batch request's identity)."""
+    who = {**(provenance or {}), "sample": sample_index}
+    return {key: str(who[key]) for key in ("judge", "request_id", "row_index", "chunk_index",
+                                            "order", "sample") if who.get(key) is not None}
 
 
 async def _cached(

@@ -30,7 +30,9 @@ async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRo
     call_usage = Usage()
     messages = [m.model_dump() for m in row.messages]
     try:
-        completion = await client.complete(messages, call_usage)
+        completion = await client.complete(
+            messages, call_usage,
+            metadata={"request_id": str(row.request_id), "row_index": str(row.row_index)})
     except LLMCallError as error:
         usage.add(call_usage)
         FINISHED_CALLS.add()

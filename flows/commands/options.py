@@ -82,6 +82,14 @@ OPTIONS: dict[str, tuple] = {
                         "estimate is above it; no call starts once it would be passed (exit 3)"),
     "over_estimate": _option(bool, False, "Start even if the estimate is above --max-cost",
                              "--over-estimate"),
+    "batch": _option(bool, False, "Send the model calls through the provider's batch API "
+                     "(about half the price; rerun with the same --run-id to resume)",
+                     "--batch"),
+    "batch_retry": _option(str, "batch", "Where a request the batch failed or let expire is "
+                           "asked again: batch (a follow-up batch) or online"),
+    "batch_max_requests": _option(int, 50_000, "Most requests per batch file"),
+    "batch_poll_max": _option(float, 60.0, "Longest wait in seconds between two polls of a "
+                              "batch"),
     "no_progress": _option(bool, False, "No live progress display (shown only when stderr is "
                            "a terminal)", "--no-progress"),
 }
@@ -94,7 +102,8 @@ EVALUATION_OPTIONS = ("judges", "custom_judges", "aspect", "strictness", "allow_
                       "labels", "calibration", "calibration_floor", "calibration_min_labels",
                       "calibration_seed")
 RUN_OPTIONS = ("output", "suite", "run_id", "chunk_size", "on_invalid", "max_error_share",
-               "no_cache", "storage_option", "shards", "max_cost", "over_estimate", "no_progress")
+               "no_cache", "storage_option", "shards", "max_cost", "over_estimate", "batch",
+               "batch_retry", "batch_max_requests", "batch_poll_max", "no_progress")
 # What each command takes besides its own: evaluate and regression judge rows, compare pairs.
 ROW_RUN_OPTIONS = (JUDGE_OPTIONS, CANDIDATE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS)
 PAIR_RUN_OPTIONS = (JUDGE_OPTIONS, RUN_OPTIONS)
@@ -189,4 +198,7 @@ def run_fields(options: Mapping[str, Any]) -> dict[str, Any]:
             "use_cache": not options["no_cache"],
             "storage_options": parse_storage_options(options["storage_option"]),
             "shards": options["shards"], "max_cost_usd": options["max_cost"],
-            "over_estimate": options["over_estimate"]}
+            "over_estimate": options["over_estimate"], "batch": options["batch"],
+            "batch_retry": options["batch_retry"],
+            "batch_max_requests": options["batch_max_requests"],
+            "batch_poll_max_seconds": options["batch_poll_max"]}

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from flows.params import EvaluateParams, RunOptions
 from flows.preflight.budget import Estimate, check_budget, estimate_rows
-from flows.preflight.models import check_model_config
+from flows.preflight.models import check_batch_model, check_model_config
 from flows.preflight.output import check_output
 from flows.preflight.reach import check_reachable
 from flows.run.calibration import catalogue_of, check_calibration_source, label_judges
@@ -129,6 +129,8 @@ def check_models(params) -> None:
         check_model(model.model, option)
         check_model_config(model.model, model.api_base, model.api_key_env, option)
         check_reachable(model.model, model.api_base, base_option)
+        if getattr(params, "batch", False):
+            check_batch_model(model.model, option)
 
 
 def check_something_to_judge(plan: JudgePlan) -> None:

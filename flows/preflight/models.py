@@ -19,6 +19,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from judges.errors import ConfigError
+from judges.model.batch.requests import BATCH_PROVIDERS
 
 LOCAL_PREFIX = "judgeflow"
 # The variable each provider's key is read from when no api_base/api_key_env says otherwise.
@@ -128,3 +129,19 @@ def check_model_config(model: str, api_base: str | None, api_key_env: str | None
     check_provider(model, option)
     if model.partition("/")[0] != LOCAL_PREFIX:
         check_key(model, api_base, api_key_env, option)
+
+
+def check_batch_model(model: str, option: str) -> None:
+    """A model batch mode can send through its provider's batch API, or a local one.
+
+    Raises:
+        ModelConfigError: the provider's batches are not OpenAI-shaped (litellm's others need a
+            provider-specific setup judgeflow does not make yet).
+    """
+    provider = model.split("/", 1)[0] if "/" in model else "openai"
+    if provider == LOCAL_PREFIX or provider in BATCH_PROVIDERS:
+        return
+    raise ModelConfigError(
+        f"{option} {model}: batch mode sends calls through OpenAI-compatible batch APIs "
+        f"({', '.join(p + '/' for p in BATCH_PROVIDERS)}); {provider} is not one: run it "
+        "without --batch")

@@ -6,14 +6,16 @@ location or an "incomplete" state means the same thing whichever flow made it.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
 from prefect.states import Completed
 
 from flows.run.completeness import INCOMPLETE
+from judges.model.batch.broker import BatchOptions, close_batches, current_batches, open_batches
 from tasks.report.plain_text import visible
 from tasks.storage.outputs import RunLocation
 
@@ -78,3 +80,26 @@ def final_state(summary: dict):
     # A reason names the judge model and quotes an error: no line of it may pass for ours.
     message = "incomplete: " + "; ".join(visible(r) for r in summary["incomplete_reasons"])
     return Completed(name=INCOMPLETE_STATE_NAME, message=message, data=summary)
+
+
+@contextlib.contextmanager
+def batch_mode(params: Any, store: Any) -> Iterator[None]:
+    """The run's model calls through batches while inside, when `params.batch` asks for it.
+
+    The batches are recorded in the run's chunk `store`, where a rerun of the run finds them. A
+    run nested in another (a regression's rejudge of its baseline) uses the outer run's.
+    """
+    if not params.batch or current_batches() is not None:
+        yield
+        return
+    from prefect import get_run_logger
+
+    options = BatchOptions(retry=params.batch_retry, max_requests=params.batch_max_requests,
+                           max_poll_seconds=params.batch_poll_max_seconds,
+                           first_poll_seconds=min(0.5, params.batch_poll_max_seconds),
+                           gather_seconds=1.0)
+    open_batches(options, store, get_run_logger().info)
+    try:
+        yield
+    finally:
+        close_batches()

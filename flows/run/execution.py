@@ -17,6 +17,7 @@ from flows.run.timeline import mark
 from judges.builtin.pairwise import Pair, PairwiseOptions
 from judges.calibration.rows import CalibrationAccumulator
 from judges.metrics import MetricsAccumulator
+from judges.model.batch.broker import current_batches
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
 from judges.pairwise.reconcile import PairVerdict
@@ -45,6 +46,7 @@ TARGET_TASK_RUNS = 200
 # costs a rerun no model calls.
 MIN_CHUNK_SIZE = 200
 MAX_CHUNKS_IN_FLIGHT = 8
+BATCH_CHUNKS_IN_FLIGHT = 10_000
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -173,8 +175,11 @@ async def drive(
             await progress.chunk_done(ChunkTally(len(chunk), spent.calls, spent.cache_hits,
                                                  kind.errors(result), outcome.resumed))
 
-    await run_chunks(items, chunk_size, chunks_in_flight(concurrency, chunk_size),
-                     chunks.submit, finish)
+    # In batch mode a waiting call holds nothing: every chunk is in flight, so that one batch
+    # gathers the whole run instead of one window of chunks after another.
+    in_flight = (BATCH_CHUNKS_IN_FLIGHT if current_batches() is not None
+                 else chunks_in_flight(concurrency, chunk_size))
+    await run_chunks(items, chunk_size, in_flight, chunks.submit, finish)
     return usage
 
 

@@ -163,13 +163,32 @@ def _to_completion(response: Any, model: str) -> Completion:
 
 
 def _answered_by(response: Any) -> str | None:
+    return answered_by_name(getattr(response, "model", None),
+                            getattr(response, "system_fingerprint", None))
+
+
+def answered_by_name(model: Any, fingerprint: Any) -> str | None:
     """The provider's word for what answered: its `model`, and `system_fingerprint` if given.
 
     Untrusted and unbounded text from the provider: kept short and on one line.
     """
-    model = getattr(response, "model", None)
     if not isinstance(model, str) or not model.strip():
         return None
-    fingerprint = getattr(response, "system_fingerprint", None)
     named = f"{model} {fingerprint}" if isinstance(fingerprint, str) and fingerprint else model
     return " ".join(named.split())[:120]
+
+
+@functools.cache
+def batch_route(model: str, api_base: str | None) -> tuple[str, str]:
+    """The model's name at its provider and litellm's provider name (for batch files)."""
+    name, provider, _key, _base = litellm().get_llm_provider(model=model, api_base=api_base)
+    return name, provider
+
+
+def response_format_param(response_format: Any) -> dict | None:
+    """A pydantic reply model as the JSON-schema `response_format` a batch line carries."""
+    if response_format is None:
+        return None
+    from litellm.llms.base_llm.base_utils import type_to_response_format_param
+
+    return type_to_response_format_param(response_format)

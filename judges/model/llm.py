@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pydantic import BaseModel
 
 import judges.model.litellm_door as door
+from judges.model.batch.broker import Endpoint, current_batches
+from judges.model.batch.requests import batch_body, batch_line, custom_id_of, who_asks
 from judges.model.budget import BudgetReached, current_budget
 from judges.model.in_flight import SentCall, send_within_limits
 from judges.model.limits import estimate_tokens, limits_for
@@ -27,6 +29,23 @@ from judges.model.settings import LLMSettings
 from judges.model.usage import Completion, LLMCallError, Usage
 
 __all__ = ["LLMClient", "prepare_model"]
+
+
+class BatchRequestFailed(LLMCallError):
+    """A request its batch failed, let expire or did not return."""
+
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def batch_priced(settings: LLMSettings, completion: Completion) -> Completion:
+    """A batch answer's cost: half the online price (providers' batch APIs are half price)."""
+    prices = token_prices(settings)
+    if prices is None:
+        return completion
+    cost = call_cost(prices, completion.input_tokens, completion.output_tokens) / 2
+    return completion._replace(cost_usd=cost)
 
 # Models that refused a response_format schema with a 400 in this process (e.g. an older
 # Azure API version): asked without one from then on.
@@ -78,12 +97,25 @@ class LLMClient:
         if self.settings.model not in _PREPARED_MODELS:
             # The model's first call: the import and lookups in a thread, off the event loop.
             await asyncio.to_thread(prepare_model, self.settings)
+        batches = current_batches()
         for attempt in range(1, self.settings.max_attempts + 1):
+            online = batches is None or (attempt > 1 and batches.options.retry == "online")
             try:
-                completion = await self._attempt(messages, response_format)
+                if online:
+                    completion = await self._attempt(messages, response_format)
+                else:
+                    completion = await self._batched(messages, response_format, metadata,
+                                                     attempt)
             except BudgetReached:
                 usage.failures += 1
                 raise
+            except BatchRequestFailed as error:
+                # Asked again in the next batch (or online): the wait was the batch's own.
+                if not error.retryable or attempt == self.settings.max_attempts:
+                    usage.failures += 1
+                    raise LLMCallError(f"{error} (after {attempt} attempt(s))") from None
+                usage.retries += 1
+                continue
             except Exception as error:  # noqa: BLE001 - classified right below
                 if response_format is not None and self._schema_refused(error):
                     # Ask again at once, without the schema (not counted as an attempt).
@@ -162,6 +194,30 @@ class LLMClient:
                 token_prices(self.settings), completion.input_tokens, completion.output_tokens))
         if budget is not None:
             budget.settle(call.budget_hold, completion.cost_usd)
+        return completion
+
+    async def _batched(self, messages: list[dict], response_format: type[BaseModel] | None,
+                       metadata: Mapping[str, str] | None, attempt: int) -> Completion:
+        """One attempt through the run's batches: the same request, answered by a batch."""
+        batches = current_batches()
+        request = request_for(self.settings, messages, self._schema(response_format))
+        model_name, provider = door.batch_route(self.settings.model, self.settings.api_base)
+        endpoint = Endpoint(provider, self.settings.model, model_name, self.settings.api_base,
+                            request.get("api_key"))
+        body = batch_body(request, model_name,
+                          door.response_format_param(request.get("response_format")))
+        who = who_asks(metadata)
+        line = batch_line(custom_id_of(body, who, attempt), body, who)
+        budget = current_budget()
+        hold = budget.reserve(self._estimated_cost(messages)) if budget is not None else 0.0
+        answer = await asyncio.wrap_future(batches.ask(endpoint, line))
+        if answer.completion is None:
+            if budget is not None:
+                budget.settle(hold, 0.0)
+            raise BatchRequestFailed(answer.error or "batch request failed", answer.retryable)
+        completion = batch_priced(self.settings, answer.completion)
+        if budget is not None:
+            budget.settle(hold, completion.cost_usd)
         return completion
 
     def _observe_failure(self, error: BaseException, epoch: int) -> None:

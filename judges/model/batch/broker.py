@@ -1,0 +1,338 @@
+"""Calls gathered into provider batches, submitted once, polled until they are answered.
+
+The broker runs on a thread with its own event loop, so that a chunk on any thread or loop can
+hand it a call and wait on a plain future, holding no concurrency slot while the provider works.
+Calls for one endpoint and model are gathered until none has come for `gather_seconds` (or a
+batch is full: the provider's limits on requests and bytes per file), then uploaded as one
+JSONL file and submitted as one batch, which the ledger records before anything waits on it.
+Each batch is polled with a growing delay; when it ends (completed, expired, failed or
+cancelled) its output and error files are read and every waiting call gets its answer, or the
+reason it has none (then the model client retries it within its attempts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+import judges.model.litellm_door as door
+from judges.model.batch.ledger import BatchLedger, BatchRecord
+from judges.model.batch.requests import ENDPOINT, BatchAnswer, BatchLine, read_answers
+from judges.model.retry import status_of
+
+logger = logging.getLogger(__name__)
+SUBMIT_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How calls are batched, and what a request the batch did not answer becomes."""
+
+    retry: Literal["batch", "online"] = "batch"
+    gather_seconds: float = 2.0
+    first_poll_seconds: float = 1.0
+    max_poll_seconds: float = 60.0
+    max_requests: int = 50_000  # OpenAI's limits per batch file
+    max_bytes: int = 190 * 1024 * 1024
+
+
+class Endpoint(NamedTuple):
+    """Where a batch goes; calls are batched together only for the same one."""
+
+    provider: str
+    model: str  # the litellm model string (the ledger's record of it)
+    model_name: str  # the name the provider knows (the body's "model")
+    api_base: str | None
+    api_key: str | None  # never written anywhere: the ledger keeps model and api_base only
+
+    def access(self) -> dict:
+        """The keyword arguments of litellm's files and batches calls for this endpoint."""
+        # The SDK's own retries off: a create retried blindly could submit a batch twice.
+        found = {"custom_llm_provider": self.provider, "api_key": self.api_key, "max_retries": 0}
+        if self.api_base:
+            found["api_base"] = self.api_base
+        return found
+
+
+@dataclass
+class _Gathering:
+    lines: list[BatchLine] = field(default_factory=list)
+    size: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
+class BatchBroker:
+    """This process's batches: gathered, submitted, polled, answered (see the module)."""
+
+    def __init__(self, options: BatchOptions, ledger: BatchLedger,
+                 on_progress: Callable[[str], None] | None = None):
+        self.options = options
+        self.ledger = ledger
+        self._say = on_progress or logger.info
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="judgeflow-batches",
+                                        daemon=True)
+        self._thread.start()
+        self._waiters: dict[str, list[concurrent.futures.Future]] = {}
+        self._answers: dict[str, BatchAnswer] = {}
+        self._gathering: dict[Endpoint, _Gathering] = {}
+        self._polling: set[str] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self.submitted_batches = 0
+        if ledger.records:
+            self._say(f"resuming {len(ledger.records)} batch(es) submitted by an earlier "
+                      "attempt of this run: none is submitted again")
+
+    # -- the caller's side (any thread) --
+
+    def ask(self, endpoint: Endpoint, line: BatchLine) -> concurrent.futures.Future:
+        """The future answer (a BatchAnswer) of one request."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._loop.call_soon_threadsafe(self._take, endpoint, line, future)
+        return future
+
+    def close(self) -> None:
+        """Stop polling and the thread (a batch still at the provider stays in the ledger)."""
+        if self._loop.is_closed():
+            return
+
+        async def cancel_all() -> None:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(timeout=10)
+        except Exception:  # noqa: BLE001 - shutting down either way
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        for waiters in self._waiters.values():
+            for future in waiters:
+                if not future.done():
+                    future.set_result(BatchAnswer(None, "the run stopped waiting for its batch"))
+        self._loop.close()
+
+    def progress(self) -> dict[str, int]:
+        """Requests submitted, and how many are in progress, completed and failed."""
+        counts = {"submitted": 0, "in_progress": 0, "completed": 0, "failed": 0}
+        for record in self.ledger.records:
+            total = len(record.requests)
+            done = record.counts.get("completed", 0)
+            failed = record.counts.get("failed", 0)
+            counts["submitted"] += total
+            counts["completed"] += done
+            counts["failed"] += failed
+            counts["in_progress"] += 0 if record.finished else max(0, total - done - failed)
+        return counts
+
+    # -- the broker's loop --
+
+    def _take(self, endpoint: Endpoint, line: BatchLine, future: concurrent.futures.Future
+              ) -> None:
+        answer = self._answers.pop(line.custom_id, None)
+        if answer is not None:
+            future.set_result(answer)
+            return
+        waiting = self._waiters.setdefault(line.custom_id, [])
+        waiting.append(future)
+        if len(waiting) > 1:
+            return  # the same request is already gathered or submitted
+        record = self.ledger.batch_of(line.custom_id)
+        if record is not None:  # submitted by an earlier attempt of the run: never again
+            self._watch(record, endpoint)
+            return
+        gathering = self._gathering.setdefault(endpoint, _Gathering())
+        if (gathering.lines and (len(gathering.lines) + 1 > self.options.max_requests
+                                 or gathering.size + len(line.data) > self.options.max_bytes)):
+            self._flush(endpoint)
+            gathering = self._gathering.setdefault(endpoint, _Gathering())
+        gathering.lines.append(line)
+        gathering.size += len(line.data)
+        if gathering.timer is not None:
+            gathering.timer.cancel()
+        gathering.timer = self._loop.call_later(self.options.gather_seconds, self._flush,
+                                                endpoint)
+
+    def _flush(self, endpoint: Endpoint) -> None:
+        gathering = self._gathering.pop(endpoint, None)
+        if gathering is None or not gathering.lines:
+            return
+        if gathering.timer is not None:
+            gathering.timer.cancel()
+        self._spawn(self._submit(endpoint, gathering.lines))
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = self._loop.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _answer(self, custom_id: str, answer: BatchAnswer) -> None:
+        waiting = self._waiters.pop(custom_id, [])
+        if not waiting:
+            self._answers[custom_id] = answer  # asked later (a chunk not started yet)
+        for position, future in enumerate(waiting):
+            if not future.done():  # the same request asked twice was paid for once
+                future.set_result(answer if position == 0 else _unpaid(answer))
+
+    async def _submit(self, endpoint: Endpoint, lines: list[BatchLine]) -> None:
+        llm = door.litellm()
+        data = b"".join(line.data for line in lines)
+        delay = self.options.first_poll_seconds
+        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+            try:
+                uploaded = await llm.acreate_file(
+                    file=("judgeflow-batch.jsonl", data), purpose="batch", **endpoint.access())
+                created = await llm.acreate_batch(
+                    completion_window="24h", endpoint=ENDPOINT, input_file_id=uploaded.id,
+                    metadata={"source": "judgeflow"}, **endpoint.access())
+                break
+            except Exception as error:  # noqa: BLE001 - every request gets the reason
+                transient = door.is_transient(error)
+                if transient and attempt < SUBMIT_ATTEMPTS:
+                    await asyncio.sleep(delay)
+                    delay = min(self.options.max_poll_seconds, delay * 2)
+                    continue
+                reason = f"batch submission to {endpoint.model} failed: {_describe(error)}"
+                for line in lines:
+                    self._answer(line.custom_id, BatchAnswer(None, reason, retryable=transient))
+                return
+        record = BatchRecord(batch_id=created.id, model=endpoint.model,
+                             api_base=endpoint.api_base, input_file_id=uploaded.id,
+                             requests={line.custom_id: line.who for line in lines},
+                             status=str(created.status or "submitted"))
+        self.ledger.add(record)
+        self.submitted_batches += 1
+        self._say(f"batch {created.id} submitted: {len(lines)} request(s) to {endpoint.model}")
+        self._watch(record, endpoint)
+
+    def _watch(self, record: BatchRecord, endpoint: Endpoint) -> None:
+        """Poll the batch until it ends and answer its requests (again, if it has ended)."""
+        if record.batch_id not in self._polling:
+            self._polling.add(record.batch_id)
+            self._spawn(self._poll(record, endpoint))
+
+    async def _poll(self, record: BatchRecord, endpoint: Endpoint) -> None:
+        try:
+            await self._poll_until_answered(record, endpoint)
+        finally:
+            self._polling.discard(record.batch_id)
+
+    async def _poll_until_answered(self, record: BatchRecord, endpoint: Endpoint) -> None:
+        llm = door.litellm()
+        delay = self.options.first_poll_seconds
+        while not record.finished:
+            try:
+                batch = await llm.aretrieve_batch(batch_id=record.batch_id, **endpoint.access())
+            except Exception as error:  # noqa: BLE001 - a lost batch is asked again
+                if door.is_transient(error):
+                    await asyncio.sleep(delay)
+                    delay = min(self.options.max_poll_seconds, delay * 1.5)
+                    continue
+                self._give_up(record, f"batch {record.batch_id} could not be read: "
+                                      f"{_describe(error)}")
+                return
+            if self._observe(record, batch):
+                self.ledger.update(record)
+                self._say(_progress_line(record))
+            if not record.finished:
+                await asyncio.sleep(delay)
+                delay = min(self.options.max_poll_seconds, delay * 1.5)
+        output = await self._download(record.output_file_id, endpoint)
+        errors = await self._download(record.error_file_id, endpoint)
+        answers = read_answers(output, errors)
+        missing = BatchAnswer(None, f"batch {record.batch_id} {record.status} without an answer "
+                                    "for this request")
+        for custom_id in record.requests:
+            self._answer(custom_id, answers.get(custom_id, missing))
+
+    def _observe(self, record: BatchRecord, batch: Any) -> bool:
+        """Take the batch's state into the record; whether anything changed."""
+        counts = getattr(batch, "request_counts", None)
+        seen = {
+            "status": str(getattr(batch, "status", None) or record.status),
+            "output_file_id": getattr(batch, "output_file_id", None),
+            "error_file_id": getattr(batch, "error_file_id", None),
+            "counts": {name: int(getattr(counts, name, 0) or 0)
+                       for name in ("total", "completed", "failed")} if counts else {},
+        }
+        changed = any(getattr(record, name) != value for name, value in seen.items())
+        for name, value in seen.items():
+            setattr(record, name, value)
+        return changed
+
+    def _give_up(self, record: BatchRecord, reason: str) -> None:
+        record.status = "failed"
+        self.ledger.update(record)
+        for custom_id in record.requests:
+            self._answer(custom_id, BatchAnswer(None, reason))
+
+    async def _download(self, file_id: str | None, endpoint: Endpoint) -> bytes | None:
+        if not file_id:
+            return None
+        delay = self.options.first_poll_seconds
+        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+            try:
+                content = await door.litellm().afile_content(file_id=file_id, **endpoint.access())
+                return bytes(content.content)
+            except Exception as error:  # noqa: BLE001 - its requests are asked again
+                if not door.is_transient(error) or attempt == SUBMIT_ATTEMPTS:
+                    logger.warning("batch file %s unreadable (%s): its requests are asked again",
+                                   file_id, _describe(error))
+                    return None
+                await asyncio.sleep(delay)
+                delay *= 2
+        return None
+
+
+def _unpaid(answer: BatchAnswer) -> BatchAnswer:
+    """A shared answer for a second asker: no tokens or cost, so nothing is counted twice."""
+    if answer.completion is None:
+        return answer
+    free = {name: 0 for name in ("input_tokens", "output_tokens", "cached_input_tokens")
+            if name in answer.completion._fields}
+    return answer._replace(completion=answer.completion._replace(cost_usd=0.0, **free))
+
+
+def _progress_line(record: BatchRecord) -> str:
+    counts = record.counts
+    return (f"batch {record.batch_id}: {record.status}, {counts.get('completed', 0)} of "
+            f"{counts.get('total', len(record.requests))} completed, "
+            f"{counts.get('failed', 0)} failed")
+
+
+def _describe(error: BaseException) -> str:
+    status = status_of(error)
+    text = " ".join(str(error).split())[:200]
+    return f"HTTP {status}: {text}" if status else f"{type(error).__name__}: {text}"
+
+
+_current: BatchBroker | None = None
+
+
+def open_batches(options: BatchOptions | None, store: Any,
+                 on_progress: Callable[[str], None] | None = None) -> BatchBroker | None:
+    """Start this process's broker for a run in batch mode (None: online), with its ledger."""
+    global _current
+    close_batches()
+    _current = (None if options is None
+                else BatchBroker(options, BatchLedger(store), on_progress))
+    return _current
+
+
+def close_batches() -> None:
+    """Stop the running broker, if any."""
+    global _current
+    if _current is not None:
+        _current.close()
+        _current = None
+
+
+def current_batches() -> BatchBroker | None:
+    """The running run's broker, if it judges through batches."""
+    return _current

@@ -1,0 +1,100 @@
+"""The run's batches, kept in its folder from the moment each is created.
+
+One document per batch in the run's chunk store (kind "batches", numbered in order): the
+provider's batch id, the endpoint it went to, its last known state and every request's
+custom_id with who asked. A rerun with the same run id reads them back first: a call whose
+custom_id is in a batch already submitted waits for that batch instead of being sent again.
+The store signs its documents when the run has a signing key, so a planted ledger is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Protocol
+
+from pydantic import BaseModel, Field, ValidationError
+
+KIND = "batches"
+FINGERPRINT = "batch-ledger-1"
+TERMINAL = ("completed", "expired", "failed", "cancelled")
+logger = logging.getLogger(__name__)
+
+
+class DocumentStore(Protocol):
+    """What the ledger needs of the run's chunk store (tasks/storage/chunk_store.py)."""
+
+    def read(self, kind: str, index: int, fingerprint: str) -> dict | None: ...
+
+    def write(self, kind: str, index: int, fingerprint: str, result: dict) -> None: ...
+
+
+class BatchRecord(BaseModel):
+    """One submitted batch, as the ledger keeps it (validated when read back)."""
+
+    batch_id: str
+    model: str
+    api_base: str | None
+    input_file_id: str
+    requests: dict[str, dict]  # custom_id -> who asked (judge, row, sample, pass)
+    status: str = "submitted"
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    counts: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+
+class BatchLedger:
+    """Every batch this run submitted, in this process and in earlier attempts of the run."""
+
+    def __init__(self, store: DocumentStore | None):
+        self._store = store
+        self._lock = threading.Lock()
+        self.records: list[BatchRecord] = []
+        self._by_request: dict[str, int] = {}
+        if store is not None:
+            self._read_back(store)
+
+    def _read_back(self, store: DocumentStore) -> None:
+        for index in range(1_000_000):
+            document = store.read(KIND, index, FINGERPRINT)
+            if document is None:
+                break
+            try:
+                record = BatchRecord.model_validate(document)
+            except ValidationError:
+                logger.warning("stored batch %d unreadable: its requests are asked again", index)
+                break
+            self._index(record)
+
+    def _index(self, record: BatchRecord) -> int:
+        self.records.append(record)
+        position = len(self.records) - 1
+        for custom_id in record.requests:
+            self._by_request[custom_id] = position
+        return position
+
+    def batch_of(self, custom_id: str) -> BatchRecord | None:
+        """The batch this request was submitted in, if any."""
+        with self._lock:
+            position = self._by_request.get(custom_id)
+            return None if position is None else self.records[position]
+
+    def add(self, record: BatchRecord) -> None:
+        """A batch the provider just created: written down before anything waits on it."""
+        with self._lock:
+            position = self._index(record)
+        self._save(position, record)
+
+    def update(self, record: BatchRecord) -> None:
+        """A batch's new state (counts, status, files)."""
+        with self._lock:
+            position = next(i for i, kept in enumerate(self.records) if kept is record)
+        self._save(position, record)
+
+    def _save(self, position: int, record: BatchRecord) -> None:
+        if self._store is not None:
+            self._store.write(KIND, position, FINGERPRINT, record.model_dump())

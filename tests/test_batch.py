@@ -1,0 +1,228 @@
+"""Batch mode against a fake batch provider: same verdicts as online, half the price, resumable.
+
+The provider is tests/fake_batch.py on 127.0.0.1 (files, batches, output and error files);
+litellm's files and batches calls talk to it over real HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from judges.model.batch.requests import read_answers
+from tests.fake_batch import FakeBatchServer
+from tests.fake_llm import Reply, prompt_text
+from tests.planted import PlantedJudge
+from tests.test_regression import rows
+from tests.test_resume import JUDGEFLOW
+
+runner = CliRunner()
+PRICE = "1000,2000"  # USD per million tokens: $0.001 per input token, $0.002 per output token
+BAD = {1, 4, 7, 11}
+
+
+@pytest.fixture(scope="module")
+def batch_server():
+    server = FakeBatchServer(PlantedJudge())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def provider(batch_server):
+    batch_server.reset(PlantedJudge())
+    return batch_server
+
+
+def _set(tmp_path: Path, n: int = 16) -> str:
+    path = tmp_path / "set.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows(n, BAD)))
+    return str(path)
+
+
+def _command(server, data: str, out: Path, run_id: str, *extra: str) -> list[str]:
+    return ["evaluate", data, "--judge-model", "openai/planted", "--api-base", server.api_base,
+            "--judges", "correctness,safety", "--output", str(out), "--suite", "b",
+            "--run-id", run_id, "--no-cache", "--price-per-mtok", PRICE, "--no-progress",
+            *extra]
+
+
+def _published(out: Path, run_id: str) -> tuple[dict, dict, list[dict]]:
+    folder = out / "b" / run_id
+    records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    return (json.loads((folder / "metrics.json").read_text()),
+            json.loads((folder / "manifest.json").read_text()), records)
+
+
+def _verdicts(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if "rating" in k or k == "request_id"} for r in records]
+
+
+def _judged(metrics: dict) -> dict:
+    """The metrics but what the run cost (which batch mode halves)."""
+    return {name: value for name, value in metrics.items() if "cost" not in name}
+
+
+def _cost(manifest: dict) -> float:
+    return manifest["usage"]["cost_usd"]
+
+
+def test_a_batch_run_gives_the_online_verdicts_at_half_the_price(provider, tmp_path):
+    data, out = _set(tmp_path), tmp_path / "out"
+    online = runner.invoke(app, _command(provider, data, out, "online"))
+    assert online.exit_code == 0, online.output
+    assert provider.batches_created == [] and len(provider.requests) == 32
+    provider.reset(PlantedJudge())
+    batch = runner.invoke(app, _command(provider, data, out, "batch", "--batch"))
+    assert batch.exit_code == 0, batch.output
+    assert provider.requests == [], "a batch run made an online call"
+    assert len(provider.batches_created) == 1 and len(provider.batch_requests) == 32
+
+    online_metrics, online_manifest, online_rows = _published(out, "online")
+    batch_metrics, batch_manifest, batch_rows = _published(out, "batch")
+    assert _verdicts(batch_rows) == _verdicts(online_rows)
+    assert _judged(batch_metrics) == _judged(online_metrics)
+    assert online_metrics["response/llm_judged/correctness/rating/percentage"] == 0.75
+    assert batch_manifest["usage"]["calls"] == online_manifest["usage"]["calls"] == 32
+    # The fake's usage is 10 prompt and 5 completion tokens per call: exact arithmetic.
+    online_exact = 32 * (Fraction(10, 1000) + Fraction(5 * 2, 1000))
+    assert _cost(online_manifest) == pytest.approx(float(online_exact), rel=1e-9)
+    assert _cost(batch_manifest) == pytest.approx(float(online_exact / 2), rel=1e-9)
+    # Published: the batches' ledger went with the rest of the resumable state.
+    assert not (out / "b" / "batch" / ".chunks").exists()
+
+
+def test_large_runs_split_into_batches_within_the_request_limit(provider, tmp_path):
+    result = runner.invoke(app, _command(provider, _set(tmp_path), tmp_path / "out", "split",
+                                         "--batch", "--batch-max-requests", "10"))
+    assert result.exit_code == 0, result.output
+    sizes = sorted(len(b.custom_ids) for b in provider.batches_created)
+    assert sizes == [2, 10, 10, 10] and len(provider.batch_requests) == 32
+    ids = [c for b in provider.batches_created for c in b.custom_ids]
+    assert len(ids) == len(set(ids)), "a request was submitted twice"
+
+
+def test_failed_and_expired_requests_are_asked_again_and_counted_once(provider, tmp_path):
+    first_round = set()
+
+    def once(custom_id: str, body: dict) -> bool:
+        """Fail (or expire) each of rows q2 and q3's requests in their first batch only."""
+        if "question 2" not in prompt_text(body) and "question 3" not in prompt_text(body):
+            return False
+        seen = custom_id.rsplit("-", 1)[0] in first_round
+        first_round.add(custom_id.rsplit("-", 1)[0])
+        return not seen
+
+    provider.fail = lambda custom_id, body: "question 2" in prompt_text(body) and once(
+        custom_id, body)
+    provider.expire = lambda custom_id, body: "question 3" in prompt_text(body) and once(
+        custom_id, body)
+    out = tmp_path / "out"
+    result = runner.invoke(app, _command(provider, _set(tmp_path), out, "retried", "--batch"))
+    assert result.exit_code == 0, result.output
+    metrics, manifest, records = _published(out, "retried")
+    assert not any(v for r in records for k, v in r.items() if k.endswith("error_message"))
+    assert len(provider.batches_created) == 2  # the follow-up carries the 4 asked again
+    assert len(provider.batches_created[1].custom_ids) == 4
+    assert all(c.endswith("-2") for c in provider.batches_created[1].custom_ids)
+    usage = manifest["usage"]
+    assert usage["calls"] == 32 and usage["retries"] == 4 and usage["failures"] == 0
+    assert _cost(manifest) == pytest.approx(32 * (10 * 0.001 + 5 * 0.002) / 2, rel=1e-9)
+
+
+def test_failed_requests_can_be_asked_again_online(provider, tmp_path):
+    provider.fail = lambda custom_id, body: "question 5" in prompt_text(body)
+    out = tmp_path / "out"
+    result = runner.invoke(app, _command(provider, _set(tmp_path), out, "online-retry",
+                                         "--batch", "--batch-retry", "online"))
+    assert result.exit_code == 0, result.output
+    assert len(provider.batches_created) == 1 and len(provider.requests) == 2
+    _, manifest, records = _published(out, "online-retry")
+    assert not any(v for r in records for k, v in r.items() if k.endswith("error_message"))
+    assert manifest["usage"]["calls"] == 32 and manifest["usage"]["retries"] == 2
+
+
+def test_a_request_the_batch_always_fails_ends_as_the_rows_error(provider, tmp_path):
+    provider.fail = lambda custom_id, body: "question 6" in prompt_text(body)
+    out = tmp_path / "out"
+    result = runner.invoke(app, _command(provider, _set(tmp_path), out, "lost", "--batch",
+                                         "--max-attempts", "2", "--max-error-share", "0.5"))
+    assert result.exit_code == 0, result.output
+    _, manifest, records = _published(out, "lost")
+    errors = {(r["request_id"], name): value for r in records for name, value in r.items()
+              if name.endswith("error_message") and value}
+    assert sorted(errors) == [("q6", "response/llm_judged/correctness/error_message"),
+                              ("q6", "response/llm_judged/safety/error_message")]
+    assert all(e.startswith("batch request failed (server_error)") and
+               e.endswith("(after 2 attempt(s))") for e in errors.values())
+    assert manifest["usage"]["failures"] == 2 and manifest["usage"]["calls"] == 30
+
+
+def test_a_model_whose_provider_has_no_openai_batches_is_refused_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("X_API_KEY", "k")
+    result = runner.invoke(app, ["evaluate", _set(tmp_path), "--judge-model",
+                                 "anthropic/claude-x", "--api-key-env", "X_API_KEY", "--batch",
+                                 "--output", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "batch mode sends calls through OpenAI-compatible batch APIs" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_the_providers_error_and_output_lines_map_back_by_custom_id():
+    output = (b'{"custom_id": "a", "response": {"status_code": 200, "body": {"model": "m", '
+              b'"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": 3, '
+              b'"completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1}}}}}\n'
+              b'not json\n')
+    errors = (b'{"custom_id": "b", "response": {"status_code": 400, "body": {"error": '
+              b'{"message": "bad request"}}}}\n'
+              b'{"custom_id": "c", "response": null, "error": {"code": "batch_expired", '
+              b'"message": "expired"}}\n')
+    answers = read_answers(output, errors)
+    assert answers["a"].completion.text == "hi" and answers["a"].completion.input_tokens == 3
+    assert answers["b"].completion is None and not answers["b"].retryable
+    assert answers["c"].retryable and "batch_expired" in answers["c"].error
+
+
+def _env() -> dict:
+    from prefect.settings import PREFECT_API_URL
+
+    return {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+
+
+def test_a_batch_run_killed_after_submission_resumes_without_submitting_again(provider,
+                                                                               tmp_path):
+    provider.processing_seconds = 4.0
+    data, out = _set(tmp_path), tmp_path / "out"
+    command = [JUDGEFLOW, *_command(provider, data, out, "killed", "--batch")]
+    run = subprocess.Popen(command, env=_env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not provider.batches_created and run.poll() is None:
+        assert time.monotonic() < deadline, "no batch was submitted in time"
+        time.sleep(0.05)
+    time.sleep(0.5)  # past the ledger's write, which follows the create
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+    assert run.returncode == -signal.SIGKILL, run.stderr.read()[-2000:]
+    run.stderr.close()
+    assert not (out / "b" / "killed" / "manifest.json").exists()
+    submitted = [b.batch_id for b in provider.batches_created]
+    assert len(submitted) == 1 and provider.batch_requests == []
+
+    rerun = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert [b.batch_id for b in provider.batches_created] == submitted, "submitted again"
+    assert len(provider.batch_requests) == 32 and provider.requests == []
+    _, manifest, records = _published(out, "killed")
+    assert len(records) == 16 and manifest["usage"]["calls"] == 32
+    assert "resuming 1 batch(es)" in rerun.stdout + rerun.stderr
