@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from bench import batch as bench_batch
 from bench import history as bench_history
 from bench import memory as bench_memory
 from bench import rows as bench_rows
@@ -293,3 +294,16 @@ def history_page(runs: int = bench_history.RUNS) -> list[Measure]:
                 ratio=times.update_seconds, target="< 1",
                 note=f"history.json {history_kb:.0f} KB read, validated and written"),
     ]
+
+
+def batch_overhead(rows: int = 200, processing_seconds: float = 5.0) -> list[Measure]:
+    """Batch mode: submission to last answer, beyond the provider's processing time."""
+    times = bench_batch.measure(rows, processing_seconds)
+    return [Measure(
+        f"batch, {rows} rows: overhead beyond processing", calls=times.requests,
+        wall_seconds=times.submit_to_last_result_seconds, rate=None,
+        limit=processing_seconds, limit_label="provider processing (s)",
+        ratio=times.overhead_seconds / processing_seconds, cpu_ms_per_call=None,
+        peak_rss_mb=None, target="< 0.5",
+        note=f"{times.overhead_seconds:.1f} s late over {times.polls} polls (waits grow x1.25 "
+             f"from 0.5 s); whole command {times.command_seconds:.1f} s incl. 1 s gathering")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from prefect.states import Completed
@@ -41,9 +41,24 @@ def new_run_id(now: datetime) -> str:
 
 
 def run_location(params: RunParams, started_at: datetime) -> RunLocation:
-    """Where this run publishes: `{output}/{suite}/{run_id}`."""
-    run_id = params.run_id or new_run_id(started_at)
+    """Where this run publishes: `{output}/{suite}/{run_id}`.
+
+    Without a run id, a flow run's is named after the flow run itself (its creation time and
+    id), so that Prefect retrying or restarting the same flow run resumes what it had done
+    (its stored chunks and submitted batches) instead of starting over under a new id.
+    """
+    run_id = params.run_id or _flow_run_id() or new_run_id(started_at)
     return RunLocation(params.output, params.suite, run_id, params.storage_options)
+
+
+def _flow_run_id() -> str | None:
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    flow_run = getattr(context, "flow_run", None)
+    if flow_run is None or flow_run.created is None:
+        return None
+    return f"{flow_run.created.astimezone(UTC):%Y%m%dT%H%M%SZ}-{flow_run.id.hex[:4]}"
 
 
 def cache_url(params: RunParams) -> str | None:

@@ -27,6 +27,9 @@ from judges.model.retry import status_of
 
 logger = logging.getLogger(__name__)
 SUBMIT_ATTEMPTS = 4
+# Each wait between polls is this much longer than the last (up to the cap): a batch's end is
+# noticed at most a quarter of its age late, with a few dozen polls for an hour's batch.
+POLL_GROWTH = 1.25
 
 
 @dataclass(frozen=True)
@@ -102,9 +105,11 @@ class BatchBroker:
             return
 
         async def cancel_all() -> None:
-            for task in list(self._tasks):
+            # litellm's own workers (its logging queue) live on this loop too.
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
                 task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.gather(*others, return_exceptions=True)
 
         try:
             asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(timeout=10)
@@ -242,7 +247,7 @@ class BatchBroker:
                 self._say(_progress_line(record))
             if not record.finished:
                 await asyncio.sleep(delay)
-                delay = min(self.options.max_poll_seconds, delay * 1.5)
+                delay = min(self.options.max_poll_seconds, delay * POLL_GROWTH)
         output = await self._download(record.output_file_id, endpoint)
         errors = await self._download(record.error_file_id, endpoint)
         answers = read_answers(output, errors)
