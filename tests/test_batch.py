@@ -226,3 +226,37 @@ def test_a_batch_run_killed_after_submission_resumes_without_submitting_again(pr
     _, manifest, records = _published(out, "killed")
     assert len(records) == 16 and manifest["usage"]["calls"] == 32
     assert "resuming 1 batch(es)" in rerun.stdout + rerun.stderr
+
+
+def test_a_pairwise_compare_in_batches_equals_the_online_one(provider, tmp_path):
+    from tests.test_compare import PLANTED, BiasedJudge, run, write_pairs
+
+    data = write_pairs(tmp_path, [row for row, _ in PLANTED])
+    provider.reset(BiasedJudge())
+    online = run(provider, tmp_path, data, run_id="online")
+    assert provider.batches_created == []
+    provider.reset(BiasedJudge())
+    batched = run(provider, tmp_path, data, run_id="batched", batch=True)
+    assert provider.requests == [] and len(provider.batch_requests) == 2 * len(PLANTED)
+    # Every pass of every pair is its own request: the two orders have their own custom_ids.
+    ids = [c for b in provider.batches_created for c in b.custom_ids]
+    assert len(set(ids)) == len(ids) == 2 * len(PLANTED)
+    assert batched[0] == online[0]
+    assert [r["pairwise/verdict"] for r in batched[1]] == [
+        r["pairwise/verdict"] for r in online[1]]
+
+
+def test_a_budget_reached_in_batch_mode_publishes_an_incomplete_run(provider, tmp_path):
+    out = tmp_path / "out"
+    # 32 calls at an estimated ~$0.5 each (prompt chars / 4 at $0.001, 256 reply tokens at
+    # $0.002) against $5: the ledger admits the first calls and stops the rest before sending.
+    result = runner.invoke(app, _command(provider, _set(tmp_path), out, "budget", "--batch",
+                                         "--max-cost", "5", "--over-estimate"))
+    assert result.exit_code == 3, result.output
+    metrics, manifest, records = _published(out, "budget")
+    assert manifest["status"] == "incomplete"
+    assert any("run budget reached" in r for r in manifest["incomplete_reasons"])
+    sent = len(provider.batch_requests)
+    assert 0 < sent < 32 and provider.requests == []
+    assert manifest["usage"]["calls"] == sent and len(records) == 16
+    assert _cost(manifest) <= 5
