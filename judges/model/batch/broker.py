@@ -244,7 +244,10 @@ class BatchBroker:
                 return
             if self._observe(record, batch):
                 self.ledger.update(record)
-                self._say(_progress_line(record))
+                totals = self.progress()
+                self._say(f"{_progress_line(record)} (all batches: {totals['submitted']} "
+                          f"submitted, {totals['in_progress']} in progress, "
+                          f"{totals['completed']} completed, {totals['failed']} failed)")
             if not record.finished:
                 await asyncio.sleep(delay)
                 delay = min(self.options.max_poll_seconds, delay * POLL_GROWTH)
