@@ -49,6 +49,8 @@ class BatchTimes(NamedTuple):
     overhead_seconds: float  # the above minus the provider's processing time
     polls: int
     command_seconds: float
+    peak_rss_mb: float  # what a process waiting on its batches holds
+    cpu_seconds: float
 
 
 def measure(rows: int = 200, processing_seconds: float = 5.0) -> BatchTimes:
@@ -70,7 +72,8 @@ def measure(rows: int = 200, processing_seconds: float = 5.0) -> BatchTimes:
                     if method == "GET" and "/batches/" in path)
         span = max(results) - min(created)
         return BatchTimes(rows, len(server.batch_requests), processing_seconds, span,
-                          span - processing_seconds, polls, command.wall_seconds)
+                          span - processing_seconds, polls, command.wall_seconds,
+                          command.peak_rss_mb, command.cpu_seconds)
     finally:
         server.stop()
 
