@@ -260,3 +260,29 @@ def test_a_budget_reached_in_batch_mode_publishes_an_incomplete_run(provider, tm
     assert 0 < sent < 32 and provider.requests == []
     assert manifest["usage"]["calls"] == sent and len(records) == 16
     assert _cost(manifest) <= 5
+
+
+def test_a_schema_the_batch_refuses_is_dropped_and_the_call_asked_again(provider, tmp_path,
+                                                                         monkeypatch):
+    import judges.model.llm as llm
+
+    monkeypatch.setattr(llm, "_MODELS_WITHOUT_SCHEMA", set())  # not another test's memory
+    def no_schemas(body: dict) -> Reply:
+        if "response_format" in body:
+            return Reply(status=400, content="response_format json_schema is not supported")
+        return Reply(json.dumps({"rationale": "fine", "rating": "yes"}))
+
+    provider.reset(no_schemas)
+    out = tmp_path / "out"
+    # A model litellm knows to take a schema, at the fake's address.
+    result = runner.invoke(app, ["evaluate", _set(tmp_path, 3), "--judge-model",
+                                 "openai/gpt-4o-mini", "--api-base", provider.api_base,
+                                 "--judges", "safety", "--output", str(out), "--suite", "b",
+                                 "--run-id", "schema", "--no-cache", "--no-progress", "--batch"])
+    assert result.exit_code == 0, result.output
+    first, second = provider.batches_created
+    assert len(first.custom_ids) == len(second.custom_ids) == 3
+    assert sum("response_format" in b for b in provider.batch_requests) == 3
+    _, manifest, records = _published(out, "schema")
+    assert [r["response/llm_judged/safety/rating"] for r in records] == ["yes"] * 3
+    assert manifest["usage"]["calls"] == 3 and manifest["usage"]["failures"] == 0

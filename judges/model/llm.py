@@ -34,9 +34,9 @@ __all__ = ["LLMClient", "prepare_model"]
 class BatchRequestFailed(LLMCallError):
     """A request its batch failed, let expire or did not return."""
 
-    def __init__(self, message: str, retryable: bool):
+    def __init__(self, message: str, retryable: bool, status: int | None = None):
         super().__init__(message)
-        self.retryable = retryable
+        self.retryable, self.status = retryable, status
 
 
 def batch_priced(settings: LLMSettings, completion: Completion) -> Completion:
@@ -110,6 +110,8 @@ class LLMClient:
                 usage.failures += 1
                 raise
             except BatchRequestFailed as error:
+                if response_format is not None and self._schema_refused(error):
+                    return await self.complete(messages, usage, None, metadata)
                 # Asked again in the next batch (or online): the wait was the batch's own.
                 if not error.retryable or attempt == self.settings.max_attempts:
                     usage.failures += 1
@@ -154,7 +156,8 @@ class LLMClient:
     def _schema_refused(self, error: Exception) -> bool:
         """A 400 about structured output: remember that this model takes no schema."""
         text = str(error).lower()
-        refused = status_of(error) == 400 and any(
+        status = error.status if isinstance(error, BatchRequestFailed) else status_of(error)
+        refused = status == 400 and any(
             word in text for word in ("response_format", "json_schema", "schema")
         )
         if refused:
@@ -214,7 +217,8 @@ class LLMClient:
         if answer.completion is None:
             if budget is not None:
                 budget.settle(hold, 0.0)
-            raise BatchRequestFailed(answer.error or "batch request failed", answer.retryable)
+            raise BatchRequestFailed(answer.error or "batch request failed", answer.retryable,
+                                     answer.status)
         completion = batch_priced(self.settings, answer.completion)
         if budget is not None:
             budget.settle(hold, completion.cost_usd)

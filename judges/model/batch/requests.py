@@ -40,6 +40,7 @@ class BatchAnswer(NamedTuple):
     completion: Completion | None
     error: str | None = None
     retryable: bool = True
+    status: int | None = None  # the provider's HTTP status for this request, if it gave one
 
 
 def who_asks(metadata: Mapping[str, Any] | None) -> dict:
@@ -108,7 +109,7 @@ def _failure(error: Any, status: Any, body: Any) -> BatchAnswer:
     message = " ".join(str((detail or {}).get("message") or "").split())[:300]
     final = isinstance(status, int) and 400 <= status < 500 and status != 429
     return BatchAnswer(None, f"batch request failed ({code}): {message}".rstrip(": "),
-                       retryable=not final)
+                       retryable=not final, status=status if isinstance(status, int) else None)
 
 
 def completion_of(body: Mapping[str, Any]) -> Completion:
