@@ -27,6 +27,7 @@ class Reply:
     delay_seconds: float = 0.0
     model: str | None = None  # the model the provider says answered (default: as asked)
     system_fingerprint: str | None = None
+    cached_tokens: int = 0  # > 0: usage.prompt_tokens_details.cached_tokens, as OpenAI reports
 
 
 Script = Callable[[dict], Reply]
@@ -37,29 +38,56 @@ def prompt_text(body: dict) -> str:
     return "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
 
 
+def _completion_body(body: dict, reply: Reply) -> dict:
+    """The chat.completion object for a 200 reply (the batch fake embeds it in output lines)."""
+    usage: dict = {
+        "prompt_tokens": reply.prompt_tokens,
+        "completion_tokens": reply.completion_tokens,
+        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+    }
+    if reply.cached_tokens > 0:
+        usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": reply.model or body.get("model", "fake"),
+        **({"system_fingerprint": reply.system_fingerprint}
+           if reply.system_fingerprint else {}),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply.content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": usage,
+    }
+
+
 def _completion_json(body: dict, reply: Reply) -> bytes:
-    return json.dumps(
-        {
-            "id": "chatcmpl-fake",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": reply.model or body.get("model", "fake"),
-            **({"system_fingerprint": reply.system_fingerprint}
-               if reply.system_fingerprint else {}),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": reply.content},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": reply.prompt_tokens,
-                "completion_tokens": reply.completion_tokens,
-                "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-            },
-        }
-    ).encode()
+    return json.dumps(_completion_body(body, reply)).encode()
+
+
+def _error_body(reply: Reply) -> dict:
+    """The error object a failing reply carries, online or in a batch's error file."""
+    return {"error": {"message": reply.content or f"fake error {reply.status}"}}
+
+
+@dataclass
+class _Response:
+    """One HTTP answer, built by the server and written by the handler."""
+
+    status: int
+    payload: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+
+
+def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
+    """The request body (litellm's clients send Content-Length, uploads included)."""
+    length = int(handler.headers.get("Content-Length", 0))
+    return handler.rfile.read(length) if length else b""
 
 
 class FakeLLMServer:
@@ -101,6 +129,23 @@ class FakeLLMServer:
             script = self.script
         return script(body)
 
+    def _respond(self, method: str, path: str, headers: dict[str, str],
+                 raw: bytes) -> _Response:
+        """Answer one request; subclasses route more paths and fall back to this."""
+        if method != "POST":
+            return _Response(404, json.dumps({"error": {"message": f"no route {path}"}}).encode())
+        return self._chat_completion(json.loads(raw or b"{}"), headers)
+
+    def _chat_completion(self, body: dict, headers: dict[str, str]) -> _Response:
+        reply = self._record(body, headers)
+        if reply.delay_seconds:
+            time.sleep(reply.delay_seconds)
+        if reply.status == 200:
+            payload = _completion_json(body, reply)
+        else:
+            payload = json.dumps(_error_body(reply)).encode()
+        return _Response(reply.status, payload, dict(reply.headers))
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -110,23 +155,21 @@ class FakeLLMServer:
             def log_message(self, *args) -> None:  # keep test output clean
                 pass
 
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                reply = server._record(body, dict(self.headers))
-                if reply.delay_seconds:
-                    time.sleep(reply.delay_seconds)
-                if reply.status == 200:
-                    payload = _completion_json(body, reply)
-                else:
-                    message = reply.content or f"fake error {reply.status}"
-                    payload = json.dumps({"error": {"message": message}}).encode()
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                for name, value in reply.headers.items():
+            def _serve(self, method: str) -> None:
+                raw = _read_body(self)
+                response = server._respond(method, self.path, dict(self.headers), raw)
+                self.send_response(response.status)
+                self.send_header("Content-Type", response.content_type)
+                self.send_header("Content-Length", str(len(response.payload)))
+                for name, value in response.headers.items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(payload)
+                self.wfile.write(response.payload)
+
+            def do_POST(self) -> None:  # noqa: N802 - the handler's protocol
+                self._serve("POST")
+
+            def do_GET(self) -> None:  # noqa: N802 - the handler's protocol
+                self._serve("GET")
 
         return Handler
