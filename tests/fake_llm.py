@@ -85,17 +85,7 @@ class _Response:
 
 
 def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
-    """The request body, by Content-Length or chunked (httpx may stream multipart uploads)."""
-    if "chunked" in handler.headers.get("Transfer-Encoding", "").lower():
-        chunks = []
-        while True:
-            size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return b"".join(chunks)
-            chunks.append(handler.rfile.read(size))
-            handler.rfile.readline()  # the CRLF closing each chunk
+    """The request body (litellm's clients send Content-Length, uploads included)."""
     length = int(handler.headers.get("Content-Length", 0))
     return handler.rfile.read(length) if length else b""
 
