@@ -31,7 +31,10 @@ def litellm() -> Any:
 @functools.cache
 def _transient_errors() -> tuple[type[Exception], ...]:
     llm = litellm()
+    import openai  # litellm's files and batches calls raise the OpenAI SDK's errors as they are
+
     return (
+        openai.APIConnectionError,  # (its timeout error derives from it)
         llm.RateLimitError,
         llm.Timeout,
         llm.APIConnectionError,

@@ -233,7 +233,11 @@ class BatchBroker:
         delay = self.options.first_poll_seconds
         while not record.finished:
             try:
-                batch = await llm.aretrieve_batch(batch_id=record.batch_id, **endpoint.access())
+                # Without the flag litellm downloads a finished batch's files on every
+                # retrieve, in a background task, for its own logging.
+                batch = await llm.aretrieve_batch(
+                    batch_id=record.batch_id, **endpoint.access(),
+                    litellm_metadata={"batch_ignore_default_logging": True})
             except Exception as error:  # noqa: BLE001 - a lost batch is asked again
                 if door.is_transient(error):
                     await asyncio.sleep(delay)
