@@ -27,6 +27,7 @@ class Reply:
     delay_seconds: float = 0.0
     model: str | None = None  # the model the provider says answered (default: as asked)
     system_fingerprint: str | None = None
+    cached_tokens: int = 0
 
 
 Script = Callable[[dict], Reply]
@@ -57,6 +58,8 @@ def _completion_json(body: dict, reply: Reply) -> bytes:
                 "prompt_tokens": reply.prompt_tokens,
                 "completion_tokens": reply.completion_tokens,
                 "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                **({"prompt_tokens_details": {"cached_tokens": reply.cached_tokens}}
+                   if reply.cached_tokens > 0 else {}),
             },
         }
     ).encode()
