@@ -104,6 +104,15 @@ class Usage:
         """The answered calls' number, tokens and cost."""
         return Spend(**{name: getattr(self, name) for name in _SPEND_FIELDS})
 
+    def audit_fields(self) -> dict:
+        """What these calls cost, for an audit entry (calls.jsonl).
+
+        The answered model calls (a re-ask is a second), their tokens and dollars (null when a
+        call had no known price).
+        """
+        spend = self.spend().as_dict()
+        return {"model_calls": spend.pop("calls"), **spend}
+
     def as_dict(self) -> dict:
         """The tally as a plain dict (for manifests and stored chunks)."""
         out = {}
