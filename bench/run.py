@@ -48,6 +48,7 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "memory-loopback": lambda: scenarios.memory("loopback"),
         "sharded": lambda: scenarios.sharded(calls(12000)),
         "history": scenarios.history_page,
+        "prompt-cache": scenarios.prompt_cache,
     }
 
 
