@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from fractions import Fraction
 from pathlib import Path
@@ -109,3 +110,22 @@ def test_the_cached_tokens_of_every_provider_shape_are_read():
                           "prompt_tokens_details": {"cached_tokens": True}}) == 0
     assert cached_tokens({"prompt_tokens": 100, "cache_read_input_tokens": -5}) == 0
     assert cached_tokens(None) == 0
+
+
+def test_the_estimate_gives_the_cost_online_and_batch(fake_llm, tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from tests.test_regression import rows
+
+    data = tmp_path / "set.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows(30, set())))
+    result = CliRunner().invoke(app, [
+        "estimate", str(data), "--judge-model", "openai/my-judge", "--api-base",
+        fake_llm.api_base, "--judges", "correctness", "--price-per-mtok", "1000,2000"])
+    assert result.exit_code == 0, result.output
+    found = re.search(r"~\$([\d.]+) online, ~\$([\d.]+) batch", result.output)
+    assert found, result.output
+    online, batch = (float(x) for x in found.groups())
+    assert online > 0 and batch == pytest.approx(online / 2, abs=1e-4)  # no batch price: half
+    assert fake_llm.requests == []

@@ -48,12 +48,15 @@ def judge_section(settings: LLMSettings) -> dict:
 def run_ledger(params: Any, spent: Mapping[Phase, Usage | None]) -> Ledger:
     """The run's cost ledger from each phase's tally; a phase that did not run (None) is left out.
 
-    Generation is priced as the candidate model, every other phase as the judge model.
+    Generation is priced as the candidate model, every other phase as the judge model; a run
+    whose parameters say `batch` sent its calls through the provider's batch API, whose prices
+    its phases then record.
     """
     def settings(phase: Phase) -> LLMSettings:
         return (params.candidate if phase == "generation" else params.judge).settings()
 
-    return Ledger(tuple(phase_spend(phase, settings(phase), spent[phase])
+    batch = bool(getattr(params, "batch", False))
+    return Ledger(tuple(phase_spend(phase, settings(phase), spent[phase], batch)
                         for phase in PHASES if spent.get(phase) is not None))
 
 
