@@ -49,6 +49,7 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "sharded": lambda: scenarios.sharded(calls(12000)),
         "history": scenarios.history_page,
         "batch": scenarios.batch_overhead,
+        "prompt-cache": scenarios.prompt_cache,
     }
 
 

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from bench import batch as bench_batch
 from bench import history as bench_history
 from bench import memory as bench_memory
+from bench import prompt_cache as bench_prompt_cache
 from bench import rows as bench_rows
 from bench.processes import (
     ROOT,
@@ -307,3 +308,19 @@ def batch_overhead(rows: int = 200, processing_seconds: float = 5.0) -> list[Mea
         peak_rss_mb=None, target="< 0.5",
         note=f"{times.overhead_seconds:.1f} s late over {times.polls} polls (waits grow x1.25 "
              f"from 0.5 s); whole command {times.command_seconds:.1f} s incl. 1 s gathering")]
+
+
+def prompt_cache() -> list[Measure]:
+    """The share of a run's input tokens that is a prefix shared with the same judge's previous
+    call (what a provider's prompt cache could serve), for the bundled examples; no model call.
+    The note says how much of it OpenAI's caching serves (prefixes of 1,024 tokens or more)."""
+    measures = []
+    for name, found in bench_prompt_cache.examples().items():
+        longest = max(j["longest_shared_tokens"] for j in found["judges"].values())
+        measures.append(Measure(
+            f"prompt cache, {name}: shared prefix", calls=found["calls"], wall_seconds=0.0,
+            rate=None, limit=found["tokens"], limit_label="input tokens",
+            ratio=found["shared_share_tokens"], cpu_ms_per_call=None, peak_rss_mb=None,
+            target="report", note=f"{found['cacheable_share_tokens']:.0%} cacheable by OpenAI "
+            f"(1,024-token minimum); longest shared prefix {longest} tokens"))
+    return measures

@@ -9,6 +9,7 @@ from prefect import flow, get_run_logger
 from flows import flow_names
 from flows.params import EvaluateParams
 from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
+from flows.phases.manifest import run_ledger
 from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
 from flows.run.timeline import mark
@@ -32,8 +33,11 @@ async def evaluate(params: EvaluateParams) -> dict:
         generation_usage = await generate_responses(params, prepared, store)
         judged = await judge(params, prepared, store, location)
     extra = {"generation_usage": generation_usage.as_dict()} if params.candidate else None
+    ledger = run_ledger(params, {"generation": generation_usage if params.candidate else None,
+                                 "judging": judged.usage})
     mark("judged")
-    manifest, urls = publish(params, location, prepared, judged, started_at, extra)
+    manifest, urls = publish(params, location, prepared, judged, started_at, extra,
+                             ledger=ledger)
     mark("published")
     publish_artifacts(manifest, judged.metrics, urls)
     mark("artifacts created")

@@ -21,6 +21,7 @@ from flows.params import EvaluateParams, SafeName, StorageURL
 from flows.phases.canary import run_canary
 from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.phases.integrity import integrity_section
+from flows.phases.manifest import run_ledger
 from flows.phases.regression import (
     DETECTED_EVENT,
     INCOMPLETE_EVENT,
@@ -170,9 +171,13 @@ async def regression(params: RegressionParams) -> dict | State:
         calibration=params.calibration,
         baseline=baseline_check(baseline, comparison) or "none",
         baseline_refused=comparison.baseline_refused)
+    ledger = run_ledger(params, {
+        "generation": generation_usage if params.candidate else None, "judging": judged.usage,
+        "head_to_head": comparison.usage if comparison.pairwise is not None else None,
+        "canary": canary.usage if canary and canary.section.get("sample") else None})
     manifest, urls = publish(params, location, prepared, judged, started_at, extra,
                              pairwise=comparison.pairwise, kind="regression",
-                             integrity=integrity)
+                             integrity=integrity, ledger=ledger)
     publish_artifacts(manifest, judged.metrics, urls)
     message = verdict_message(section, params.suite, urls["report.html"])
     summary = {**run_summary(location, manifest, judged.metrics, urls),

@@ -82,13 +82,14 @@ async def judged_call(
     # What the judge reads as evaluated text can never come back as its verdict.
     quoted = QuotedContent(untrusted_blocks(messages))
     exchange = await _cached(ctx, key, output_model, quoted)
-    source = "cache"
+    source, spent = "cache", Usage()
     if exchange is None:
         source = "model"
         metadata = call_metadata(provenance, sample_index)
-        exchange = await _ask_with_one_reask(ctx, messages, output_model, quoted, metadata)
+        exchange = await _ask_with_one_reask(ctx, spent, messages, output_model, quoted, metadata)
         if exchange.verdict is not None and ctx.cache is not None:
             await asyncio.to_thread(ctx.cache.put, key, exchange.replies[-1])
+    _tally(ctx.usage, spent, provenance)
     ctx.calls.append({
         **(provenance or {}),
         "sample_index": sample_index,
@@ -100,6 +101,7 @@ async def judged_call(
         "outcome": "verdict" if exchange.verdict is not None else "error",
         "verdict": None if exchange.verdict is None else verdict_of(exchange.verdict),
         "error": exchange.error,
+        **spent.audit_fields(),
     })
     FINISHED_CALLS.add()
     return CallOutcome(exchange.verdict, exchange.error,
@@ -112,6 +114,14 @@ def call_metadata(provenance: dict | None, sample_index: int) -> dict[str, str]:
     who = {**(provenance or {}), "sample": sample_index}
     return {key: str(who[key]) for key in ("judge", "request_id", "row_index", "chunk_index",
                                             "order", "sample") if who.get(key) is not None}
+
+
+def _tally(usage: Usage, spent: Usage, provenance: dict | None) -> None:
+    """Add one judgment's calls to the chunk's tally, and to its judge's spend there."""
+    usage.add(spent)
+    judge = (provenance or {}).get("output_prefix") or (provenance or {}).get("judge")
+    if judge and spent.calls:
+        usage.add_judge(judge, spent.spend())
 
 
 async def _cached(
@@ -135,6 +145,7 @@ async def _cached(
 
 async def _ask_with_one_reask(
     ctx: JudgeContext,
+    usage: Usage,
     messages: list[dict],
     output_model: type[BaseModel],
     quoted: QuotedContent,
@@ -142,7 +153,7 @@ async def _ask_with_one_reask(
 ) -> Exchange:
     replies: list[str] = []
     try:
-        completion = await ctx.client.complete(messages, ctx.usage, output_model, metadata)
+        completion = await ctx.client.complete(messages, usage, output_model, metadata)
         replies.append(completion.text)
         try:
             return Exchange(replies, parse_reply(completion.text, output_model, quoted), None)
@@ -152,7 +163,7 @@ async def _ask_with_one_reask(
                 {"role": "assistant", "content": completion.text},
                 {"role": "user", "content": REASK.format(error=first_error)},
             ]
-        completion = await ctx.client.complete(follow_up, ctx.usage, output_model, metadata)
+        completion = await ctx.client.complete(follow_up, usage, output_model, metadata)
         replies.append(completion.text)
         return Exchange(replies, parse_reply(completion.text, output_model, quoted), None)
     except LLMCallError as error:

@@ -121,7 +121,7 @@ class RunMetrics(Mapping[str, Any]):
     Each section is set whole when it is known (`with_slices`, `with_pairwise`), never edited
     key by key; the names inside come from judges/result_names.py. Published in this order:
     the judges' (or the pairwise judge's) aggregates, calibration, row counts, failed
-    generations, tag slices, the head-to-head.
+    generations, tag slices, the head-to-head, the cost ledger.
     """
 
     judges: Mapping[str, Any]
@@ -130,13 +130,14 @@ class RunMetrics(Mapping[str, Any]):
     generation_errors: int | None = None  # only when a candidate model generated responses
     slices: Mapping[str, Any] | None = None  # None: not computed yet (publishing does)
     pairwise: Mapping[str, Any] = field(default_factory=dict)
+    cost: Mapping[str, Any] = field(default_factory=dict)  # `cost/...`: the cost ledger
 
     @cached_property
     def _flat(self) -> dict[str, Any]:
         generated = ({} if self.generation_errors is None
                      else {GENERATION_ERROR_COUNT: self.generation_errors})
         return {**self.judges, **self.calibration, **row_count_names(self.rows), **generated,
-                **(self.slices or {}), **self.pairwise}
+                **(self.slices or {}), **self.pairwise, **self.cost}
 
     def __getitem__(self, name: str) -> Any:
         return self._flat[name]
@@ -158,3 +159,7 @@ class RunMetrics(Mapping[str, Any]):
     def with_pairwise(self, pairwise: Mapping[str, Any]) -> RunMetrics:
         """These metrics with a regression's head-to-head figures."""
         return replace(self, pairwise=dict(pairwise))
+
+    def with_cost(self, cost: Mapping[str, Any]) -> RunMetrics:
+        """These metrics with the cost ledger's (judges/result_names.py `cost_metric_fields`)."""
+        return replace(self, cost=dict(cost))

@@ -9,6 +9,7 @@ Every key a run publishes is written here, from typed values:
   (`pairwise_metric_fields`, `NOVA_FIELDS`), a regression row's head-to-head fields.
 - Calibration: `calibration/{key}/{stat}` and the per-row `calibration/{key}/disagrees`.
 - Per tag: `tag/{tag}/{name}`.
+- The cost ledger: `cost/{stat}`, `cost/phase/{phase}/{stat}`, `cost/judge/{judge}/{stat}`.
 
 Reading a published run back (as a regression baseline, or a calibration source) is
 tasks/metric_fields.py's job, the one reader.
@@ -21,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol
 
 from judges.base import JudgeSpec, MetricSpec
+from judges.model.ledger import Ledger
+from judges.model.usage import Spend
 from judges.pairwise.metrics import PairwiseSummary
 from judges.pairwise.reconcile import PairVerdict, Pass, position_to_side
 from judges.results import JudgeResult, RowResult
@@ -149,6 +152,32 @@ def run_metrics(judges: Iterable[JudgeTally], metrics: Iterable[MetricTally]) ->
         out |= {metric_average_name(metric.spec): metric.mean, rated: metric.rated}
         if metric.spec.from_response:  # a failed generation is this metric's error
             out[errors] = metric.errors
+    return out
+
+
+# --------------------------------------------------------------------------- cost ledger
+
+COST_AREA = "cost/"
+
+
+def _spend_fields(prefix: str, spend: Spend) -> dict[str, float | int | None]:
+    return {f"{prefix}usd": spend.cost_usd if spend.cost_known else None,
+            f"{prefix}calls": spend.calls, f"{prefix}input_tokens": spend.input_tokens,
+            f"{prefix}cached_input_tokens": spend.cached_input_tokens,
+            f"{prefix}output_tokens": spend.output_tokens}
+
+
+def cost_metric_fields(ledger: Ledger) -> dict[str, float | int | None]:
+    """The ledger in metrics.json: the run's, each phase's and each judge's calls, tokens, USD.
+
+    `…/usd` is null where a call had no known price (`cost/unpriced_calls` counts them).
+    """
+    total = ledger.total()
+    out = {**_spend_fields(COST_AREA, total), f"{COST_AREA}unpriced_calls": total.unpriced_calls}
+    for entry in ledger.phases:
+        out |= _spend_fields(f"{COST_AREA}phase/{entry.phase}/", entry.usage.spend())
+    for judge, spend in ledger.judges().items():
+        out |= _spend_fields(f"{COST_AREA}judge/{judge}/", spend)
     return out
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prefect import task
 
@@ -24,7 +24,8 @@ def mark_generation_failed(row: EvalRow, error: str) -> EvalRow:
     return row.model_copy(update={"extra": {**row.extra, GENERATION_ERROR: error}})
 
 
-async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRow:
+async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage,
+                        calls: list[dict]) -> EvalRow:
     if row.response is not None:
         return row
     call_usage = Usage()
@@ -34,11 +35,9 @@ async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRo
             messages, call_usage,
             metadata={"request_id": str(row.request_id), "row_index": str(row.row_index)})
     except LLMCallError as error:
-        usage.add(call_usage)
-        FINISHED_CALLS.add()
+        _audit(client, row, call_usage, usage, calls, str(error))
         return mark_generation_failed(row, str(error))
-    usage.add(call_usage)
-    FINISHED_CALLS.add()
+    _audit(client, row, call_usage, usage, calls, None)
     return row.model_copy(update={
         "response": completion.text,
         # The provider's time for the answering attempt; attempts are recorded apart.
@@ -50,17 +49,31 @@ async def _generate_one(client: LLMClient, row: EvalRow, usage: Usage) -> EvalRo
     })
 
 
+def _audit(client: LLMClient, row: EvalRow, spent: Usage, usage: Usage, calls: list[dict],
+           error: str | None) -> None:
+    """Tally one generation and log it for calls.jsonl: which row, what it cost, any error."""
+    usage.add(spent)
+    calls.append({"request_id": row.request_id, "row_index": row.row_index,
+                  "model": client.settings.model, "source": "model",
+                  "outcome": "error" if error else "response", "error": error,
+                  **spent.audit_fields()})
+    FINISHED_CALLS.add()
+
+
 @dataclass(frozen=True)
 class GeneratedChunk:
-    """Rows with the candidate's responses, and what generating them cost."""
+    """Rows with the candidate's responses, what generating them cost, and each call's entry."""
 
     rows: list[EvalRow]
     usage: Usage
+    calls: list[dict] = field(default_factory=list)
 
 
 @task(name="generate-chunk", tags=["judgeflow-generate"], **CHUNK_TASK_OPTIONS)
 async def generate_chunk(rows: list[EvalRow], settings: LLMSettings) -> GeneratedChunk:
     """Responses, latency and token counts from the candidate model for one chunk of rows."""
-    client, usage = LLMClient(settings), Usage()
-    generated = await asyncio.gather(*(_generate_one(client, row, usage) for row in rows))
-    return GeneratedChunk(list(generated), usage)
+    client, usage, calls = LLMClient(settings), Usage(), []
+    generated = await asyncio.gather(*(_generate_one(client, row, usage, calls) for row in rows))
+    # in row order, whatever order the calls finished in
+    calls.sort(key=lambda entry: entry["row_index"])
+    return GeneratedChunk(list(generated), usage, calls)

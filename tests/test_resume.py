@@ -224,6 +224,10 @@ def test_a_killed_run_resumes_its_finished_chunks_without_asking_again(fake_llm,
     print(f"calls: uninterrupted {ROW_COUNT}, rerun after the kill {sum(asked_again.values())} "
           f"({len(finished)} of {ROW_COUNT // CHUNK_SIZE} chunks resumed)")
     assert _published(out, "crashed") == _published(out, "whole")
+    # the cost ledger too: every chunk's calls counted once, the resumed ones from the store
+    whole = json.loads((out / "s" / "whole" / "manifest.json").read_text())
+    assert manifest["ledger"] == whole["ledger"]
+    assert manifest["ledger"]["total"]["calls"] == ROW_COUNT
 
 
 # --- compare: chunks of pairs ----------------------------------------------------------------

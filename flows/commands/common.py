@@ -125,6 +125,7 @@ def print_run_summary(summary: dict, title: str, notices: list[str]) -> None:
     from rich.table import Table
 
     from judges.result_names import headline_metrics
+    from tasks.report.cost_text import cost_line
 
     table = Table(title=title)
     table.add_column("metric")
@@ -135,6 +136,8 @@ def print_run_summary(summary: dict, title: str, notices: list[str]) -> None:
     Console().print(table)
     for notice in notices:
         console.print(f"[yellow]{notice}[/]")
+    if cost := cost_line(summary.get("ledger")):
+        print(visible(cost))
     print(f"report:  {summary['files']['report.html']}")
     print(f"metrics: {summary['files']['metrics.json']}")
 

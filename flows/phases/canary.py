@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from flows.phases.evaluation import JudgedRun
+from flows.run.execution import in_phase
 from judges.engine import judge_rows
 from judges.fingerprint import fingerprint, recorded_judges
 from judges.model.usage import Usage
@@ -76,6 +77,7 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
                        "drifted": True}, [why])
     ctx = judge_context(settings, None, params.storage_options)  # never the cache
     results = await judge_rows(ctx, JudgePlan(tuple(judges), (), ()), rows)
+    judged.staging.write_calls("canary", in_phase(ctx.calls, "canary"))  # into calls.jsonl
     agreements = []
     for judge in judges:
         pairs = []

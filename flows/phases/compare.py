@@ -14,7 +14,7 @@ from prefect import get_run_logger
 
 from flows.compare_params import CompareParams
 from flows.phases.integrity import integrity_section
-from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
+from flows.phases.manifest import OFFLINE_NOTICE, build_manifest, run_ledger
 from flows.preflight.budget import check_budget, estimate_pairs
 from flows.run.common import cache_url
 from flows.run.completeness import Completeness, assess, pair_share, with_budget_reason
@@ -34,7 +34,7 @@ from judges.model.usage import Usage
 from judges.pairwise.models import Rubric
 from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
-from judges.result_names import pairwise_metric_fields
+from judges.result_names import cost_metric_fields, pairwise_metric_fields
 from tasks.dataset.pairs import PairSet, load_pairs, load_rubric
 from tasks.dataset.validation import InvalidDatasetError
 from tasks.publish import publish_run
@@ -158,7 +158,10 @@ def publish_pairs(params: CompareParams, location: RunLocation, prepared: Prepar
                                 judged.usage, started_at, judged.timings, judged.completeness)
     manifest.update(judged.sections)
     manifest["integrity"] = integrity_section([judged.usage], judged.store)
-    judged.metrics = with_slices(judged.metrics, judged.staging.iter_records)
+    ledger = run_ledger(params, {"judging": judged.usage})
+    manifest["ledger"] = ledger.section()
+    judged.metrics = with_slices(judged.metrics, judged.staging.iter_records).with_cost(
+        cost_metric_fields(ledger))
     try:
         urls = publish_run(location, judged.staging, judged.metrics, manifest,
                            prepared.pair_set.rejected, pairwise=judged.metrics,

@@ -16,7 +16,7 @@ from prefect.utilities.annotations import quote
 
 from flows.params import EvaluateParams
 from flows.phases.integrity import integrity_section
-from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
+from flows.phases.manifest import OFFLINE_NOTICE, build_manifest, run_ledger
 from flows.preflight.checks import (
     check_options,
     check_run_budget,
@@ -34,8 +34,10 @@ from flows.run.timeline import mark
 from flows.shards.fan_out import judge_in_shards
 from judges.metrics import MetricsAccumulator, RunMetrics
 from judges.model.budget import open_budget
+from judges.model.ledger import Ledger
 from judges.model.usage import Usage
 from judges.plan import JudgePlan
+from judges.result_names import cost_metric_fields
 from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.dataset.row_shapes import RowShapes
 from tasks.dataset.row_spool import RowSpool
@@ -66,6 +68,7 @@ class PreparedSet:
     generated: RowSpool | None = None
     generation_errors: int = 0
     generated_shapes: RowShapes = field(default_factory=RowShapes)
+    generation_calls: ResultStaging | None = None  # their audit entries, for calls.jsonl
 
     def row_stream(self) -> Iterator[EvalRow]:
         """The rows to judge, in order, read as they are asked for."""
@@ -78,9 +81,11 @@ class PreparedSet:
         return self.generated_shapes.rows() if self.generated else self.check.sample
 
     def cleanup(self) -> None:
-        """Delete the spooled rows, if any."""
+        """Delete the spooled rows and generation calls, if any."""
         if self.generated is not None:
             self.generated.cleanup()
+        if self.generation_calls is not None:
+            self.generation_calls.cleanup()
 
 
 @dataclass
@@ -140,10 +145,12 @@ async def generate_responses(
     """
     if params.candidate is None:
         return Usage()
-    spool = RowSpool()
+    spool, calls = RowSpool(), ResultStaging()
+    prepared.generation_calls = calls
 
-    def keep(index: int, rows: list[EvalRow]) -> None:
+    def keep(index: int, rows: list[EvalRow], entries: list[dict]) -> None:
         spool.write_chunk(index, rows)
+        calls.write_calls(f"{index:06d}", entries)
         prepared.generated_shapes.add(rows)
         prepared.generation_errors += sum(GENERATION_ERROR in r.extra for r in rows)
 
@@ -156,6 +163,7 @@ async def generate_responses(
         )
     except BaseException:
         spool.cleanup()
+        calls.cleanup()
         raise
     finally:
         await progress.finish()
@@ -240,12 +248,16 @@ def publish(
     pairwise: dict | None = None,
     kind: str = "evaluate",
     integrity: dict | None = None,
+    ledger: Ledger | None = None,
 ) -> tuple[dict, dict[str, str]]:
     """Write the run's files (manifest last); returns the manifest and the file URLs.
 
     `integrity` is the manifest's integrity section when the caller read more back than the
     judge phase did (a regression's baseline and head-to-head); by default it is made here.
+    `ledger` is the run's cost ledger (flows/phases/manifest.py `run_ledger`); by default, the
+    judging phase's alone.
     """
+    ledger = ledger or run_ledger(params, {"judging": judged.usage})
     settings = params.judge.settings()
     counts = {f"rows_{key}": value for key, value in judged.metrics.rows.items()}
     manifest = build_manifest(
@@ -264,7 +276,11 @@ def publish(
         manifest["calibration"] = judged.calibration
     if params.candidate is not None:
         manifest["candidate"] = params.candidate.model_dump(mode="json")
-    judged.metrics = with_slices(judged.metrics, judged.staging.iter_records)
+    manifest["ledger"] = ledger.section()
+    if prepared.generation_calls is not None:  # calls.jsonl: the candidate's calls too
+        judged.staging.adopt_calls(prepared.generation_calls, "generation")
+    judged.metrics = with_slices(judged.metrics, judged.staging.iter_records).with_cost(
+        cost_metric_fields(ledger))
     try:
         urls = publish_run(
             location, judged.staging, judged.metrics, manifest,

@@ -39,6 +39,7 @@ class HeadToHead(NamedTuple):
     pairs: dict[str, PairResult]  # by request_id, typed (the report's drill-down reads these)
     usage: Usage
     not_compared: int  # paired rows without a response on one side
+    calls: ResultStaging  # the pairs' audit entries (calls.jsonl), for the run's staging
 
 
 def build_pairs(rows: Iterable[EvalRow], baseline: Mapping[str, RowData],
@@ -81,26 +82,31 @@ async def head_to_head(params: Any, rows: Iterable[EvalRow], baseline: Mapping[s
         verdicts, usage = await judge_all_pairs(
             pairs, options, params.judge.settings(),
             params.chunk_size or auto_chunk_size(len(pairs)), cache_url(params),
-            params.storage_options, staging, progress=progress)
-    finally:
+            params.storage_options, staging, progress=progress, phase="head_to_head")
+    except BaseException:
         staging.cleanup()
+        raise
+    finally:
         await progress.finish()
     results = {p.pair_id: PairResult(p, v) for p, v in zip(pairs, verdicts, strict=True)}
     fields = {pair_id: head_to_head_fields(r) for pair_id, r in results.items()}
     summary = compare_summary(verdicts, options, seed=BOOTSTRAP_SEED,
                               resamples=HEAD_TO_HEAD_RESAMPLES)
-    return HeadToHead(pairwise_metric_fields(summary), summary, fields, results, usage, missing)
+    return HeadToHead(pairwise_metric_fields(summary), summary, fields, results, usage, missing,
+                      staging)
 
 
 def merge_fields(staging: ResultStaging, fields: Mapping[str, Mapping[str, Any]]) -> ResultStaging:
     """A new staging whose records carry the pair fields of their request_id (chunk by chunk).
 
-    The old staging is removed; only one chunk is in memory at a time.
+    The audit entries move with them; the old staging is removed; only one chunk is in memory
+    at a time.
     """
     merged = ResultStaging()
     try:
         for index, path in enumerate(staging.chunk_files()):
             merged.write_chunk(index, [_merge(r, fields) for r in _read(path)])
+        merged.adopt_calls(staging)
     except BaseException:
         merged.cleanup()
         raise

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from importlib import metadata
+from typing import Any
 
 from judges.fingerprint import fingerprint
+from judges.model.ledger import PHASES, Ledger, Phase, phase_spend
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
 from judges.plan import JudgePlan
@@ -40,6 +43,21 @@ def judge_section(settings: LLMSettings) -> dict:
         "rpm": settings.rpm,
         "max_attempts": settings.max_attempts,
     }
+
+
+def run_ledger(params: Any, spent: Mapping[Phase, Usage | None]) -> Ledger:
+    """The run's cost ledger from each phase's tally; a phase that did not run (None) is left out.
+
+    Generation is priced as the candidate model, every other phase as the judge model; a run
+    whose parameters say `batch` sent its calls through the provider's batch API, whose prices
+    its phases then record.
+    """
+    def settings(phase: Phase) -> LLMSettings:
+        return (params.candidate if phase == "generation" else params.judge).settings()
+
+    batch = bool(getattr(params, "batch", False))
+    return Ledger(tuple(phase_spend(phase, settings(phase), spent[phase], batch)
+                        for phase in PHASES if spent.get(phase) is not None))
 
 
 def build_manifest(

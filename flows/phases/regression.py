@@ -83,7 +83,11 @@ async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
     judged.report.rows.attach_pairs(result.pairs)
     comparison.usage = result.usage
     comparison.pairing["no_response"] = result.not_compared  # paired, but nothing to compare
-    judged.staging = merge_fields(judged.staging, result.fields)
+    try:
+        judged.staging = merge_fields(judged.staging, result.fields)
+        judged.staging.adopt_calls(result.calls, "head_to_head")  # calls.jsonl holds them too
+    finally:
+        result.calls.cleanup()
     judged.metrics = judged.metrics.with_pairwise(result.metrics)
 
 

@@ -2,10 +2,11 @@
 
 The estimate renders the judges' prompts for the first rows of the set (at most
 `ESTIMATE_ROWS`, read as a stream) and scales their tokens to the whole set: input tokens as
-characters / 4, each reply at its cap or its usual size. It counts the judge calls, the
-candidate's generations and, for a regression, the head-to-head (two orders per row) and the
-drift canary's re-judged rows. It is an estimate: the run itself stops at the budget whatever
-the estimate said (judges/model/budget.py).
+characters / 4, each reply at its cap or its usual size; its cost is given online and at the
+batch prices (judges/model/pricing.py), without any cached input (the provider decides that).
+It counts the judge calls, the candidate's generations and, for a regression, the head-to-head
+(two orders per row) and the drift canary's re-judged rows. It is an estimate: the run itself
+stops at the budget whatever the estimate said (judges/model/budget.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from judges.builtin.pairwise import render as render_pair
 from judges.errors import ConfigError
 from judges.model.limits import CHARS_PER_TOKEN, ESTIMATED_REPLY_TOKENS
-from judges.model.pricing import call_cost, token_prices
+from judges.model.pricing import Prices, call_cost, model_prices
 from judges.model.settings import LLMSettings
 from judges.plan import JudgePlan
 from judges.rows import EvalRow, as_planned
@@ -32,24 +33,37 @@ class BudgetError(ConfigError):
 
 @dataclass(frozen=True)
 class Estimate:
-    """What a run is expected to call and cost."""
+    """What a run is expected to call and cost, online and through a provider's batch API."""
 
     calls: int
     input_tokens: int
     output_tokens: int
     cost_usd: float
     unpriced: tuple[str, ...] = ()  # models without a price: their calls count as $0 here
+    batch_cost_usd: float | None = None  # the same calls at the batch prices
 
     def line(self) -> str:
         """The estimate in one line."""
         cost = (f"~${self.cost_usd:.4f}" if not self.unpriced else
                 f"cost unknown (no price for {', '.join(self.unpriced)}: give --price-per-mtok)")
+        if not self.unpriced and self.batch_cost_usd is not None:
+            cost += f" online, ~${self.batch_cost_usd:.4f} batch"
         return (f"{self.calls:,} calls, ~{self.input_tokens:,} input and "
                 f"~{self.output_tokens:,} output tokens, {cost}")
 
 
-def priced(settings: LLMSettings, option: str, unpriced: list[str] | None = None
-           ) -> tuple[float, float]:
+class _Cost:
+    """A running estimate, online and batch (no cached input is assumed: a provider decides)."""
+
+    def __init__(self) -> None:
+        self.online = self.batch = 0.0
+
+    def add(self, prices: Prices, input_tokens: int, output_tokens: int) -> None:
+        self.online += call_cost(prices, input_tokens, output_tokens)
+        self.batch += call_cost(prices, input_tokens, output_tokens, batch=True)
+
+
+def priced(settings: LLMSettings, option: str, unpriced: list[str] | None = None) -> Prices:
     """The model's token prices; a budget run refuses a model without one.
 
     With `unpriced` (an estimate alone), a model without a price is listed there and priced
@@ -58,10 +72,10 @@ def priced(settings: LLMSettings, option: str, unpriced: list[str] | None = None
     Raises:
         BudgetError: naming the model and how to give it a price.
     """
-    prices = token_prices(settings)
+    prices = model_prices(settings)
     if prices is None and unpriced is not None:
         unpriced.append(settings.model)
-        return 0.0, 0.0
+        return Prices(0.0, 0.0)
     if prices is None:
         raise BudgetError(
             f"no price for {settings.model}: cost unknown, so a budget cannot be kept; give "
@@ -104,29 +118,30 @@ def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgeP
                 prompt += spec.samples * _tokens(spec.render(planned, chunk))
     scale = total / len(sample) if sample else 0.0
     calls_total, prompt_total = round(calls * scale), round(prompt * scale)
-    cost = call_cost(judge_prices, prompt_total, calls_total * reply)
+    cost = _Cost()
+    cost.add(judge_prices, prompt_total, calls_total * reply)
     if getattr(params, "pairwise", False):  # a regression's head-to-head: both orders per row
         pair_calls = 2 * total
         pair_prompt = 2 * round(prompt / max(calls, 1) * total)
         calls_total, prompt_total = calls_total + pair_calls, prompt_total + pair_prompt
-        cost += call_cost(judge_prices, pair_prompt, pair_calls * reply)
+        cost.add(judge_prices, pair_prompt, pair_calls * reply)
     canary = min(getattr(params, "canary_rows", 0) or 0, total)
     if canary and sample:
         canary_calls = round(calls / len(sample) * canary)
         canary_prompt = round(prompt / len(sample) * canary)
         calls_total, prompt_total = calls_total + canary_calls, prompt_total + canary_prompt
-        cost += call_cost(judge_prices, canary_prompt, canary_calls * reply)
+        cost.add(judge_prices, canary_prompt, canary_calls * reply)
     output_total = calls_total * reply
     if params.candidate is not None and generations:
         candidate = params.candidate.settings()
         gen_reply = candidate.max_tokens or ESTIMATED_REPLY_TOKENS
         gen_calls = round(generations * scale)
         gen_in = round(generation_in * scale)
-        cost += call_cost(priced(candidate, "--candidate-model", unpriced), gen_in,
-                          gen_calls * gen_reply)
+        cost.add(priced(candidate, "--candidate-model", unpriced), gen_in, gen_calls * gen_reply)
         calls_total, prompt_total = calls_total + gen_calls, prompt_total + gen_in
         output_total += gen_calls * gen_reply
-    return Estimate(calls_total, prompt_total, output_total, cost, tuple(unpriced or ()))
+    return Estimate(calls_total, prompt_total, output_total, cost.online, tuple(unpriced or ()),
+                    cost.batch)
 
 
 def estimate_pairs(params: Any, pairs: Iterable[Any], total: int) -> Estimate:
@@ -140,8 +155,9 @@ def estimate_pairs(params: Any, pairs: Iterable[Any], total: int) -> Estimate:
                  for p in sample) * passes
     calls = round(passes * total)
     prompt_total = round(prompt * total / len(sample)) if sample else 0
-    return Estimate(calls, prompt_total, calls * reply,
-                    call_cost(prices, prompt_total, calls * reply))
+    cost = _Cost()
+    cost.add(prices, prompt_total, calls * reply)
+    return Estimate(calls, prompt_total, calls * reply, cost.online, batch_cost_usd=cost.batch)
 
 
 def check_budget(params: Any, estimate: Estimate) -> None:

@@ -78,6 +78,7 @@ def run_summary(location: RunLocation, manifest: dict, metrics: Mapping[str, Any
         "metrics": dict(metrics),  # plain data: the flow run's result is persisted
         "offline": manifest["judge"]["offline"],
         "usage": manifest["usage"],
+        "ledger": manifest.get("ledger"),
         "status": manifest.get("status", "complete"),
         "incomplete_reasons": manifest.get("incomplete_reasons", []),
     }

@@ -18,6 +18,7 @@ from judges.builtin.pairwise import Pair, PairwiseOptions
 from judges.calibration.rows import CalibrationAccumulator
 from judges.metrics import MetricsAccumulator
 from judges.model.batch.broker import current_batches
+from judges.model.ledger import Phase
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
 from judges.pairwise.reconcile import PairVerdict
@@ -183,6 +184,11 @@ async def drive(
     return usage
 
 
+def in_phase(calls: list[dict], phase: Phase) -> list[dict]:
+    """Audit entries (calls.jsonl), each saying which phase of the run made it."""
+    return [{"phase": phase, **call} for call in calls]
+
+
 async def judge_all(
     rows: Iterable[EvalRow],
     plan: JudgePlan,
@@ -204,7 +210,7 @@ async def judge_all(
     """
     def consume(index: int, chunk: list[EvalRow], result: ChunkResult) -> None:
         staging.write_chunk(index, [row_record(r) | calibration.row_fields(r)
-                                    for r in result.results], result.calls)
+                                    for r in result.results], in_phase(result.calls, "judging"))
         for row_result in result.results:
             accumulator.add(row_result)
             calibration.add(row_result)
@@ -223,19 +229,21 @@ async def generate_all(
     rows: Iterable[EvalRow],
     settings: LLMSettings,
     chunk_size: int,
-    keep: Callable[[int, list[EvalRow]], None],
+    keep: Callable[[int, list[EvalRow], list[dict]], None],
     store: ChunkStore | None = None,
     progress: PhaseProgress | None = None,
 ) -> Usage:
     """Give each chunk of rows, with the candidate's responses, to `keep` as it finishes.
 
-    A chunk whose task fails for good keeps its rows, each marked with the failure as its
-    generation error (so every judge that needed the response counts an error).
+    `keep` gets the chunk's index, its rows and its calls' audit entries. A chunk whose task
+    fails for good keeps its rows, each marked with the failure as its generation error (so
+    every judge that needed the response counts an error).
     """
     return await drive(
         rows, GeneratedRowChunks(settings),
         lambda index, chunk: generate_chunk(quote(chunk), settings, return_state=True),
-        lambda index, chunk, result: keep(index, result.rows),
+        lambda index, chunk, result: keep(index, result.rows,
+                                          in_phase(result.calls, "generation")),
         chunk_size, settings.concurrency, store, progress)
 
 
@@ -249,8 +257,12 @@ async def judge_all_pairs(
     staging: ResultStaging,
     store: ChunkStore | None = None,
     progress: PhaseProgress | None = None,
+    phase: Phase = "judging",
 ) -> tuple[list[PairVerdict], Usage]:
     """Judge every chunk of pairs (both orders of each), staging each chunk's records.
+
+    Their audit entries are staged too, each naming its `phase` (a regression's head-to-head
+    judges pairs as well).
 
     Returns:
         One verdict per pair in input order, and the calls and tokens spent.
@@ -258,7 +270,7 @@ async def judge_all_pairs(
     by_chunk: dict[int, list[PairVerdict]] = {}
 
     def consume(index: int, chunk: list[Pair], result: PairChunkResult) -> None:
-        staging.write_chunk(index, result.records, result.calls)
+        staging.write_chunk(index, result.records, in_phase(result.calls, phase))
         by_chunk[index] = result.verdicts
 
     kind = JudgedPairChunks(options, settings)

@@ -43,7 +43,7 @@ class PairwiseSpec:
 
     name: str = "pairwise_rubric"
     mode: str = "pairwise"
-    version: int = 1
+    version: int = 2  # 2: the instructions, rubric and output contract before the pair
     template: str = "pairwise.j2"
     output_model: type[PairwiseJudgment] = PairwiseJudgment
 

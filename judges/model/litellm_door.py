@@ -92,12 +92,35 @@ def _model_info(model: str) -> dict | None:
         return None
 
 
+# judgeflow's names for the price fields of litellm's map (USD per token).
+_PRICE_FIELDS = {
+    "input": "input_cost_per_token",
+    "output": "output_cost_per_token",
+    "cached_input": "cache_read_input_token_cost",
+    "batch_input": "input_cost_per_token_batches",
+    "batch_output": "output_cost_per_token_batches",
+    "batch_cached_input": "cache_read_input_token_cost_batches",
+}
+
+
 @functools.lru_cache(maxsize=64)
+def price_fields(model: str) -> dict[str, float | None] | None:
+    """The model's prices in litellm's local map (None where it has none); None if unpriced.
+
+    Online input and output first; the cache-read and batch prices only where the map has them.
+    """
+    info = _model_info(model) or {}
+    if not (info.get("input_cost_per_token") or info.get("output_cost_per_token")):
+        return None
+    found = {ours: info.get(theirs) for ours, theirs in _PRICE_FIELDS.items()}
+    return {ours: None if value is None else float(value) for ours, value in found.items()} | {
+        "input": float(found["input"] or 0.0), "output": float(found["output"] or 0.0)}
+
+
 def token_prices(model: str) -> tuple[float, float] | None:
     """USD per input and per output token in litellm's local price map; None if unpriced."""
-    info = _model_info(model) or {}
-    prices = (info.get("input_cost_per_token"), info.get("output_cost_per_token"))
-    return (float(prices[0] or 0.0), float(prices[1] or 0.0)) if any(prices) else None
+    fields = price_fields(model)
+    return None if fields is None else (fields["input"], fields["output"])
 
 
 def is_priced(model: str) -> bool:
@@ -162,7 +185,29 @@ def _to_completion(response: Any, model: str) -> Completion:
         output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         cost_usd=_cost(response, model),
         answered_by=_answered_by(response),
+        cached_input_tokens=cached_tokens(usage),
     )
+
+
+def cached_tokens(usage: Any) -> int:
+    """Prompt tokens the provider read from its cache, from a reply's usage (object or dict).
+
+    OpenAI-compatible providers say `prompt_tokens_details.cached_tokens`; litellm maps
+    Anthropic's `cache_read_input_tokens` (and DeepSeek's `prompt_cache_hit_tokens`) there too,
+    and keeps the former as an attribute, read when the details are missing. Never more than
+    the prompt's tokens, never negative: the provider's numbers are not trusted further.
+    """
+    def field(source: Any, name: str) -> Any:
+        return source.get(name) if isinstance(source, dict) else getattr(source, name, None)
+
+    details = field(usage, "prompt_tokens_details")
+    cached = field(details, "cached_tokens") if details is not None else None
+    if not cached:
+        cached = field(usage, "cache_read_input_tokens")
+    prompt = field(usage, "prompt_tokens")
+    if not all(isinstance(n, int | float) and not isinstance(n, bool) for n in (cached, prompt)):
+        return 0
+    return max(0, min(int(cached), int(prompt)))
 
 
 def _answered_by(response: Any) -> str | None:

@@ -22,7 +22,7 @@ from judges.model.budget import BudgetReached, current_budget
 from judges.model.in_flight import SentCall, send_within_limits
 from judges.model.limits import estimate_tokens, limits_for
 from judges.model.local_models import is_local_model, local_model
-from judges.model.pricing import call_cost, estimated_call_cost, token_prices
+from judges.model.pricing import estimated_call_cost, priced, token_prices
 from judges.model.request import request_for
 from judges.model.retry import backoff_delay, describe_error, retry_after_seconds, status_of
 from judges.model.settings import LLMSettings
@@ -192,9 +192,7 @@ class LLMClient:
             raise
         limits.congestion.on_success()
         limits.tokens.settle(call.reserved, completion.input_tokens + completion.output_tokens)
-        if self.settings.price_per_mtok is not None:
-            completion = completion._replace(cost_usd=call_cost(
-                token_prices(self.settings), completion.input_tokens, completion.output_tokens))
+        completion = priced(self.settings, completion)
         if budget is not None:
             budget.settle(call.budget_hold, completion.cost_usd)
         return completion

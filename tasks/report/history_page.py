@@ -22,6 +22,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from judges.base import PROMPTS_DIR
+from tasks.report.cost_text import UNKNOWN
 from tasks.report.plain_text import visible
 from tasks.report.view import fmt_duration, fmt_num, fmt_pct
 from tasks.storage.history_entry import GateLine, HistoryEntry
@@ -119,6 +120,8 @@ def _cost(entry: HistoryEntry) -> str:
     dollars = [c.cost_usd for c in (entry.cost, entry.pairwise_cost) if c and c.cost_usd]
     calls = [c.calls for c in (entry.cost, entry.pairwise_cost) if c and c.calls]
     text = f"${sum(dollars):,.2f}" if dollars else "—"
+    if any(c and c.unpriced_calls for c in (entry.cost, entry.pairwise_cost)):
+        text = UNKNOWN  # a call without a price: never a (too low) dollar figure
     return f"{text} · {sum(calls):,} calls" if calls else text
 
 

@@ -22,6 +22,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from judges.base import PROMPTS_DIR
 from tasks.report.calibration import calibration_view
+from tasks.report.cost_text import cost_rows, unknown_reasons, usage_cost
 from tasks.report.drilldown import row_view
 from tasks.report.regression import regression_view, slice_rows
 from tasks.report.rows import ReportInputs
@@ -78,6 +79,15 @@ def load_template() -> None:
     _ENV.get_template(TEMPLATE_NAME)
 
 
+def _cost(manifest: Mapping[str, Any]) -> str:
+    """The run's total in the header: the ledger's, or the usage's (an older manifest)."""
+    totals = [r for r in cost_rows(manifest.get("ledger")) if r.kind == "total"]
+    if totals:
+        return totals[0].cost
+    usage = manifest.get("usage")
+    return usage_cost(usage) if isinstance(usage, Mapping) else "—"
+
+
 def render_report(
     *,
     manifest: Mapping[str, Any],
@@ -108,6 +118,9 @@ def render_report(
         judge=judge,
         dataset=manifest.get("dataset") or {},
         usage=manifest.get("usage") or {},
+        cost=_cost(manifest),
+        cost_rows=cost_rows(manifest.get("ledger")),
+        cost_unknown=unknown_reasons(manifest.get("ledger")),
         offline_notice=manifest.get("offline_notice")
         or ("Offline heuristic judge: no LLM judged this run." if judge.get("offline") else None),
         aggregates=aggregates,

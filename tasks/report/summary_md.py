@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from judges.result_names import headline_metrics
+from tasks.report.cost_text import cost_line, cost_rows
 from tasks.report.markdown_text import cell, code, inline
 from tasks.report.verdict_text import canary_line, gate_cells, headline
 
@@ -73,7 +74,7 @@ def regression_lines(section: Mapping[str, Any], suite: str) -> list[str]:
 
 
 def key_figures(manifest: Mapping[str, Any], report: str) -> list[str]:
-    """Status, judge model, rows, calls and where the report is, as a Markdown list.
+    """Status, judge model, rows, calls, cost and where the report is, as a Markdown list.
 
     Args:
         manifest: the run's manifest (its values are escaped here).
@@ -89,9 +90,25 @@ def key_figures(manifest: Mapping[str, Any], report: str) -> list[str]:
         f"{dataset.get('rows_rejected')} rejected",
         f"- judge calls: {usage.get('calls')} (cache hits {usage.get('cache_hits')}, "
         f"retries {usage.get('retries')})",
+        *([f"- {inline(line)}"] if (line := cost_line(manifest.get("ledger"))) else []),
         f"- report: {report}",
         "",
     ]
+
+
+def cost_table(ledger: Any) -> list[str]:
+    """The cost ledger: each phase, each judge and the run, as a Markdown table."""
+    rows = cost_rows(ledger)
+    if not rows:
+        return []
+    lines = ["", "| cost | calls | input tokens (cached) | output tokens | USD |",
+             "|---|--:|--:|--:|--:|"]
+    for row in rows:
+        label = cell(f"judge {row.label}" if row.kind == "judge" else row.label)
+        label = f"**{label}**" if row.kind == "total" else label
+        lines.append(f"| {label} | {row.calls:,} | {row.input_tokens:,} "
+                     f"({row.cached_input_tokens:,}) | {row.output_tokens:,} | {cell(row.cost)} |")
+    return lines
 
 
 def metric_lines(metrics: Mapping[str, Any]) -> list[str]:
@@ -121,4 +138,5 @@ def summary_markdown(manifest: Mapping[str, Any], metrics: Mapping[str, Any], re
         lines += regression_lines(manifest["regression"], suite)
     lines += key_figures(manifest, report)
     lines += metric_lines(metrics)
+    lines += cost_table(manifest.get("ledger"))
     return "\n".join(lines) + "\n"

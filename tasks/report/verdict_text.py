@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tasks.metric_fields import metric_field
+from tasks.report.cost_text import usage_cost
 from tasks.report.plain_text import visible
 
 MINUS = "−"
@@ -128,7 +129,7 @@ def canary_line(section: Mapping[str, Any]) -> str | None:
     state = "DRIFTED" if canary.get("drifted") else "steady"
     return (f"Judge drift canary{why}: {state}: tonight's judge re-judged {canary['sample']} of "
             f"the baseline's rows: {'; '.join(parts)}; {cost.get('calls', 0)} calls, "
-            f"${cost.get('cost_usd', 0.0):.4f}")
+            f"{usage_cost(cost)}")
 
 
 def headline(section: Mapping[str, Any], suite: str) -> str:

@@ -145,13 +145,14 @@ class GeneratedRowChunks:
         return generation_fingerprint(items, self.settings)
 
     def encode(self, result: GeneratedChunk) -> dict:
-        """The rows as given to the judges, and the usage."""
-        return {"rows": [row_json(r) for r in result.rows], "usage": encode_usage(result.usage)}
+        """The rows as given to the judges, the usage and the call log."""
+        return {"rows": [row_json(r) for r in result.rows], "usage": encode_usage(result.usage),
+                "calls": result.calls}
 
     def decode(self, index: int, stored: dict) -> GeneratedChunk:
         """The stored rows, validated again."""
         return GeneratedChunk([EvalRow.model_validate(r) for r in stored["rows"]],
-                              decode_usage(stored["usage"]))
+                              decode_usage(stored["usage"]), list(stored["calls"]))
 
     def size(self, result: GeneratedChunk) -> int:
         """Rows answered (or marked failed)."""

@@ -110,6 +110,7 @@ class Cost(Bounded):
     input_tokens: Count = None
     output_tokens: Count = None
     cost_usd: Number = None
+    unpriced_calls: Count = None  # calls without a known price: the cost is unknown
 
 
 class Canary(Bounded):

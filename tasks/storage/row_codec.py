@@ -18,14 +18,15 @@ from pydantic import ValidationError
 
 from judges.base import JudgeSpec
 from judges.model.settings import LLMSettings
-from judges.model.usage import Usage
+from judges.model.usage import Spend, Usage
 from judges.plan import JudgePlan
 from judges.results import JudgeResult, RowResult, Verdict
 from judges.rows import EvalRow
 
 # Bumped whenever the encoding below or the meaning of a stored result changes: a fingerprint
 # includes it, so results written by an older judgeflow are judged again rather than misread.
-CODEC_VERSION = 1
+# 2: a chunk's usage holds its cached input tokens, unpriced calls and spend per judge.
+CODEC_VERSION = 2
 
 
 class ResultCodecError(ValueError):
@@ -137,8 +138,19 @@ def decode_usage(data: dict) -> Usage:
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
             for k, v in answered.items()):
         raise ResultCodecError(f"malformed stored usage: {data!r}")
+    by_judge = data.get("by_judge") or {}
+    if not isinstance(by_judge, dict) or not all(isinstance(k, str) for k in by_judge):
+        raise ResultCodecError(f"malformed stored usage: {data!r}")
     return Usage(**{name: _optional_number(value, name) or 0 for name, value in data.items()
-                    if name != "answered_by"}, answered_by=dict(answered))
+                    if name not in ("answered_by", "by_judge")}, answered_by=dict(answered),
+                 by_judge={judge: _decode_spend(spend) for judge, spend in by_judge.items()})
+
+
+def _decode_spend(data: object) -> Spend:
+    known = {f.name for f in fields(Spend)}
+    if not isinstance(data, dict) or set(data) - known:
+        raise ResultCodecError(f"malformed stored spend: {data!r}")
+    return Spend(**{name: _optional_number(value, name) or 0 for name, value in data.items()})
 
 
 def plan_identity(plan: JudgePlan) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
@@ -25,6 +25,19 @@ class ResultStaging:
         """Stage one chunk's records and its call audit log."""
         _write_lines(self._path(index), records)
         _write_lines(self.folder / f"calls-{index:06d}.jsonl", calls)
+
+    def write_calls(self, name: str, calls: Iterable[dict]) -> None:
+        """Stage more audit entries beside the chunks' (a phase's, e.g. the canary's)."""
+        _write_lines(self.folder / f"calls-{name}.jsonl", calls)
+
+    def adopt_calls(self, other: ResultStaging, name: str | None = None) -> None:
+        """Move `other`'s audit logs here (`other` keeps its records).
+
+        Named as they were there, or, with `name` (e.g. a phase's), after this staging's own.
+        """
+        for index, path in enumerate(other.call_files()):
+            target = path.name if name is None else f"calls-{name}-{index:06d}.jsonl"
+            shutil.move(path, self.folder / target)
 
     def chunk_files(self) -> list[Path]:
         """The staged record files, in chunk order."""
