@@ -166,7 +166,10 @@ def check_budget(params: Any, estimate: Estimate) -> None:
     Raises:
         BudgetError: naming the estimate, the budget and the ways out.
     """
-    if params.max_cost_usd is None or estimate.cost_usd <= params.max_cost_usd:
+    # A batch run is held to its batch estimate: what its calls will be charged.
+    expected = (estimate.batch_cost_usd if getattr(params, "batch", False)
+                and estimate.batch_cost_usd is not None else estimate.cost_usd)
+    if params.max_cost_usd is None or expected <= params.max_cost_usd:
         return
     if params.over_estimate:
         return

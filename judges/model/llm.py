@@ -22,7 +22,7 @@ from judges.model.budget import BudgetReached, current_budget
 from judges.model.in_flight import SentCall, send_within_limits
 from judges.model.limits import estimate_tokens, limits_for
 from judges.model.local_models import is_local_model, local_model
-from judges.model.pricing import estimated_call_cost, priced, token_prices
+from judges.model.pricing import estimated_call_cost, model_prices, priced
 from judges.model.request import request_for
 from judges.model.retry import backoff_delay, describe_error, retry_after_seconds, status_of
 from judges.model.settings import LLMSettings
@@ -38,14 +38,6 @@ class BatchRequestFailed(LLMCallError):
         super().__init__(message)
         self.retryable, self.status = retryable, status
 
-
-def batch_priced(settings: LLMSettings, completion: Completion) -> Completion:
-    """A batch answer's cost: half the online price (providers' batch APIs are half price)."""
-    prices = token_prices(settings)
-    if prices is None:
-        return completion
-    cost = call_cost(prices, completion.input_tokens, completion.output_tokens) / 2
-    return completion._replace(cost_usd=cost)
 
 # Models that refused a response_format schema with a 400 in this process (e.g. an older
 # Azure API version): asked without one from then on.
@@ -144,14 +136,14 @@ class LLMClient:
         usage.calls += 1
         return Completion(text, 0, 0, 0.0, latency_seconds=time.perf_counter() - started)
 
-    def _estimated_cost(self, messages: list[dict]) -> float:
-        """What the next attempt may cost, as a budget reserves it.
+    def _estimated_cost(self, messages: list[dict], batch: bool = False) -> float:
+        """What the next attempt may cost (online or in a batch), as a budget reserves it.
 
         0 for an unpriced model, which a budget run refuses before it starts.
         """
-        prices = token_prices(self.settings)
-        return 0.0 if prices is None else estimated_call_cost(prices, messages,
-                                                              self.settings.max_tokens)
+        prices = model_prices(self.settings)
+        return 0.0 if prices is None else estimated_call_cost(
+            prices, messages, self.settings.max_tokens, batch=batch)
 
     def _schema_refused(self, error: Exception) -> bool:
         """A 400 about structured output: remember that this model takes no schema."""
@@ -210,14 +202,15 @@ class LLMClient:
         who = who_asks(metadata)
         line = batch_line(custom_id_of(body, who, attempt), body, who)
         budget = current_budget()
-        hold = budget.reserve(self._estimated_cost(messages)) if budget is not None else 0.0
+        hold = (budget.reserve(self._estimated_cost(messages, batch=True)) if budget is not None
+                else 0.0)
         answer = await asyncio.wrap_future(batches.ask(endpoint, line))
         if answer.completion is None:
             if budget is not None:
                 budget.settle(hold, 0.0)
             raise BatchRequestFailed(answer.error or "batch request failed", answer.retryable,
                                      answer.status)
-        completion = batch_priced(self.settings, answer.completion)
+        completion = priced(self.settings, answer.completion, batch=True)
         if budget is not None:
             budget.settle(hold, completion.cost_usd)
         return completion

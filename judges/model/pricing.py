@@ -96,12 +96,12 @@ def priced(settings: LLMSettings, completion: Completion, *, batch: bool = False
     return completion._replace(cost_usd=0.0, cost_known=False)
 
 
-def estimated_call_cost(prices: tuple[float, float], messages: list[dict],
-                        max_tokens: int | None) -> float:
-    """What a call may cost before it is made.
+def estimated_call_cost(prices: tuple[float, float] | Prices, messages: list[dict],
+                        max_tokens: int | None, *, batch: bool = False) -> float:
+    """What a call may cost before it is made (online, or in a batch).
 
     Its prompt's characters / 4 at the input price, its reply's cap (or usual size) at the
     output price.
     """
     prompt = sum(len(str(m.get("content", ""))) for m in messages) // CHARS_PER_TOKEN
-    return call_cost(prices, prompt, max_tokens or ESTIMATED_REPLY_TOKENS)
+    return call_cost(prices, prompt, max_tokens or ESTIMATED_REPLY_TOKENS, batch=batch)

@@ -306,9 +306,8 @@ def _unpaid(answer: BatchAnswer) -> BatchAnswer:
     """A shared answer for a second asker: no tokens or cost, so nothing is counted twice."""
     if answer.completion is None:
         return answer
-    free = {name: 0 for name in ("input_tokens", "output_tokens", "cached_input_tokens")
-            if name in answer.completion._fields}
-    return answer._replace(completion=answer.completion._replace(cost_usd=0.0, **free))
+    return answer._replace(completion=answer.completion._replace(
+        cost_usd=0.0, input_tokens=0, output_tokens=0, cached_input_tokens=0))
 
 
 def _progress_line(record: BatchRecord) -> str:

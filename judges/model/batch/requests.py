@@ -117,14 +117,12 @@ def completion_of(body: Mapping[str, Any]) -> Completion:
     usage = body.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}
     text = body["choices"][0]["message"].get("content") or ""
-    completion = Completion(
+    return Completion(
         text=text if isinstance(text, str) else json.dumps(text),
         input_tokens=int(usage.get("prompt_tokens") or 0),
         output_tokens=int(usage.get("completion_tokens") or 0),
         cost_usd=0.0,
         answered_by=answered_by_name(body.get("model"), body.get("system_fingerprint")),
+        cached_input_tokens=int(details.get("cached_tokens") or 0)
+        if isinstance(details, dict) else 0,
     )
-    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-    if cached and "cached_input_tokens" in Completion._fields:
-        completion = completion._replace(cached_input_tokens=cached)
-    return completion
