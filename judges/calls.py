@@ -109,8 +109,10 @@ async def judged_call(
 
 
 def call_metadata(provenance: dict | None, sample_index: int) -> dict[str, str]:
-    """Who asks, as the model client takes it: the judge (local models read it) and the row,
-    sample and pass (a batch request's identity)."""
+    """Who asks, as the model client takes it.
+
+    The judge (local models read it) and the row, sample and pass (a batch request's identity).
+    """
     who = {**(provenance or {}), "sample": sample_index}
     return {key: str(who[key]) for key in ("judge", "request_id", "row_index", "chunk_index",
                                             "order", "sample") if who.get(key) is not None}

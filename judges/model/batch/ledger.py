@@ -24,9 +24,11 @@ logger = logging.getLogger(__name__)
 class DocumentStore(Protocol):
     """What the ledger needs of the run's chunk store (tasks/storage/chunk_store.py)."""
 
-    def read(self, kind: str, index: int, fingerprint: str) -> dict | None: ...
+    def read(self, kind: str, index: int, fingerprint: str) -> dict | None:
+        """The stored document, or None."""
 
-    def write(self, kind: str, index: int, fingerprint: str, result: dict) -> None: ...
+    def write(self, kind: str, index: int, fingerprint: str, result: dict) -> None:
+        """Store a document (a failure is logged by the store, not raised)."""
 
 
 class BatchRecord(BaseModel):
@@ -44,6 +46,7 @@ class BatchRecord(BaseModel):
 
     @property
     def finished(self) -> bool:
+        """The batch has ended: its answers are all there is."""
         return self.status in TERMINAL
 
 
