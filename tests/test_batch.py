@@ -286,3 +286,27 @@ def test_a_schema_the_batch_refuses_is_dropped_and_the_call_asked_again(provider
     _, manifest, records = _published(out, "schema")
     assert [r["response/llm_judged/safety/rating"] for r in records] == ["yes"] * 3
     assert manifest["usage"]["calls"] == 3 and manifest["usage"]["failures"] == 0
+
+
+def test_a_steady_trickle_of_calls_is_still_submitted(provider):
+    from concurrent.futures import wait
+
+    from judges.model.batch.broker import BatchBroker, BatchOptions, Endpoint
+    from judges.model.batch.ledger import BatchLedger
+    from judges.model.batch.requests import batch_line
+
+    broker = BatchBroker(BatchOptions(gather_seconds=1.0, max_gather_seconds=1.5,
+                                      first_poll_seconds=0.1), BatchLedger(None))
+    endpoint = Endpoint("openai", "openai/planted", "planted", provider.api_base, "no-key")
+    body = {"model": "planted", "messages": [{"role": "user", "content": "Assessment: safety"}]}
+    try:
+        answers = []
+        for index in range(8):  # a call every 0.4 s: never a 1 s pause
+            answers.append(broker.ask(endpoint, batch_line(f"jf-{index}", body, {})))
+            time.sleep(0.4)
+        wait(answers, timeout=60)
+    finally:
+        broker.close()
+    assert all(future.result().completion is not None for future in answers)
+    assert len(provider.batches_created) >= 2  # without the cap: one batch, 3.2 s late
+    assert sum(len(b.custom_ids) for b in provider.batches_created) == 8

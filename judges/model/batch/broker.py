@@ -38,6 +38,8 @@ class BatchOptions:
 
     retry: Literal["batch", "online"] = "batch"
     gather_seconds: float = 2.0
+    # Calls keep coming at most this long into one batch: a steady trickle still gets sent.
+    max_gather_seconds: float = 30.0
     first_poll_seconds: float = 1.0
     max_poll_seconds: float = 60.0
     max_requests: int = 50_000  # OpenAI's limits per batch file
@@ -67,6 +69,7 @@ class _Gathering:
     lines: list[BatchLine] = field(default_factory=list)
     size: int = 0
     timer: asyncio.TimerHandle | None = None
+    started: float | None = None  # the loop's time of the first call gathered
 
 
 class BatchBroker:
@@ -159,6 +162,10 @@ class BatchBroker:
             gathering = self._gathering.setdefault(endpoint, _Gathering())
         gathering.lines.append(line)
         gathering.size += len(line.data)
+        if gathering.started is None:
+            gathering.started = self._loop.time()
+        elif self._loop.time() - gathering.started > self.options.max_gather_seconds:
+            return  # a steady trickle of calls: the pending flush goes ahead, not pushed back
         if gathering.timer is not None:
             gathering.timer.cancel()
         gathering.timer = self._loop.call_later(self.options.gather_seconds, self._flush,
