@@ -4,5 +4,6 @@ Top level: the judge concept (base.py: spec, prompt environment, untrusted block
 results, the plan, the engine and calls, parsing and echo detection, the reply cache, the
 storage door (the only fsspec import), metrics and the published names (result_names.py writes
 them). Sub-packages: builtin/ (the judges judgeflow ships), model/ (the one door to models),
-pairwise/, calibration/. This is the lowest layer: it imports nothing from tasks/ or flows/.
+pairwise/, calibration/, toolcalls/ (the deterministic tool-call judges). This is the lowest
+layer: it imports nothing from tasks/ or flows/.
 """

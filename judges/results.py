@@ -2,10 +2,14 @@
 
 A run's rows travel as `RowResult`s from the engine to aggregation; the Databricks field names
 are produced from them in one place (judges/result_names.py) when records are staged.
+The Wilson interval of a rate of verdicts lives here too, the lowest module that every judge may
+import (judges/metrics.py reaches the plan and the built-in judges, so a judge importing it
+would close a cycle); the report and the tool-call summary share it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from judges.base import JudgeSpec, MetricSpec
@@ -77,3 +81,26 @@ class RowResult:
     row: EvalRow
     judges: tuple[JudgeResult, ...]
     metrics: tuple[tuple[MetricSpec, float | None], ...]
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a proportion (95% by default).
+
+    Args:
+        successes: Rows rated "yes".
+        n: Rows rated at all (errors excluded, as in the aggregate's denominator).
+        z: Normal quantile of the confidence level.
+
+    Returns:
+        (low, high), both in [0, 1].
+
+    Raises:
+        ValueError: If n is not positive or successes is outside [0, n].
+    """
+    if n <= 0 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n and n > 0, got {successes!r} of {n!r}")
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -30,12 +30,12 @@ from judges.pairwise.metrics import (
 from judges.pairwise.models import PairwiseJudgment
 from judges.pairwise.reconcile import Pass, reconcile
 from judges.result_names import row_count_names, run_metrics
-from judges.results import JudgeResult, RowResult, Verdict
+from judges.results import JudgeResult, RowResult, Verdict, wilson_interval
 from judges.rows import Chunk, EvalRow
 from tasks.report.drilldown import message_views
 from tasks.report.page import TEMPLATE_NAME, render_report
 from tasks.report.rows import DRILLDOWN_ROWS, ReportInputs, RowSample
-from tasks.report.view import aggregate_rows, wilson_interval
+from tasks.report.view import aggregate_rows
 
 PAYLOADS = [
     '<script>document.title="PWNED"</script>',

@@ -24,6 +24,7 @@ from judges.result_names import (
     metric_average_name,
     unjudged_name,
 )
+from judges.results import wilson_interval
 
 REJECTED_RECORD_CHARS = 4_000
 # Deterministic metrics on a 0..1 scale (charted beside the judges' rates); the rest are means.
@@ -55,29 +56,6 @@ class Bar(NamedTuple):
 
 
 # --------------------------------------------------------------------------- numbers
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for a proportion (95% by default).
-
-    Args:
-        successes: Rows rated "yes".
-        n: Rows rated at all (errors excluded, as in the aggregate's denominator).
-        z: Normal quantile of the confidence level.
-
-    Returns:
-        (low, high), both in [0, 1].
-
-    Raises:
-        ValueError: If n is not positive or successes is outside [0, n].
-    """
-    if n <= 0 or not 0 <= successes <= n:
-        raise ValueError(f"need 0 <= successes <= n and n > 0, got {successes!r} of {n!r}")
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def fmt_pct(value: float | None, digits: int = 1) -> str:
