@@ -85,21 +85,36 @@ class BinaryVerdict(BaseModel):
         return self.rating
 
 
-JudgeKind = Literal["answer", "retrieval", "deterministic"]
-JudgeMode = Literal["answer", "per_chunk"]
-Requirement = Literal["response", "expected", "context", "expected_context"]
+JudgeKind = Literal["answer", "retrieval", "deterministic", "agent", "session"]
+JudgeMode = Literal["answer", "per_chunk", "deterministic"]
+Requirement = Literal["response", "expected", "context", "expected_context",
+                      "expected_tool_calls", "agent_run", "session"]
+# Where each kind's per-row fields and run metrics are published.
+KIND_AREAS: dict[str, str] = {
+    "answer": "response/llm_judged",
+    "retrieval": "retrieval/llm_judged",
+    "deterministic": "agent/ground_truth",
+    "agent": "agent/llm_judged",
+    "session": "session/llm_judged",
+}
 
 REQUIREMENT_TESTS: dict[str, Callable[[EvalRow], bool]] = {
     "response": lambda row: row.response is not None,
     "expected": lambda row: row.has_expected,
     "context": lambda row: bool(row.chunks_with_content),
     "expected_context": lambda row: bool(row.expected_retrieved_context),
+    "expected_tool_calls": lambda row: row.expected_tool_calls is not None,
+    "agent_run": lambda row: row.is_agent_run,
+    "session": lambda row: row.is_session,
 }
 REQUIREMENT_COLUMNS: dict[str, str] = {
     "response": "response (or trace)",
     "expected": "expected_response or expected_facts",
     "context": "retrieved_context[].content (or trace)",
     "expected_context": "expected_retrieved_context[].doc_uri",
+    "expected_tool_calls": "expected_tool_calls",
+    "agent_run": "a trajectory (or trace) with tool calls",
+    "session": "a conversation of two or more user turns",
 }
 
 
@@ -141,8 +156,7 @@ class JudgeSpec:
     @property
     def prefix(self) -> str:
         """Where its output fields go, e.g. `response/llm_judged/{name}`."""
-        area = "response" if self.kind == "answer" else "retrieval"
-        return f"{area}/llm_judged/{self.name}"
+        return f"{KIND_AREAS[self.kind]}/{self.name}"
 
     @property
     def mode(self) -> JudgeMode:

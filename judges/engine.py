@@ -116,7 +116,13 @@ async def _judge_per_chunk(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> 
     )
 
 
-_BY_MODE = {"answer": _judge_answer, "per_chunk": _judge_per_chunk}
+async def _judge_deterministic(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> JudgeResult:
+    verdict = spec.verdict(row)  # type: ignore[attr-defined]  # ToolCallJudgeSpec
+    return JudgeResult(spec, verdict, samples=(verdict.rating,))
+
+
+_BY_MODE = {"answer": _judge_answer, "per_chunk": _judge_per_chunk,
+            "deterministic": _judge_deterministic}
 
 
 def unjudged(spec: JudgeSpec, row: EvalRow) -> JudgeResult:

@@ -43,8 +43,19 @@ def input_fields(row: EvalRow) -> dict:
         "expected_response": row.expected_response,
         "retrieved_context": _chunks(row.retrieved_context),
         "expected_retrieved_context": _chunks(row.expected_retrieved_context),
+        **_agent_inputs(row),
         **row.extra,
     }
+
+
+def _agent_inputs(row: EvalRow) -> dict:
+    """The trajectory and expected calls, on the rows that have them (judgeflow's own form)."""
+    fields = {}
+    if row.trajectory is not None:
+        fields["trajectory"] = row.trajectory.model_dump(mode="json", exclude_defaults=True)
+    if row.expected_tool_calls is not None:
+        fields["expected_tool_calls"] = row.expected_tool_calls.model_dump(mode="json")
+    return fields
 
 
 def _chunks(chunks: list[Chunk] | None) -> list[dict] | None:

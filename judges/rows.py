@@ -6,6 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from judges.trajectory.expected import ExpectedToolCalls
+from judges.trajectory.model import Trajectory
+
 
 class Chunk(BaseModel):
     """One retrieved (or expected) chunk: its text and the document it came from."""
@@ -79,6 +82,9 @@ class EvalRow(BaseModel):
     total_input_token_count: int | None = None
     total_output_token_count: int | None = None
     latency_seconds: float | None = None
+    trajectory: Trajectory | None = Field(
+        None, description="The agent run or conversation: its steps, from any source format")
+    expected_tool_calls: ExpectedToolCalls | None = None
     extra: dict[str, Any] = Field(default_factory=dict, description="Columns passed through")
 
     @property
@@ -92,6 +98,18 @@ class EvalRow(BaseModel):
     def has_expected(self) -> bool:
         """Whether the row has expected_facts or an expected_response."""
         return self.expected_facts is not None or self.expected_response is not None
+
+    @property
+    def is_agent_run(self) -> bool:
+        """Whether the row records an agent at work: a tool call or a sub-agent step."""
+        return self.trajectory is not None and any(
+            step.tool_calls or step.kind == "agent" for step in self.trajectory.steps)
+
+    @property
+    def is_session(self) -> bool:
+        """Whether the row is a conversation of two or more user turns."""
+        return self.trajectory is not None and sum(
+            turn.user_message is not None for turn in self.trajectory.turns()) >= 2
 
     @property
     def chunks_with_content(self) -> list[Chunk]:

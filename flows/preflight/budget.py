@@ -110,8 +110,8 @@ def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgeP
             generations += 1
             generation_in += len(str(row.request)) // CHARS_PER_TOKEN
         for spec in plan.judges:
-            if not spec.applies_to(planned):
-                continue
+            if not spec.samples or not spec.applies_to(planned):
+                continue  # a judge that asks no model costs nothing
             chunks = planned.chunks_with_content if spec.per_chunk else [None]
             for chunk in chunks:
                 calls += spec.samples

@@ -14,6 +14,7 @@ from judges.builtin import (
     offline,  # noqa: F401 - registers the offline judge as the local model judgeflow/offline
     relevance_to_query,
     safety,
+    tool_calls,
 )
 
 BUILTIN_JUDGES: dict[str, JudgeSpec] = {
@@ -27,3 +28,4 @@ BUILTIN_JUDGES: dict[str, JudgeSpec] = {
         context_sufficiency,
     )
 }
+BUILTIN_JUDGES.update({judge.name: judge for judge in tool_calls.JUDGES})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from judges.base import MetricSpec
+from judges.builtin.tool_calls import METRICS as TOOL_CALL_METRICS
 from judges.rows import EvalRow
 
 
@@ -67,5 +68,6 @@ DETERMINISTIC_METRICS: dict[str, MetricSpec] = {
             "trace or generated response timing",
             from_response=True,
         ),
+        *TOOL_CALL_METRICS,
     )
 }

@@ -21,6 +21,8 @@ KNOWN_COLUMNS = (
     "retrieved_context",
     "expected_retrieved_context",
     "trace",
+    "trajectory",
+    "expected_tool_calls",
 )
 # Columns that stay in a row's extra fields but have a meaning: slices and people's labels.
 PASSTHROUGH_COLUMNS = ("tags", "human_labels", "human_preference")
@@ -71,10 +73,12 @@ def column_problems(
     if "request" not in columns and "request" not in meant:
         problems.append(RowProblem(None, None, "request", "column is missing: every row needs a "
                                    "request"))
-    needs_response = not responses_generated and not {"response", "trace"} & meant
-    if needs_response and not {"response", "trace"} & set(columns):
+    sources = {"response", "trace", "trajectory"}
+    needs_response = not responses_generated and not sources & meant
+    if needs_response and not sources & set(columns):
         problems.append(RowProblem(
             None, None, "response", "column is missing: give each row a response (or a trace "
-            "to take it from), or let a candidate model answer (--candidate-model)",
+            "or trajectory to take it from), or let a candidate model answer "
+            "(--candidate-model)",
         ))
     return problems

@@ -8,7 +8,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from judges.rows import EvalRow
+from judges.rows import EvalRow, Message
+from judges.trajectory.expected import ExpectedToolCalls
+from judges.trajectory.model import Trajectory
+from tasks.agents.chat_messages import trajectory_from_chat_messages
+from tasks.agents.errors import AgentRunError
+from tasks.agents.mlflow_spans import trajectory_from_mlflow
+from tasks.agents.read import read_trajectory
 from tasks.dataset.chat import request_messages
 from tasks.dataset.columns import KNOWN_COLUMNS
 from tasks.dataset.table import RowProblem
@@ -37,15 +43,57 @@ def _trace_fields(record: dict) -> dict:
     return {k: v for k, v in derived.items() if v is not None and record.get(k) is None}
 
 
+# Read from their own cells (trajectory, expected_tool_calls) or derived from the trace.
+_DERIVED_COLUMNS = ("trace", "trajectory", "expected_tool_calls")
+
+
+def _conversation(messages: list[Message], response: str | None) -> Trajectory | None:
+    """A request that is itself a session (several user turns, or tool calls), as steps.
+
+    The row's response is the assistant's last turn. A one-message request is not a
+    conversation: its judges read it as they always have.
+    """
+    raw = [m.model_dump(exclude_none=True) for m in messages]
+    users = sum(m.get("role") == "user" for m in raw)
+    if users < 2 and not any(m.get("tool_calls") or m.get("role") == "tool" for m in raw):
+        return None
+    if response is not None:
+        raw.append({"role": "assistant", "content": response})
+    return trajectory_from_chat_messages(raw)
+
+
+def _agent_fields(record: dict, messages: list[Message], response: str | None) -> dict:
+    """The row's trajectory and expected tool calls.
+
+    The trajectory is the row's own cell, else its trace's spans, else its request's messages;
+    a response missing from the record is the run's last answer.
+    """
+    fields: dict = {}
+    if record.get("expected_tool_calls") is not None:
+        fields["expected_tool_calls"] = ExpectedToolCalls.from_cell(record["expected_tool_calls"])
+    if record.get("trajectory") is not None:
+        trajectory = read_trajectory(record["trajectory"])
+    elif record.get("trace") is not None:
+        trajectory = trajectory_from_mlflow(record["trace"])
+    else:
+        trajectory = _conversation(messages, response)
+    if trajectory is not None:
+        fields["trajectory"] = trajectory
+        if response is None and trajectory.final_response() is not None:
+            fields["response"] = trajectory.final_response()
+    return fields
+
+
 def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
     """A validated record as an EvalRow."""
-    known = {k: v for k, v in record.items() if k in KNOWN_COLUMNS and k != "trace"}
+    known = {k: v for k, v in record.items()
+             if k in KNOWN_COLUMNS and k not in _DERIVED_COLUMNS}
     extra = {k: v for k, v in record.items() if k not in KNOWN_COLUMNS}
     fields = {**known, **_trace_fields(record)}
     fields["request_id"] = request_id
-    return EvalRow(
-        row_index=row_index, messages=request_messages(record["request"]), extra=extra, **fields
-    )
+    messages = request_messages(record["request"])
+    fields.update(_agent_fields(record, messages, fields.get("response")))
+    return EvalRow(row_index=row_index, messages=messages, extra=extra, **fields)
 
 
 def _normalise_problem(
@@ -94,4 +142,7 @@ def normalise_rows(
             rows.append(normalise(index, record, ids[index]))
         except ValidationError as error:
             problems.append(_normalise_problem(index, ids[index], record, error))
+        except AgentRunError as error:
+            column = next(c for c in ("trajectory", "trace", "request") if record.get(c))
+            problems.append(RowProblem(index, ids[index], column, str(error)))
     return rows, problems

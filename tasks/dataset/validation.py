@@ -19,6 +19,7 @@ from judges.builtin import BUILTIN_JUDGES
 from judges.errors import ConfigError
 from judges.result_names import LabelKind, label_kinds
 from judges.rows import LABELS_COLUMN, PREFERENCE_COLUMN, EvalRow
+from tasks.dataset.agent_cells import expected_tool_calls_problem, trajectory_problem
 from tasks.dataset.cells import (
     chunk_labels_problem,
     chunks_problem,
@@ -46,6 +47,8 @@ CELL_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "retrieved_context": chunks_problem,
     "expected_retrieved_context": chunks_problem,
     "trace": trace_problem,
+    "trajectory": trajectory_problem,
+    "expected_tool_calls": expected_tool_calls_problem,
 }
 CellChecks = Mapping[str, Callable[[Any], str | None]]
 # The judges people may label when a run defines none of its own (flows add theirs).
@@ -72,14 +75,14 @@ def _not_both_expected(frame: pd.DataFrame) -> pd.Series:
 
 def _has_response_source(frame: pd.DataFrame) -> pd.Series:
     present = pd.Series(False, index=frame.index)
-    for column in ("response", "trace"):
+    for column in ("response", "trace", "trajectory"):
         if column in frame.columns:
             present |= frame[column].notna()
     return present
 
 
 BOTH_EXPECTED = "give at most one of expected_facts and expected_response, not both"
-NO_RESPONSE = "a response (or a trace to take it from) is required"
+NO_RESPONSE = "a response (or a trace or trajectory to take it from) is required"
 # Row-level checks span columns; a problem is reported once, under these column names.
 ROW_CHECK_COLUMNS = {
     BOTH_EXPECTED: "expected_facts, expected_response",

@@ -1,0 +1,106 @@
+"""The deterministic tool-call judges and metrics: a row's calls against its expected calls.
+
+No model is asked. `tool_sequence_match` and `tool_arguments_match` give yes/no verdicts with a
+rationale, like every judge, under `agent/ground_truth/{name}/...`; `tool_call_precision` and
+`tool_call_recall` are per-row numbers whose run averages are the macro averages. The comparison
+itself is judges/toolcalls/ (pure functions, checked by brute force there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from judges.base import JudgeMode, JudgeSpec, MetricSpec
+from judges.results import Verdict
+from judges.rows import Chunk, EvalRow
+from judges.toolcalls.arguments import Rule, numeric_tolerance
+from judges.toolcalls.metrics import ToolCallVerdict, tool_call_match
+from judges.toolcalls.verdicts import tool_arguments_match, tool_sequence_match
+from judges.trajectory.expected import TOLERANCE_PREFIX
+
+NO_TRAJECTORY = ("the row gives expected_tool_calls but records no trajectory (no trajectory, "
+                 "trace or tool-calling messages), so the calls it made are unknown")
+
+
+def _rule(spelled: str) -> Rule:
+    if spelled.startswith(TOLERANCE_PREFIX):
+        return numeric_tolerance(float(spelled[len(TOLERANCE_PREFIX):]))
+    return Rule(spelled)  # type: ignore[arg-type]  # validated by ExpectedToolCalls
+
+
+def compare_calls(row: EvalRow) -> ToolCallVerdict | None:
+    """The row's tool calls compared with its expected ones (None: nothing to compare)."""
+    if row.expected_tool_calls is None or row.trajectory is None:
+        return None
+    expected = row.expected_tool_calls
+    actual = [{"name": c.name, "arguments": c.arguments if c.raw_arguments is None
+               else c.raw_arguments} for c in row.trajectory.tool_calls()]
+    return tool_call_match(
+        [c.model_dump() for c in expected.calls], actual, ordered=expected.ordered,
+        argument_rules={name: _rule(rule) for name, rule in expected.argument_rules.items()})
+
+
+@dataclass(frozen=True)
+class ToolCallJudgeSpec(JudgeSpec):
+    """A judge decided by comparing calls, without a model: no prompt, no call, no cost."""
+
+    decide: Callable[[ToolCallVerdict], Verdict] = tool_sequence_match
+
+    @property
+    def mode(self) -> JudgeMode:
+        """The engine computes its verdict in process."""
+        return "deterministic"
+
+    @property
+    def samples(self) -> int:
+        """No model call is made."""
+        return 0
+
+    @property
+    def prompt_hash(self) -> str:
+        """Its identity for caches and manifests: name and version (it has no prompt)."""
+        return hashlib.sha256(f"deterministic:{self.name}:{self.version}".encode()).hexdigest()[:16]
+
+    def render(self, row: EvalRow, chunk: Chunk | None = None) -> list[dict]:
+        """It has no prompt."""
+        raise TypeError(f"judge {self.name!r} is deterministic: it has no prompt")
+
+    def verdict(self, row: EvalRow) -> Verdict:
+        """The row's verdict, or an error when the row records no calls to compare."""
+        match = compare_calls(row)
+        if match is None:
+            return Verdict(error=NO_TRAJECTORY)
+        try:
+            return self.decide(match)
+        except ValueError as error:  # a regex rule whose pattern is not valid
+            return Verdict(error=str(error))
+
+
+TOOL_SEQUENCE_MATCH = ToolCallJudgeSpec(
+    name="tool_sequence_match", kind="deterministic", requires=("expected_tool_calls",),
+    template="", decide=tool_sequence_match)
+TOOL_ARGUMENTS_MATCH = ToolCallJudgeSpec(
+    name="tool_arguments_match", kind="deterministic", requires=("expected_tool_calls",),
+    template="", decide=tool_arguments_match)
+JUDGES = (TOOL_SEQUENCE_MATCH, TOOL_ARGUMENTS_MATCH)
+
+
+def _measure(read: Callable[[ToolCallVerdict], float | None]) -> Callable[[EvalRow], float | None]:
+    def compute(row: EvalRow) -> float | None:
+        try:
+            match = compare_calls(row)
+        except ValueError:
+            return None
+        return None if match is None else read(match)
+    return compute
+
+
+NEEDS = "expected_tool_calls and a trajectory (or trace) with the calls made"
+METRICS = (
+    MetricSpec("tool_call_precision", "agent/ground_truth/tool_call_precision",
+               _measure(lambda m: m.precision), NEEDS),
+    MetricSpec("tool_call_recall", "agent/ground_truth/tool_call_recall",
+               _measure(lambda m: m.recall), NEEDS),
+)

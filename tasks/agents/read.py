@@ -1,0 +1,75 @@
+"""A `trajectory` cell in whichever form the user has it, read with the matching reader.
+
+Accepted: OpenAI-style chat messages (a list of {role, content, tool_calls?}), an MLflow trace
+or a list of them (one per turn), an OpenInference / OpenTelemetry GenAI span export (a list of
+spans, {"spans": [...]} or OTLP JSON), or judgeflow's own published form ({"steps": [...]}, what
+results.jsonl holds, so a published run reads back as it was). JSON text of any of them too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from judges.trajectory.model import Trajectory
+from tasks.agents.chat_messages import trajectory_from_chat_messages
+from tasks.agents.errors import AgentRunError
+from tasks.agents.mlflow_spans import trajectory_from_mlflow
+from tasks.agents.openinference import trajectory_from_openinference
+from tasks.dataset.cells import shown
+from tasks.dataset.traces import TraceError
+
+FORMS = ("expected chat messages [{role, content, tool_calls?}, ...], an MLflow trace (or a "
+         "list of them, one per turn), an OpenInference/OpenTelemetry span export, or "
+         "{'steps': [...]}")
+
+
+def _is_mlflow_trace(value: Any) -> bool:
+    return isinstance(value, Mapping) and ("info" in value or isinstance(value.get("data"),
+                                                                         Mapping))
+
+
+def _is_message(value: Any) -> bool:
+    return isinstance(value, Mapping) and "role" in value
+
+
+def read_trajectory(value: Any) -> Trajectory:
+    """The trajectory a cell holds.
+
+    Raises:
+        AgentRunError: the cell is none of the forms, or the reader names what is malformed.
+    """
+    if isinstance(value, str | bytes | bytearray):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise AgentRunError(f"trajectory is not valid JSON: {exc}") from None
+    try:
+        if isinstance(value, Mapping) and "steps" in value:
+            return Trajectory.model_validate(value)
+        if isinstance(value, list) and value and all(map(_is_message, value)):
+            return trajectory_from_chat_messages(value)
+        if _is_mlflow_trace(value) or (
+                isinstance(value, list) and value and all(map(_is_mlflow_trace, value))):
+            return trajectory_from_mlflow(value)
+        if isinstance(value, list | Mapping) and value:
+            return trajectory_from_openinference(value)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise AgentRunError(f"trajectory {where}: {first['msg']}") from None
+    except TraceError as error:
+        raise AgentRunError(f"trajectory: {error}") from None
+    raise AgentRunError(f"trajectory: {FORMS}; got {shown(value)}")
+
+
+def trajectory_problem(value: Any) -> str | None:
+    """What is wrong with a trajectory cell, in words (None when it reads)."""
+    try:
+        read_trajectory(value)
+    except AgentRunError as error:
+        return str(error)
+    return None
