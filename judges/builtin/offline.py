@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from judges.base import UNTRUSTED_BLOCK
 from judges.model.local_models import register_local_model
@@ -62,6 +62,11 @@ _PAIRWISE_CRITERIA = (
 )
 # (fewest words, most words, score) bands of length_adequacy, best first.
 _LENGTH_BANDS = ((15, 250, 5), (8, 400, 4), (4, 600, 3), (1, None, 2))
+
+
+# Rules for judges defined beside their own modules (agent, session and turn judges): by the
+# judge's name, a function from the prompt's untrusted blocks (label -> bodies) to the reply.
+OFFLINE_RULES: dict[str, Callable[[dict[str, list[str]]], dict]] = {}
 
 
 def key_words(text: str) -> set[str]:
@@ -102,6 +107,8 @@ def _covers_all(targets: list[str], source: str, what: str) -> dict:
 
 
 def _judge(assessment: str, blocks: dict[str, list[str]]) -> dict:
+    if assessment in OFFLINE_RULES:
+        return OFFLINE_RULES[assessment](blocks)
     request = "\n".join(blocks.get("request", []))
     response = "\n".join(blocks.get("response", []))
     chunks = "\n".join(blocks.get("chunk", []))
