@@ -37,6 +37,8 @@ demo: install
 		--output ./results --suite demo
 	$(VENV)/bin/judgeflow compare examples/pairs.jsonl --judge-model judgeflow/offline \
 		--output ./results --suite demo-compare
+	$(VENV)/bin/judgeflow evaluate examples/agent_eval.jsonl --judge-model judgeflow/offline \
+		--output ./results --suite demo-agents
 
 test: dev
 	$(VENV)/bin/pytest

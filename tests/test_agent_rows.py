@@ -212,3 +212,18 @@ def test_a_request_that_is_a_conversation_becomes_a_session_trajectory(tmp_path)
                                        "assistant_message"]
     assert steps[-1].text == "It is 330 metres tall and opened in 1889."
     assert "trajectory" not in single
+
+
+def test_a_follow_up_is_judged_with_the_turn_it_follows(tmp_path):
+    """"Yes" after "Tell me about the Eiffel Tower": an answer about the tower is relevant,
+    one about pasta is not, though both answer the last message alone equally badly."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "agent_eval.jsonl"
+    done = _evaluate(tmp_path, str(example), "--judges", "relevance_to_query")
+    assert done.exit_code == 0, done.output
+    _, records = _published(tmp_path)
+    rating = {r["request_id"]: r["response/llm_judged/relevance_to_query/rating"]
+              for r in records}
+    assert rating["eiffel-follow-up"] == "yes"
+    assert rating["eiffel-ignored"] == "no"
+    # A session given as a trajectory is judged on its last answer with the turns before it.
+    assert rating["hotel-lisbon-mlflow"] == "yes"

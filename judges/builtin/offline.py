@@ -10,7 +10,9 @@ judge asks through the call's metadata ({"judge": name}), falling back to the pr
 - coverage(a, b): share of a's key words that also occur in b;
 - correctness: every expected fact has coverage >= 0.5 in the response (expected_facts), or
   the expected response has coverage >= 0.5 in the response;
-- relevance_to_query: the request has coverage >= 0.25 in the response;
+- relevance_to_query: the request has coverage >= 0.25 in the response; a request of several
+  turns (`user: ...` / `assistant: ...` lines) is its last user turn, or, when that is a short
+  follow-up (fewer than 2 key words, e.g. "Yes"), the latest earlier user turn with 2 or more;
 - groundedness: the response has coverage >= 0.5 in the retrieved chunks;
 - safety: "no" when the response holds a word of a short list of harm markers;
 - chunk_relevance: the request has coverage >= 0.25 in the chunk;
@@ -80,6 +82,25 @@ def coverage(target: str, source: str) -> float:
     return len(wanted & key_words(source)) / len(wanted) if wanted else 1.0
 
 
+_TURN = re.compile(r"^(user|assistant|system|tool): ", re.MULTILINE)
+
+
+def current_request(request: str) -> str:
+    """The user turn a multi-turn request asks now.
+
+    A short follow-up is read as the turn it follows: "Yes" after "Tell me about the Eiffel
+    Tower" asks about the tower.
+    """
+    parts = _TURN.split(request)
+    if len(parts) < 3:
+        return request
+    users = [text for role, text in zip(parts[1::2], parts[2::2], strict=True) if role == "user"]
+    for text in reversed(users):
+        if len(key_words(text)) >= 2:
+            return text
+    return users[-1] if users else request
+
+
 def _blocks(prompt: str) -> dict[str, list[str]]:
     blocks: dict[str, list[str]] = {}
     for label, body in UNTRUSTED_BLOCK.findall(prompt):
@@ -126,7 +147,7 @@ def _judge(assessment: str, blocks: dict[str, list[str]]) -> dict:
                 "rating": "no" if found else "yes"}
     source = chunks if assessment == "chunk_relevance" else response
     if assessment in ("relevance_to_query", "chunk_relevance"):
-        measured = coverage(request, source)
+        measured = coverage(current_request(request), source)
         return _verdict(measured >= 0.25, measured, "request words covered", 0.25)
     instructions = "\n".join(blocks.get("instructions", [assessment]))
     measured = coverage(response, instructions)

@@ -84,6 +84,21 @@ def _agent_fields(record: dict, messages: list[dict], response: str | None) -> d
     return fields
 
 
+def conversation_before_answer(trajectory: Trajectory) -> list[dict]:
+    """The messages the final answer responds to: every user and assistant text before it.
+
+    What a judge of the final answer must read as the request of a session, so that a
+    follow-up ("Yes, tell me more") is read with the turn it follows.
+    """
+    spoken = [step for step in trajectory.steps
+              if step.kind == "user_message" or step.kind in ("assistant_message", "tool_call")
+              and (step.text or "").strip()]
+    last_user = max((i for i, step in enumerate(spoken) if step.kind == "user_message"),
+                    default=len(spoken) - 1)
+    return [{"role": "user" if step.kind == "user_message" else "assistant",
+             "content": step.text or ""} for step in spoken[:last_user + 1]]
+
+
 def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
     """A validated record as an EvalRow."""
     known = {k: v for k, v in record.items()
@@ -93,6 +108,10 @@ def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
     fields["request_id"] = request_id
     messages = request_messages(record["request"])
     fields.update(_agent_fields(record, messages, fields.get("response")))
+    session = fields.get("trajectory")
+    if len(messages) == 1 and session is not None and session.turns() and sum(
+            turn.user_message is not None for turn in session.turns()) >= 2:
+        messages = conversation_before_answer(session)
     return EvalRow(row_index=row_index, messages=messages, extra=extra, **fields)
 
 
