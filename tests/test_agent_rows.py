@@ -227,3 +227,22 @@ def test_a_follow_up_is_judged_with_the_turn_it_follows(tmp_path):
     assert rating["eiffel-ignored"] == "no"
     # A session given as a trajectory is judged on its last answer with the turns before it.
     assert rating["hotel-lisbon-mlflow"] == "yes"
+
+
+def test_two_agent_runs_are_compared_whole_by_the_pairwise_judge(tmp_path):
+    """The same final answer, one run with a redundant search: the pair shows both runs."""
+    from tasks.dataset.pairs import join_sets
+
+    clean = _run([(S, {"q": "paris"}), (B, {"id": 1})], answer="Booked.")
+    wasteful = _run([(S, {"q": "paris"}), (S, {"q": "paris"}), (B, {"id": 1})],
+                    answer="Booked.")
+    base = tmp_path / "base.jsonl"
+    cand = tmp_path / "cand.jsonl"
+    base.write_text(json.dumps({"request_id": "t", "request": "Plan my trip to Paris",
+                                "trajectory": clean}) + "\n")
+    cand.write_text(json.dumps({"request_id": "t", "request": "Plan my trip to Paris",
+                                "trajectory": wasteful}) + "\n")
+    (pair,) = join_sets(str(base), str(cand)).pairs
+    assert pair.response_A.count("call search") == 1
+    assert pair.response_B.count("call search") == 2
+    assert "Booked." in pair.response_A and "Booked." in pair.response_B

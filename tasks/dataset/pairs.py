@@ -26,6 +26,7 @@ from judges.errors import ConfigError
 from judges.pairwise.models import Rubric, parse_rubric
 from judges.rows import PREFERENCE_COLUMN, EvalRow
 from judges.storage import open_url, url_to_fs
+from judges.trajectory.render import render_for_judge
 from tasks.dataset.cells import preference_problem
 from tasks.dataset.sources import read_table
 from tasks.dataset.table import RawTable, RowProblem
@@ -214,8 +215,9 @@ def join_sets(baseline: str, candidate: str, storage_options: dict | None = None
             rejected.append(_unmatched(b_table, b, "baseline", why))
             continue
         matched.add(b.request_id)
+        a_text, b_text = compared_texts(b, c)
         pairs.append(Pair(row_index=b.row_index, pair_id=b.request_id, prompt=b.request_text,
-                          response_A=b.response, response_B=c.response,
+                          response_A=a_text, response_B=b_text,
                           extra={"candidate_row_index": c.row_index}))
     rejected += [_unmatched(c_table, c, "candidate", "no row with this request_id in the "
                             "baseline set (or it was set aside)")
@@ -223,10 +225,23 @@ def join_sets(baseline: str, candidate: str, storage_options: dict | None = None
     return PairSet(pairs, problems, rejected)
 
 
+def compared_texts(baseline: EvalRow, candidate: EvalRow) -> tuple[str, str]:
+    """What the pairwise judge compares: the two responses, or the two whole agent runs.
+
+    When both sides are agent runs, each side is its trajectory as a judge reads it (every
+    step, tool calls and errors included, then its final answer), so that a run that reached
+    the same answer with a failed or redundant call can lose the comparison.
+    """
+    if baseline.is_agent_run and candidate.is_agent_run:
+        return tuple(render_for_judge(row.trajectory) for row in (baseline, candidate))
+    return baseline.response or "", candidate.response or ""
+
+
 def _mismatch(baseline: EvalRow, candidate: EvalRow | None) -> str | None:
     if candidate is None:
         return "no row with this request_id in the candidate set (or it was set aside)"
-    if baseline.response is None or candidate.response is None:
+    agent_runs = baseline.is_agent_run and candidate.is_agent_run
+    if not agent_runs and (baseline.response is None or candidate.response is None):
         return "no response to compare in the baseline or the candidate set"
     if baseline.request_text != candidate.request_text:
         return "the request differs between the baseline and the candidate set"
