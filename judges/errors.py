@@ -7,6 +7,13 @@ published. Everything else is a crash or an incomplete run, never a user error.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ConfigError(ValueError):
     """Bad input or configuration; the message says what, where and how to fix it."""
+
+def shown(value: Any) -> str:
+    """A value as quoted in a message: its repr, cut to 80 characters."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."

@@ -246,3 +246,14 @@ def test_two_agent_runs_are_compared_whole_by_the_pairwise_judge(tmp_path):
     assert pair.response_A.count("call search") == 1
     assert pair.response_B.count("call search") == 2
     assert "Booked." in pair.response_A and "Booked." in pair.response_B
+
+
+def test_an_invalid_regex_is_the_row_s_error_and_other_judges_still_rate_it(tmp_path):
+    rows = [{"request": "Plan my trip to Paris", "trajectory": _run([(W, {"city": "Paris"})]),
+             "expected_tool_calls": {"calls": [{"name": W, "arguments": {"city": "[x"}}],
+                                     "argument_rules": {"city": "regex"}}}]
+    _evaluate(tmp_path, _write(tmp_path, rows), "--judges", f"{DETERMINISTIC},safety")
+    _, (record,) = _published(tmp_path)
+    assert "invalid pattern" in record[f"{ARGS}/error_message"]
+    assert record[f"{ARGS}/rating"] is None
+    assert record["response/llm_judged/safety/rating"] == "yes"

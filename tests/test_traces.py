@@ -1,4 +1,4 @@
-"""Tests for tasks.dataset.traces: evaluation fields from MLflow trace JSON."""
+"""Tests for tasks.agents.mlflow_trace: evaluation fields from MLflow trace JSON."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.dataset.traces import TraceError, TraceFacts, parse_trace
+from tasks.agents.mlflow_trace import TraceError, TraceFacts, parse_trace
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RAG_TRACE = EXAMPLES / "traces" / "rag_trace.json"

@@ -69,12 +69,12 @@ class ToolCallJudgeSpec(JudgeSpec):
 
     def verdict(self, row: EvalRow) -> Verdict:
         """The row's verdict, or an error when the row records no calls to compare."""
-        match = compare_calls(row)
-        if match is None:
-            return Verdict(error=NO_TRAJECTORY)
         try:
+            match = compare_calls(row)
+            if match is None:
+                return Verdict(error=NO_TRAJECTORY)
             return self.decide(match)
-        except ValueError as error:  # a regex rule whose pattern is not valid
+        except ValueError as error:  # a regex rule whose expected value is not a valid pattern
             return Verdict(error=str(error))
 
 

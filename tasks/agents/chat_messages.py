@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from judges.errors import shown
 from judges.rows import content_text
 from judges.trajectory.model import Step, ToolCall, Trajectory
 from tasks.agents.errors import AgentRunError
-from tasks.dataset.cells import shown
-from tasks.dataset.chat import messages_problem
+from tasks.agents.messages import messages_problem
 
 
 def trajectory_from_chat_messages(messages: Any) -> Trajectory:

@@ -1,7 +1,7 @@
 """An MLflow trace (or a session of them) read into a trajectory, from its spans.
 
 The trace layout (MLflow 2.x and MLflow 3 / OpenTelemetry span shapes, JSON-encoded attributes,
-ids, parents and timestamps) is read by tasks/dataset/traces.py, which already reads traces for
+ids, parents and timestamps) is read by tasks/agents/mlflow_trace.py, which already reads traces for
 the final response, retrieved context, tokens and latency; this module only says what each span
 is as a step. By `mlflow.spanType`: TOOL (inputs are the arguments, outputs the result, status
 ERROR a failed call), RETRIEVER (the query and documents), LLM / CHAT_MODEL (the assistant
@@ -18,21 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from judges.errors import shown
 from judges.trajectory.model import Document, ToolCall, Trajectory
 from tasks.agents.chat_messages import assistant_step
 from tasks.agents.errors import AgentRunError
-from tasks.agents.span_facts import (
-    SpanFacts,
-    assistant_message_of,
-    document,
-    request_text,
-    result_text,
-    span_status,
-    span_where,
-)
-from tasks.agents.span_tree import trajectory_from_spans
-from tasks.dataset.cells import shown
-from tasks.dataset.traces import (
+from tasks.agents.mlflow_trace import (
     _END_KEYS,
     _START_KEYS,
     LLM_SPAN_TYPES,
@@ -50,6 +40,16 @@ from tasks.dataset.traces import (
     _spans_of,
     _timestamp,
 )
+from tasks.agents.span_facts import (
+    SpanFacts,
+    assistant_message_of,
+    document,
+    request_text,
+    result_text,
+    span_status,
+    span_where,
+)
+from tasks.agents.span_tree import trajectory_from_spans
 
 _ROLES = {"TOOL": "tool", RETRIEVER_SPAN_TYPE: "retriever", "AGENT": "agent",
           **{span_type: "llm" for span_type in LLM_SPAN_TYPES}}

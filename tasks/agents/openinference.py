@@ -31,9 +31,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from judges.errors import shown
 from judges.trajectory.model import ToolCall, Trajectory
 from tasks.agents.chat_messages import assistant_step
 from tasks.agents.errors import AgentRunError
+from tasks.agents.mlflow_trace import _END_KEYS, _START_KEYS, _parent_id, _span_id, _timestamp
 from tasks.agents.otel_export import export_spans
 from tasks.agents.span_facts import (
     SpanFacts,
@@ -46,8 +48,6 @@ from tasks.agents.span_facts import (
     span_where,
 )
 from tasks.agents.span_tree import trajectory_from_spans
-from tasks.dataset.cells import shown
-from tasks.dataset.traces import _END_KEYS, _START_KEYS, _parent_id, _span_id, _timestamp
 
 KIND = "openinference.span.kind"
 OPERATION = "gen_ai.operation.name"

@@ -3,7 +3,7 @@
 Accepted: a JSON list of spans (the OpenTelemetry SDK's `span.to_json()` objects, as Phoenix and
 most exporters write them), `{"spans": [...]}`, or OTLP JSON (`{"resourceSpans": [{"scopeSpans":
 [{"spans": [...]}]}]}`, what the Collector's file exporter writes). Every span comes out in the
-snake_case shape tasks/dataset/traces.py reads (`span_id`, `parent_span_id`,
+snake_case shape tasks/agents/mlflow_trace.py reads (`span_id`, `parent_span_id`,
 `start_time_unix_nano`...) with its attributes, and its events' attributes, as a plain object:
 OTLP's `[{key, value: {stringValue: ...}}]` lists are decoded, ISO timestamps become nanoseconds.
 """
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from judges.errors import shown
 from tasks.agents.errors import AgentRunError
-from tasks.dataset.cells import shown
 
 _OTLP_KEYS = {"traceId": "trace_id", "spanId": "span_id", "parentSpanId": "parent_span_id",
               "startTimeUnixNano": "start_time_unix_nano",

@@ -14,13 +14,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from judges.errors import shown
 from judges.trajectory.model import Trajectory
 from tasks.agents.chat_messages import trajectory_from_chat_messages
 from tasks.agents.errors import AgentRunError
 from tasks.agents.mlflow_spans import trajectory_from_mlflow
+from tasks.agents.mlflow_trace import TraceError
 from tasks.agents.openinference import trajectory_from_openinference
-from tasks.dataset.cells import shown
-from tasks.dataset.traces import TraceError
 
 FORMS = ("expected chat messages [{role, content, tool_calls?}, ...], an MLflow trace (or a "
          "list of them, one per turn), an OpenInference/OpenTelemetry span export, or "

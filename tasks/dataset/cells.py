@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
+from judges.errors import shown
 from judges.pairwise.reconcile import PREFERENCES
-from tasks.dataset.traces import TraceError, parse_trace
+from judges.trajectory.expected import ExpectedToolCalls
+from tasks.agents.mlflow_trace import TraceError, parse_trace
 
 TEXT = "expected a string"
 CHUNKS = "expected a list of {doc_uri: str, content?: str}"
@@ -67,10 +71,6 @@ def trace_problem(value: Any) -> str | None:
     return None
 
 
-def shown(value: Any) -> str:
-    """A value as quoted in a message: its repr, cut to 80 characters."""
-    shown = repr(value)
-    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 YES_NO = ("yes", "no")
@@ -137,3 +137,21 @@ def chunk_labels_problem(labels: Any, kinds: Mapping[str, str] | None,
 def preference_problem(value: Any) -> str | None:
     """human_preference: "A", "B" or "tie"."""
     return None if value in PREFERENCES else f'expected "A", "B" or "tie"; got {shown(value)}'
+
+
+EXPECTED_CALLS = ('expected a list of {name, arguments?} or {"calls": [...], "ordered": '
+                  'true|false, "argument_rules": {argument: rule}}')
+
+
+def expected_tool_calls_problem(value: Any) -> str | None:
+    """expected_tool_calls: the calls an agent should make, and how to compare them."""
+    if not isinstance(value, list | dict):
+        return f"{EXPECTED_CALLS}; got {shown(value)}"
+    try:
+        ExpectedToolCalls.from_cell(value)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        detail = first["msg"].removeprefix("Value error, ")
+        return f"{EXPECTED_CALLS}; {where + ': ' if where else ''}{detail}"
+    return None

@@ -14,11 +14,11 @@ from judges.trajectory.model import Trajectory
 from tasks.agents.chat_messages import trajectory_from_chat_messages
 from tasks.agents.errors import AgentRunError
 from tasks.agents.mlflow_spans import trajectory_from_mlflow
+from tasks.agents.mlflow_trace import parse_trace
 from tasks.agents.read import read_trajectory
 from tasks.dataset.chat import request_messages
 from tasks.dataset.columns import KNOWN_COLUMNS
 from tasks.dataset.table import RowProblem
-from tasks.dataset.traces import parse_trace
 
 
 def stable_request_id(request: Any) -> str:
@@ -59,7 +59,12 @@ def _conversation(messages: list[dict], response: str | None) -> Trajectory | No
         return None
     if response is not None:
         raw.append({"role": "assistant", "content": response})
-    return trajectory_from_chat_messages(raw)
+    try:
+        return trajectory_from_chat_messages(raw)
+    except AgentRunError:
+        # The request was always judged as messages; one whose tool calls are too incomplete
+        # to read as steps stays that, and the agent judges say no row has a run.
+        return None
 
 
 def _agent_fields(record: dict, messages: list[dict], response: str | None) -> dict:

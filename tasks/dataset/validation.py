@@ -16,18 +16,18 @@ import pandera.pandas as pa
 from pandera.errors import SchemaErrors
 
 from judges.builtin import BUILTIN_JUDGES
-from judges.errors import ConfigError
+from judges.errors import ConfigError, shown
 from judges.result_names import LabelKind, label_kinds
 from judges.rows import LABELS_COLUMN, PREFERENCE_COLUMN, EvalRow
-from tasks.dataset.agent_cells import expected_tool_calls_problem, trajectory_problem
+from tasks.agents.read import trajectory_problem
 from tasks.dataset.cells import (
     chunk_labels_problem,
     chunks_problem,
     expected_response_problem,
+    expected_tool_calls_problem,
     facts_problem,
     labels_problem,
     preference_problem,
-    shown,
     text_problem,
     trace_problem,
 )
