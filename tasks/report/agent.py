@@ -1,0 +1,210 @@
+"""The drill-down's agent block: a row's steps by turn, per-turn verdicts, expected vs actual calls.
+
+The steps come from the row's typed trajectory (tasks/report/steps.py turns them into lines).
+Tool calls are compared with the expected ones by the tool-call judges' own comparison
+(`compare_calls`), so what the page marks as matched, missing or extra is what the verdicts
+were decided on. Per-turn judges publish one verdict per answered turn, in order; the i-th
+belongs to the i-th turn with a user message and an assistant reply (`steps.replied`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from judges.builtin.tool_calls import compare_calls
+from judges.result_names import judge_fields
+from judges.results import RowResult
+from judges.rows import EvalRow
+from judges.toolcalls.metrics import ToolCallVerdict
+from judges.trajectory.model import Step, Trajectory
+from tasks.report.steps import (
+    CallView,
+    Clipped,
+    Gap,
+    StepView,
+    arguments_text,
+    count_calls,
+    json_text,
+    replied,
+    shown_steps,
+    step_view,
+    turn_steps,
+    with_gaps,
+)
+
+# A per-turn judge's lists in its published fields. The typed per-turn result is not on this
+# branch yet; the writer's fields (judge_fields) are the one form every per-turn judge has.
+_TURN_LIST = re.compile(r"^(?P<prefix>turn/[^/]+/(?P<judge>[^/]+))/"
+                        r"(?P<part>ratings|rationales|error_messages)$")
+
+
+class TurnVerdict(NamedTuple):
+    """A per-turn judge's verdict on one turn (the fields the template's verdict block reads)."""
+
+    label: str
+    name: str
+    rating: str | None
+    rationale: str | None
+    error: str | None
+    person: str | None = None
+
+
+class TurnView(NamedTuple):
+    """A user turn: its steps (user message first) and the per-turn judges' verdicts on it."""
+
+    number: int | None  # 1-based among user turns; None: steps before the first user message
+    items: list[StepView | Gap]
+    verdicts: list[TurnVerdict]
+
+
+class ExpectedView(NamedTuple):
+    """An expected call and what became of it: matched, arguments differ, or missing."""
+
+    number: int
+    name: str
+    arguments: Clipped | None
+    status: str
+    detail: str
+
+
+class AgentView(NamedTuple):
+    """Everything the agent block shows for a row."""
+
+    turns: list[TurnView]
+    grouped: bool  # shown turn by turn (a session, or per-turn verdicts)
+    step_count: int
+    hidden_steps: int
+    error_steps: int
+    expected: list[ExpectedView]
+    extra: list[str]
+    ordered: bool | None
+    compare_error: str | None
+    turn_note: str | None
+
+
+def turn_verdict_lists(result: RowResult) -> list[tuple[str, str, dict[str, list]]]:
+    """Each per-turn judge's (label, prefix, {part: list}) from its published fields."""
+    found: dict[tuple[str, str], dict[str, list]] = {}
+    for judged in result.judges:
+        for key, value in judge_fields(judged).items():
+            match = _TURN_LIST.match(key)
+            if match and isinstance(value, list):
+                found.setdefault((match["judge"], match["prefix"]), {})[match["part"]] = value
+    return [(judge.replace("_", " "), prefix, parts) for (judge, prefix), parts in found.items()]
+
+
+def _at(values: Any, index: int) -> Any:
+    value = values[index] if isinstance(values, list) and index < len(values) else None
+    return None if value is None or value == "" else value
+
+
+def _turn_verdicts(lists: list[tuple[str, str, dict[str, list]]], index: int) -> list[TurnVerdict]:
+    return [TurnVerdict(label, prefix, _at(parts.get("ratings"), index),
+                        _at(parts.get("rationales"), index),
+                        _at(parts.get("error_messages"), index))
+            for label, prefix, parts in lists]
+
+
+def _call_matches(match: ToolCallVerdict | None) -> dict[int, str]:
+    """What each actual call (0-based) is to the expected calls, when some were expected."""
+    if match is None:
+        return {}
+    out = {j: "extra" for j in match.extra}
+    for pair in match.pairs:
+        out[pair.actual_index] = (f"expected call {pair.expected_index + 1}"
+                                  + (", arguments differ" if pair.mismatch else ""))
+    return out
+
+
+def _expected(row: EvalRow, match: ToolCallVerdict | None,
+              step_of_call: list[int]) -> tuple[list[ExpectedView], list[str]]:
+    """Each expected call with its fate, and the calls made that no expected call matched."""
+    if row.expected_tool_calls is None:
+        return [], []
+    pairs = {p.expected_index: p for p in match.pairs} if match else {}
+    views = []
+    for i, call in enumerate(row.expected_tool_calls.calls):
+        pair = pairs.get(i)
+        if pair is None:
+            status, detail = ("missing", "no call made matches it") if match else (
+                "not compared", "")
+        else:
+            made = f"call {pair.actual_index + 1}, step {step_of_call[pair.actual_index]}"
+            status = "arguments differ" if pair.mismatch else "matched"
+            detail = f"{made}: {pair.mismatch}" if pair.mismatch else made
+        arguments = None if call.arguments is None else json_text(call.arguments)
+        views.append(ExpectedView(i + 1, call.name, arguments, status, detail))
+    extra = [f"call {j + 1}, {match.actual_names[j]}, step {step_of_call[j]}"
+             for j in (match.extra if match else ())]
+    return views, extra
+
+
+def _step_of_call(trajectory: Trajectory) -> list[int]:
+    """The step number (1-based) of each tool call the run made, in call order."""
+    return [number for number, step in enumerate(trajectory.steps, 1) for _ in step.tool_calls]
+
+
+def _compare(row: EvalRow) -> tuple[ToolCallVerdict | None, str | None]:
+    try:
+        return compare_calls(row), None
+    except ValueError as error:  # an argument rule whose regex is not valid: the judges say so
+        return None, str(error)
+
+
+def agent_view(result: RowResult) -> AgentView | None:
+    """The agent block of a row that has a trajectory (None when it has none)."""
+    row, trajectory = result.row, result.row.trajectory
+    if trajectory is None:
+        return None
+    match, compare_error = _compare(row)
+    matches = _call_matches(match)
+    before = count_calls(trajectory.steps)
+
+    def view(index: int, step: Step) -> StepView:
+        calls = [CallView(before[index] + k + 1, call.name,
+                          arguments_text(call.arguments, call.raw_arguments),
+                          call.raw_arguments is not None, call.call_id,
+                          matches.get(before[index] + k, ""))
+                 for k, call in enumerate(step.tool_calls)]
+        return step_view(index + 1, step, calls)
+
+    shown = shown_steps(len(trajectory.steps))
+    lists = turn_verdict_lists(result)
+    turns, answered = _turns(trajectory, lambda numbered: with_gaps(numbered, shown, view), lists)
+    expected, extra = _expected(row, match, _step_of_call(trajectory))
+    given = {len(parts.get("ratings") or []) for _, _, parts in lists}
+    # Verdicts that cannot be lined up with the turns are said to be so, never shown on a
+    # turn they may not belong to.
+    note = (f"The per-turn judges gave {' or '.join(map(str, sorted(given)))} verdicts for "
+            f"{answered} answered turns; a turn without its verdict shows none."
+            if given - {answered} else None)
+    count = len(trajectory.steps)
+    return AgentView(
+        turns=turns, grouped=sum(t.number is not None for t in turns) >= 2 or bool(lists),
+        step_count=count, hidden_steps=count - sum(len(part) for part in _parts(shown)),
+        error_steps=sum(step.is_error for step in trajectory.steps),
+        expected=expected, extra=extra,
+        ordered=row.expected_tool_calls.ordered if row.expected_tool_calls else None,
+        compare_error=compare_error, turn_note=note)
+
+
+def _turns(trajectory: Trajectory, items: Callable[[list[tuple[int, Step]]], list],
+           lists: list[tuple[str, str, dict[str, list]]]) -> tuple[list[TurnView], int]:
+    """The run's turns as shown, and how many were answered (had per-turn verdicts due)."""
+    turns, answered, user_turns = [], 0, 0
+    for turn, numbered in turn_steps(trajectory):
+        verdicts = []
+        if turn.user_message is not None:
+            user_turns += 1
+        if replied(turn):
+            verdicts = _turn_verdicts(lists, answered)
+            answered += 1
+        turns.append(TurnView(user_turns if turn.user_message else None, items(numbered),
+                              verdicts))
+    return turns, answered
+
+
+def _parts(shown: range | tuple[range, range]) -> tuple[range, ...]:
+    return (shown,) if isinstance(shown, range) else shown
