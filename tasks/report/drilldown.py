@@ -123,8 +123,9 @@ class RowView(NamedTuple):
 
     @property
     def steps_verdicts(self) -> list[VerdictView]:
-        """The verdicts shown beside the steps."""
-        return [v for v in self.verdicts if v.name in self.agent_verdicts]
+        """The verdicts shown beside the steps; a judge the row lacked inputs for is left out."""
+        return [v for v in self.verdicts
+                if v.name in self.agent_verdicts and (v.rating or v.error)]
 
 
 def message_views(request: Any) -> list[MessageView]:
