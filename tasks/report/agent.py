@@ -161,14 +161,19 @@ def agent_view(result: RowResult) -> AgentView | None:
     match, compare_error = _compare(row)
     matches = _call_matches(match)
     before = count_calls(trajectory.steps)
+    # Which call a tool result answers, so parallel calls and their results line up.
+    numbers = {call.call_id: before[index] + k + 1
+               for index, step in enumerate(trajectory.steps)
+               for k, call in enumerate(step.tool_calls) if call.call_id}
 
     def view(index: int, step: Step) -> StepView:
         calls = [CallView(before[index] + k + 1, call.name,
                           arguments_text(call.arguments, call.raw_arguments),
-                          call.raw_arguments is not None, call.call_id,
+                          call.raw_arguments is not None,
                           matches.get(before[index] + k, ""))
                  for k, call in enumerate(step.tool_calls)]
-        return step_view(index + 1, step, calls)
+        return step_view(index + 1, step, calls,
+                         numbers.get(step.call_id) if step.kind == "tool_result" else None)
 
     shown = shown_steps(len(trajectory.steps))
     lists = turn_verdict_lists(result)

@@ -51,7 +51,6 @@ class CallView(NamedTuple):
     name: str
     arguments: Clipped | None
     raw: bool  # the arguments as recorded, not a JSON object
-    call_id: str | None
     match: str
 
 
@@ -76,7 +75,7 @@ class StepView(NamedTuple):
     more_documents: int
     error: bool
     duration: str | None
-    call_id: str | None
+    answers: int | None  # a tool result: the number of the call it answers, when known
 
 
 class Gap(NamedTuple):
@@ -114,7 +113,8 @@ def _optional(text: str | None) -> Clipped | None:
     return None if text is None or text == "" else clip(text)
 
 
-def step_view(number: int, step: Step, calls: list[CallView]) -> StepView:
+def step_view(number: int, step: Step, calls: list[CallView],
+              answers: int | None = None) -> StepView:
     """One step as shown; `calls` are its tool calls, already numbered and matched."""
     documents = [DocumentView(d.doc_uri or "", clip(d.content or ""))
                  for d in step.documents[:DOCUMENTS_SHOWN]]
@@ -122,7 +122,7 @@ def step_view(number: int, step: Step, calls: list[CallView]) -> StepView:
         number=number, kind=step.kind, label=_KIND_LABELS.get(step.kind, step.kind),
         name=step.name, text=_optional(step.text), calls=calls, result=_optional(step.result),
         documents=documents, more_documents=max(len(step.documents) - DOCUMENTS_SHOWN, 0),
-        error=step.is_error, duration=duration_text(step.duration_seconds), call_id=step.call_id)
+        error=step.is_error, duration=duration_text(step.duration_seconds), answers=answers)
 
 
 def shown_steps(count: int) -> range | tuple[range, range]:
