@@ -165,34 +165,49 @@ def test_a_long_run_lists_its_first_and_last_steps_and_counts_the_rest():
     assert "out 99" in shown.text and "out 50" not in shown.text
 
 
-def test_a_session_is_grouped_by_turn_with_each_turn_s_verdicts(monkeypatch):
-    session = steps(
-        {"kind": "system_message", "text": "be brief"},
-        {"kind": "user_message", "text": "Find a flight to Rome"},
-        {"kind": "assistant_message", "text": "Which date?"},
-        {"kind": "user_message", "text": "never mind"},  # no reply: no per-turn verdict
-        {"kind": "user_message", "text": "Next Friday"},
-        call("search_flights", "f1", to="Rome"),
-        result("search_flights", "f1", "AZ123"),
-        {"kind": "assistant_message", "text": "AZ123 it is."},
-    )
-    lists = {"turn/llm_judged/turn_relevance/ratings": ["yes", "no"],
-             "turn/llm_judged/turn_relevance/rationales": ["asks for the date",
-                                                           f"ignores Rome {PAYLOAD}"],
-             "turn/llm_judged/turn_relevance/error_messages": [None, None]}
+SESSION = steps(
+    {"kind": "system_message", "text": "be brief"},
+    {"kind": "user_message", "text": "Find a flight to Rome"},
+    {"kind": "assistant_message", "text": "Which date?"},
+    {"kind": "user_message", "text": "never mind"},  # no reply: no per-turn verdict
+    {"kind": "user_message", "text": "Next Friday"},
+    call("search_flights", "f1", to="Rome"),
+    result("search_flights", "f1", "AZ123"),
+    {"kind": "assistant_message", "text": "AZ123 it is."},
+)
 
-    def writer(judged):  # a per-turn judge's published lists, as the brief's writer gives them
+
+def session_page(monkeypatch, ratings: list, rationales: list) -> str:
+    """The session row's agent block, with a per-turn judge's lists as its writer gives them."""
+    lists = {"turn/llm_judged/turn_relevance/ratings": ratings,
+             "turn/llm_judged/turn_relevance/rationales": rationales,
+             "turn/llm_judged/turn_relevance/error_messages": [None] * len(ratings)}
+
+    def writer(judged):
         return lists if judged.spec.name == "turn_relevance" else judge_fields(judged)
 
+    # The per-turn judges' typed result is another helper's work; their published lists are
+    # the contract, so the writer is stood in for here, and nothing else.
     monkeypatch.setattr(agent_module, "judge_fields", writer)
     turn_judge = JudgeResult(dataclasses.replace(ARGUMENTS, name="turn_relevance"))
-    shown = page(agent_row(session, expected=None, judges=(turn_judge,)))
-    heads = shown.text.split("Agent steps", 1)[1]
-    for label in ("Before the first user message", "Turn 1", "Turn 2", "Turn 3"):
-        assert label in heads
-    turn1, rest = heads.split("Turn 1", 1)[1].split("Turn 2", 1)
+    shown = page(agent_row(SESSION, expected=None, judges=(turn_judge,)))
+    assert not shown.find("b")
+    return shown.text.split("Agent steps", 1)[1]
+
+
+def test_a_session_is_grouped_by_turn_with_each_answered_turn_s_verdicts(monkeypatch):
+    block = session_page(monkeypatch, ["yes", "no"], ["asks for the date",
+                                                      f"ignores Rome {PAYLOAD}"])
+    assert "Before the first user message" in block.split("Turn 1", 1)[0]
+    turn1, rest = block.split("Turn 1", 1)[1].split("Turn 2", 1)
     turn2, turn3 = rest.split("Turn 3", 1)
     assert "turn relevance: yes" in turn1 and "asks for the date" in turn1
     assert "turn relevance" not in turn2  # never answered, so never judged
     assert "turn relevance: no" in turn3 and f"ignores Rome {PAYLOAD}" in turn3
-    assert not shown.find("b")
+
+
+def test_per_turn_verdicts_that_do_not_line_up_with_the_turns_are_not_guessed(monkeypatch):
+    block = session_page(monkeypatch, ["yes", "no", "yes"], ["one", "two", "three"])
+    assert ("Per-turn verdicts not shown on the turns, since their number differs from the "
+            "turns answered: turn relevance gave 3 for 2 answered turns.") in block
+    assert "turn relevance: yes" not in block and "turn relevance: no" not in block

@@ -176,18 +176,12 @@ def agent_view(result: RowResult) -> AgentView | None:
                          numbers.get(step.call_id) if step.kind == "tool_result" else None)
 
     shown = shown_steps(len(trajectory.steps))
-    lists = turn_verdict_lists(result)
-    turns, answered = _turns(trajectory, lambda numbered: with_gaps(numbered, shown, view), lists)
+    placed, note = _placed(turn_verdict_lists(result), trajectory)
+    turns = _turns(trajectory, lambda numbered: with_gaps(numbered, shown, view), placed)
     expected, extra = _expected(row, match, _step_of_call(trajectory))
-    given = {len(parts.get("ratings") or []) for _, _, parts in lists}
-    # Verdicts that cannot be lined up with the turns are said to be so, never shown on a
-    # turn they may not belong to.
-    note = (f"The per-turn judges gave {' or '.join(map(str, sorted(given)))} verdicts for "
-            f"{answered} answered turns; a turn without its verdict shows none."
-            if given - {answered} else None)
     count = len(trajectory.steps)
     return AgentView(
-        turns=turns, grouped=sum(t.number is not None for t in turns) >= 2 or bool(lists),
+        turns=turns, grouped=sum(t.number is not None for t in turns) >= 2 or bool(placed),
         step_count=count, hidden_steps=count - sum(len(part) for part in _parts(shown)),
         error_steps=sum(step.is_error for step in trajectory.steps),
         expected=expected, extra=extra,
@@ -195,9 +189,29 @@ def agent_view(result: RowResult) -> AgentView | None:
         compare_error=compare_error, turn_note=note)
 
 
+def _placed(lists: list[tuple[str, str, dict[str, list]]],
+            trajectory: Trajectory) -> tuple[list[tuple[str, str, dict[str, list]]], str | None]:
+    """The per-turn judges whose verdicts line up with the answered turns, and a note on the rest.
+
+    A judge with more or fewer verdicts than answered turns is not shown turn by turn: which
+    verdict belongs to which turn would be a guess. The note names it; results.jsonl has them.
+    """
+    answered = sum(replied(turn) for turn in trajectory.turns())
+    placed, off = [], []
+    for label, prefix, parts in lists:
+        given = len(parts.get("ratings") or [])
+        if given == answered:
+            placed.append((label, prefix, parts))
+        else:
+            off.append(f"{label} gave {given} for {answered} answered turns")
+    note = ("Per-turn verdicts not shown on the turns, since their number differs from the "
+            f"turns answered: {'; '.join(off)}." if off else None)
+    return placed, note
+
+
 def _turns(trajectory: Trajectory, items: Callable[[list[tuple[int, Step]]], list],
-           lists: list[tuple[str, str, dict[str, list]]]) -> tuple[list[TurnView], int]:
-    """The run's turns as shown, and how many were answered (had per-turn verdicts due)."""
+           lists: list[tuple[str, str, dict[str, list]]]) -> list[TurnView]:
+    """The run's turns as shown, each answered one with its per-turn verdicts."""
     turns, answered, user_turns = [], 0, 0
     for turn, numbered in turn_steps(trajectory):
         verdicts = []
@@ -208,7 +222,7 @@ def _turns(trajectory: Trajectory, items: Callable[[list[tuple[int, Step]]], lis
             answered += 1
         turns.append(TurnView(user_turns if turn.user_message else None, items(numbered),
                               verdicts))
-    return turns, answered
+    return turns
 
 
 def _parts(shown: range | tuple[range, range]) -> tuple[range, ...]:
