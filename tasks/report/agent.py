@@ -182,7 +182,7 @@ def agent_view(result: RowResult) -> AgentView | None:
     count = len(trajectory.steps)
     return AgentView(
         turns=turns, grouped=sum(t.number is not None for t in turns) >= 2 or bool(placed),
-        step_count=count, hidden_steps=count - sum(len(part) for part in _parts(shown)),
+        step_count=count, hidden_steps=count - len(shown),
         error_steps=sum(step.is_error for step in trajectory.steps),
         expected=expected, extra=extra,
         ordered=row.expected_tool_calls.ordered if row.expected_tool_calls else None,
@@ -224,6 +224,3 @@ def _turns(trajectory: Trajectory, items: Callable[[list[tuple[int, Step]]], lis
                               verdicts))
     return turns
 
-
-def _parts(shown: range | tuple[range, range]) -> tuple[range, ...]:
-    return (shown,) if isinstance(shown, range) else shown

@@ -11,7 +11,7 @@ with a marker that says how much is missing. results.jsonl keeps every step in f
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from judges.trajectory.model import Step, Trajectory, Turn
@@ -125,21 +125,15 @@ def step_view(number: int, step: Step, calls: list[CallView],
         error=step.is_error, duration=duration_text(step.duration_seconds), answers=answers)
 
 
-def shown_steps(count: int) -> range | tuple[range, range]:
+def shown_steps(count: int) -> frozenset[int]:
     """Which step positions (0-based) are listed: all, or the first and the last ones."""
     if count <= HEAD_STEPS + TAIL_STEPS:
-        return range(count)
-    return range(HEAD_STEPS), range(count - TAIL_STEPS, count)
+        return frozenset(range(count))
+    return frozenset(range(HEAD_STEPS)) | frozenset(range(count - TAIL_STEPS, count))
 
 
-def _is_shown(index: int, shown: range | tuple[range, range]) -> bool:
-    if isinstance(shown, range):
-        return index in shown
-    return any(index in part for part in shown)
-
-
-def with_gaps(numbered: Iterable[tuple[int, Step]], shown: range | tuple[range, range],
-              view: Any) -> list[StepView | Gap]:
+def with_gaps(numbered: Iterable[tuple[int, Step]], shown: frozenset[int],
+              view: Callable[[int, Step], StepView]) -> list[StepView | Gap]:
     """Steps (0-based positions) as views, each run of left-out steps as one `Gap`."""
     items: list[StepView | Gap] = []
     hidden: list[tuple[int, Step]] = []
@@ -151,7 +145,7 @@ def with_gaps(numbered: Iterable[tuple[int, Step]], shown: range | tuple[range, 
             hidden.clear()
 
     for index, step in numbered:
-        if _is_shown(index, shown):
+        if index in shown:
             close_gap()
             items.append(view(index, step))
         else:
