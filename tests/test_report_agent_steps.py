@@ -211,3 +211,17 @@ def test_per_turn_verdicts_that_do_not_line_up_with_the_turns_are_not_guessed(mo
     assert ("Per-turn verdicts not shown on the turns, since their number differs from the "
             "turns answered: turn relevance gave 3 for 2 answered turns.") in block
     assert "turn relevance: yes" not in block and "turn relevance: no" not in block
+
+
+def test_a_long_list_of_expected_calls_keeps_every_failure_and_counts_the_matches_left_out():
+    made = [{"kind": "user_message", "text": "check them all"}]
+    for i in range(40):
+        made += [call("check", f"k{i}", host=f"h{i}"), result("check", f"k{i}", "ok")]
+    expected = ExpectedToolCalls.from_cell(
+        [{"name": "check", "arguments": {"host": f"h{i}" if i != 35 else "elsewhere"}}
+         for i in range(40)] + [{"name": "report"}])
+    shown = page(agent_row(steps(*made), expected=expected))
+    listed = [(a["value"], a["class"]) for a in shown.find("li") if a.get("value")]
+    assert ("36", "expected-arguments-differ") in listed and ("41", "expected-missing") in listed
+    assert len(listed) == agent_module.EXPECTED_LISTED
+    assert f"… {41 - len(listed)} more matched calls not listed" in shown.text

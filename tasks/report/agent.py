@@ -34,6 +34,9 @@ from tasks.report.steps import (
     with_gaps,
 )
 
+# Expected calls listed beside the steps: every one that failed, matched ones while room is left.
+EXPECTED_LISTED = 20
+
 # A per-turn judge's lists in its published fields. The typed per-turn result is not on this
 # branch yet; the writer's fields (judge_fields) are the one form every per-turn judge has.
 _TURN_LIST = re.compile(r"^(?P<prefix>turn/[^/]+/(?P<judge>[^/]+))/"
@@ -78,7 +81,9 @@ class AgentView(NamedTuple):
     hidden_steps: int
     error_steps: int
     expected: list[ExpectedView]
+    matched_not_listed: int  # matched expected calls left out of a long list
     extra: list[str]
+    extra_not_listed: int
     ordered: bool | None
     compare_error: str | None
     turn_note: str | None
@@ -141,6 +146,17 @@ def _expected(row: EvalRow, match: ToolCallVerdict | None,
     return views, extra
 
 
+def _listed(expected: list[ExpectedView]) -> list[ExpectedView]:
+    """A long list of expected calls cut to what needs a look: failures first, in order."""
+    room = EXPECTED_LISTED - sum(e.status != "matched" for e in expected)
+    listed = []
+    for view in expected:
+        if view.status != "matched" or room > 0:
+            listed.append(view)
+            room -= view.status == "matched"
+    return listed
+
+
 def _step_of_call(trajectory: Trajectory) -> list[int]:
     """The step number (1-based) of each tool call the run made, in call order."""
     return [number for number, step in enumerate(trajectory.steps, 1) for _ in step.tool_calls]
@@ -179,12 +195,14 @@ def agent_view(result: RowResult) -> AgentView | None:
     placed, note = _placed(turn_verdict_lists(result), trajectory)
     turns = _turns(trajectory, lambda numbered: with_gaps(numbered, shown, view), placed)
     expected, extra = _expected(row, match, _step_of_call(trajectory))
+    listed = _listed(expected)
     count = len(trajectory.steps)
     return AgentView(
         turns=turns, grouped=sum(t.number is not None for t in turns) >= 2 or bool(placed),
         step_count=count, hidden_steps=count - len(shown),
         error_steps=sum(step.is_error for step in trajectory.steps),
-        expected=expected, extra=extra,
+        expected=listed, matched_not_listed=len(expected) - len(listed),
+        extra=extra[:EXPECTED_LISTED], extra_not_listed=max(len(extra) - EXPECTED_LISTED, 0),
         ordered=row.expected_tool_calls.ordered if row.expected_tool_calls else None,
         compare_error=compare_error, turn_note=note)
 
