@@ -76,9 +76,13 @@ SUMMARY = RunSummary(
 )
 
 
+def html(*rows: Judged) -> str:
+    return render_report(manifest=manifest(), metrics=METRICS,
+                         inputs=inputs(list(rows), summary=SUMMARY), rejected=[])
+
+
 def page(*rows: Judged) -> Page:
-    return Page(render_report(manifest=manifest(), metrics=METRICS,
-                              inputs=inputs(list(rows), summary=SUMMARY), rejected=[]))
+    return Page(html(*rows))
 
 
 def listed_kinds(shown: Page) -> list[str]:
@@ -117,6 +121,8 @@ def test_arguments_are_shown_as_pretty_json(booking):
 def test_a_long_value_is_cut_with_a_marker_that_says_how_much_is_missing(booking):
     assert "… 1,234 more characters" in booking.text
     assert "r" * STEP_CHARS in booking.text and LONG_RESULT not in booking.text
+    # Below its box, not inside it, where a scrolled box would hide it.
+    assert '</pre><div class="more">… 1,234 more characters</div>' in html(agent_row(BOOKING))
     query = json.dumps({"query": "x" * (STEP_CHARS + 50)}, indent=2)
     assert f"… {len(query) - STEP_CHARS} more characters" in booking.text  # a long argument
 
