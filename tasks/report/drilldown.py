@@ -2,7 +2,9 @@
 
 Each view is built from a `ReportRow` (tasks/report/rows.py): the row's `EvalRow` inputs, its
 `JudgeResult`s, its deterministic metrics and, for compare and regression runs, a typed
-`PairResult`. Every string here is plain text; the autoescaping template escapes it.
+`PairResult`. A row with a trajectory also gets its agent block (tasks/report/agent.py): its
+steps, and beside them its agent verdicts and expected calls. Every string here is plain text;
+the autoescaping template escapes it.
 """
 
 from __future__ import annotations
