@@ -231,3 +231,22 @@ def test_a_long_list_of_expected_calls_keeps_every_failure_and_counts_the_matche
     assert ("36", "expected-arguments-differ") in listed and ("41", "expected-missing") in listed
     assert len(listed) == agent_module.EXPECTED_LISTED
     assert f"… {41 - len(listed)} more matched calls not listed" in shown.text
+
+
+def test_retrievals_sub_agents_and_failed_model_calls_show_what_they_did():
+    run = steps(
+        {"kind": "user_message", "text": "summarise the policy"},
+        {"kind": "retrieval", "name": "docs_search", "text": "refund policy",
+         "documents": [{"doc_uri": f"doc://{i}", "content": f"passage {i}"} for i in range(7)]},
+        {"kind": "agent", "name": "summariser", "text": "summarise passages",
+         "result": "refunds within 30 days"},
+        {"kind": "llm_call", "name": "gpt-x", "result": "rate limited", "is_error": True},
+        {"kind": "assistant_message", "text": "Refunds within 30 days."},
+    )
+    shown = page(agent_row(run, expected=None))
+    assert listed_kinds(shown) == [s.kind for s in run.steps]
+    text = shown.text
+    assert "doc://4 passage 4" in text and "doc://5" not in text
+    assert "… 2 more documents" in text
+    assert "sub-agent summariser summarise passages refunds within 30 days" in text
+    assert "model call error gpt-x rate limited" in text
