@@ -165,7 +165,9 @@ def _step_of_call(trajectory: Trajectory) -> list[int]:
 def _compare(row: EvalRow) -> tuple[ToolCallVerdict | None, str | None]:
     try:
         return compare_calls(row), None
-    except ValueError as error:  # an argument rule whose regex is not valid: the judges say so
+    except (ValueError, TypeError) as error:
+        # The judges record the same failure as their error (a regex rule that is not valid);
+        # the page says it rather than failing to render the run.
         return None, str(error)
 
 
