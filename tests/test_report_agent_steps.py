@@ -250,3 +250,14 @@ def test_retrievals_sub_agents_and_failed_model_calls_show_what_they_did():
     assert "… 2 more documents" in text
     assert "sub-agent summariser summarise passages refunds within 30 days" in text
     assert "model call error gpt-x rate limited" in text
+
+
+def test_a_comparison_that_cannot_be_made_is_said_beside_the_steps():
+    expected = ExpectedToolCalls.from_cell({"calls": [{"name": "get_weather",
+                                                       "arguments": {"city": "[Paris"}}],
+                                            "argument_rules": {"city": "regex"}})
+    # No judge results: how the judges themselves take this rule is judges/'s business.
+    shown = page(agent_row(BOOKING, expected=expected, judges=()))
+    side = shown.text.split("Expected tool calls", 1)[1]
+    assert "regex" in side and "not compared" in side
+    assert listed_kinds(shown) == [s.kind for s in BOOKING.steps]
