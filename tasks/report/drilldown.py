@@ -2,7 +2,9 @@
 
 Each view is built from a `ReportRow` (tasks/report/rows.py): the row's `EvalRow` inputs, its
 `JudgeResult`s, its deterministic metrics and, for compare and regression runs, a typed
-`PairResult`. Every string here is plain text; the autoescaping template escapes it.
+`PairResult`. A row with a trajectory also gets its agent block (tasks/report/agent.py): its
+steps, and beside them its agent verdicts and expected calls. Every string here is plain text;
+the autoescaping template escapes it.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from judges.pairwise.reconcile import Pass, position_to_side
 from judges.result_names import precision_name, qualified, unjudged_name
 from judges.results import JudgeResult, RowResult
 from judges.rows import LABELS_COLUMN
+from tasks.report.agent import AgentView, agent_view
 from tasks.report.rows import HIDDEN_COLUMNS, ReportRow
 from tasks.report.view import as_text, fmt_num
 
 PREVIEW_CHARS = 140
 # Deterministic metrics on a 0..1 scale get three decimals; counts and seconds two.
-_UNIT_METRICS = frozenset({"document_recall"})
+_UNIT_METRICS = frozenset({"document_recall", "tool_call_precision", "tool_call_recall"})
+# Judges of what the agent did (its calls, its goal, the session), shown beside its steps.
+_AGENT_KINDS = frozenset({"deterministic", "agent", "session"})
 
 
 class MessageView(NamedTuple):
@@ -110,6 +115,19 @@ class RowView(NamedTuple):
     other: list[tuple[str, str]]
     failed: bool
     disagrees: tuple[str, ...] = ()  # judges (calibration keys) the person's labels contradict
+    agent: AgentView | None = None  # a row with a trajectory: its steps and expected calls
+    agent_verdicts: tuple[str, ...] = ()  # names of the verdicts shown beside the steps
+
+    @property
+    def answer_verdicts(self) -> list[VerdictView]:
+        """The verdicts the Judges column shows: all but those beside the steps."""
+        return [v for v in self.verdicts if v.name not in self.agent_verdicts]
+
+    @property
+    def steps_verdicts(self) -> list[VerdictView]:
+        """The verdicts shown beside the steps; a judge the row lacked inputs for is left out."""
+        return [v for v in self.verdicts
+                if v.name in self.agent_verdicts and (v.rating or v.error)]
 
 
 def message_views(request: Any) -> list[MessageView]:
@@ -250,6 +268,9 @@ def _judged_row_view(entry: ReportRow, result: RowResult) -> RowView:
     labels = labels if isinstance(labels, Mapping) else {}
     messages = message_views(row.request)
     expected_docs = [c.doc_uri for c in row.expected_retrieved_context or []]
+    agent = agent_view(result)
+    beside = tuple(j.spec.prefix for j in result.judges
+                   if agent is not None and j.spec.kind in _AGENT_KINDS)
     return RowView(
         index=row.row_index, request_id=row.request_id, preview=_preview(messages, row.request),
         messages=messages, response=_text(row.response),
@@ -258,7 +279,7 @@ def _judged_row_view(entry: ReportRow, result: RowResult) -> RowView:
         chunks=_chunks(result, labels, set(expected_docs)), expected_docs=expected_docs,
         verdicts=_row_verdicts(result, labels), numbers=_numbers(result),
         pair=pair_view(entry.pair) if entry.pair else None, other=_other(row.extra),
-        failed=entry.failed, disagrees=entry.disagrees,
+        failed=entry.failed, disagrees=entry.disagrees, agent=agent, agent_verdicts=beside,
     )
 
 

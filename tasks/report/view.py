@@ -28,7 +28,7 @@ from judges.results import wilson_interval
 
 REJECTED_RECORD_CHARS = 4_000
 # Deterministic metrics on a 0..1 scale (charted beside the judges' rates); the rest are means.
-SCORE_METRICS = frozenset({"document_recall"})
+SCORE_METRICS = frozenset({"document_recall", "tool_call_precision", "tool_call_recall"})
 
 
 class Aggregate(NamedTuple):
