@@ -10,10 +10,11 @@ can forge a step. A tool call is a content line `call NAME (id ID) with argument
 not fail. Key words are those of the offline judge (3+ letters or digits, no stop words).
 
 - tool_call_correctness is "no" when a call's arguments are not a JSON object; or when one of
-  its argument values (each string or number, however nested) has key words and shares none
-  with the request and the steps before the call (a value that comes from nowhere: a wrong
-  city, an invented id); or when a tool result failed and is not recovered. Otherwise "yes".
-  Arguments cut for length are read as one value.
+  its argument values (each string, however nested) has key words with a letter in them and
+  shares none with the request and the steps before the call (a value that comes from nowhere:
+  a wrong city, an invented name); or when a tool result failed and is not recovered. Otherwise
+  "yes". Numbers are not checked: a date or an amount is often written differently in the
+  request ("3 May" becomes "2025-05-03"). Arguments cut for length are read as one value.
 - tool_call_efficiency is "no" when a tool is called again with arguments identical to an
   earlier call's, and no result of that tool failed in between (a retry after an error is a
   reason to call again). Otherwise "yes".
@@ -114,12 +115,17 @@ def _unrecovered(steps: list[RenderedStep]) -> list[RenderedStep]:
 
 
 def _values(arguments: str) -> list[str]:
-    """The argument values (keys say what a value is, not where it came from)."""
+    """The argument values that are text (keys say what a value is, not where it came from)."""
     try:
         decoded = json.loads(arguments)
     except ValueError:
         return [arguments]  # cut for length: its words still tell where it came from
     return list(_leaves(decoded))
+
+
+def _words(value: str) -> set[str]:
+    """Its key words that are not plain numbers."""
+    return {word for word in key_words(value) if not word.isdigit()}
 
 
 def _leaves(value: object) -> Iterator[str]:
@@ -129,8 +135,8 @@ def _leaves(value: object) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from _leaves(item)
-    elif isinstance(value, str | int | float) and not isinstance(value, bool):
-        yield str(value)
+    elif isinstance(value, str):
+        yield value
 
 
 def _what(step: RenderedStep) -> str:
@@ -155,7 +161,7 @@ def tool_call_correctness(blocks: dict[str, list[str]]) -> dict:
                 return _reply(False, f"step {call.step} calls {call.name} with arguments that "
                                      "are not a JSON object")
             unfounded = next((v for v in _values(call.arguments)
-                              if key_words(v) and not key_words(v) & seen), None)
+                              if _words(v) and not _words(v) & seen), None)
             if unfounded is not None:
                 return _reply(False, f"step {call.step} calls {call.name} with the argument "
                                      f"value {unfounded[:80]!r}, which shares no key word with "
@@ -165,8 +171,8 @@ def tool_call_correctness(blocks: dict[str, list[str]]) -> dict:
     if failed:
         return _reply(False, f"step {failed[0].number} ({_what(failed[0])}) failed and no "
                              "later call of it succeeded")
-    return _reply(True, "every call's argument values share key words with the request or earlier "
-                        "steps, and no call failed without a successful retry")
+    return _reply(True, "each argument value with words shares one with the request or an "
+                        "earlier step, and no call failed without a successful retry")
 
 
 def tool_call_efficiency(blocks: dict[str, list[str]]) -> dict:
