@@ -269,7 +269,12 @@ def test_a_custom_judge_reads_the_conversation_without_the_tool_steps():
                             "Step 2 · assistant\n    Tomorrow in Paris: light rain, 12 C.\n"
                             "Step 3 · user\n    And the day after?\n"
                             "Step 4 · assistant\n    Sunny, 15 C.")
-    assert not spec.applies_to(normalise(0, {"request": "Hi", "response": "Hello."}, "p"))
+    plain = normalise(0, {"request": "Hi", "response": "Hello."}, "p")
+    assert not spec.applies_to(plain)
+    [skipped] = [s for s in plan_judges([plain], ["safety"], [spec]).skipped
+                 if s.name == "consistent"]
+    assert skipped.reason == ("no row has conversation (a trajectory, trace or conversation of "
+                              "messages)")
 
 
 def test_a_custom_template_still_cannot_reach_into_the_trajectory():

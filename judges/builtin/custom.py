@@ -48,6 +48,8 @@ ROW_FIELDS = (
 
 # Fields read from the row's trajectory, rendered for a judge.
 RUN_FIELDS = ("trajectory", "conversation")
+_RUN_FIELD_WORDS = {name: f"{name} (a trajectory, trace or conversation of messages)"
+                    for name in RUN_FIELDS}
 # The steps of a conversation: what was said, including the text of a step that also calls tools.
 _SAID = frozenset({"system_message", "user_message", "assistant_message", "tool_call"})
 
@@ -135,7 +137,7 @@ class CustomJudge(JudgeSpec):
 
     def missing_inputs(self) -> str:
         """The fields its instructions name, in words."""
-        return " and ".join(self.fields) or "nothing"
+        return " and ".join(_RUN_FIELD_WORDS.get(f, f) for f in self.fields) or "nothing"
 
     @property
     def needs_response(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cache
 
 from judges.base import PROMPTS_DIR, JudgeSpec, template_hash
 from judges.rows import Chunk, EvalRow
@@ -32,6 +33,11 @@ class AgentJudgeSpec(JudgeSpec):
     @property
     def prompt_hash(self) -> str:
         """Hash of its template and the run-format text it includes."""
-        included = (PROMPTS_DIR / RUN_FORMAT).read_bytes()
-        return hashlib.sha256(template_hash(self.template).encode() + b"\0" + included
-                              ).hexdigest()[:16]
+        return _hash_with_run_format(self.template)
+
+
+@cache
+def _hash_with_run_format(template: str) -> str:
+    """Asked for on every call: read and hashed once, like `template_hash`."""
+    included = (PROMPTS_DIR / RUN_FORMAT).read_bytes()
+    return hashlib.sha256(template_hash(template).encode() + b"\0" + included).hexdigest()[:16]
