@@ -5,14 +5,15 @@ untrusted blocks. The run is the `trajectory` block as `render_for_judge` wrote 
 per step (`Step 3 · tool result · search · answers c1 · ERROR`) and the step's content indented
 below it. Only unindented lines are read as headers, so no content (a tool result, a message)
 can forge a step. A tool call is a content line `call NAME (id ID) with arguments {...}` of an
-`assistant calls tools` step; a step "fails" when its header ends in ERROR, and a failed step is
-"recovered" when a later step of the same kind and name (a later result of the same tool) does
-not fail. Key words are those of the offline judge (3+ letters or digits, no stop words).
+`assistant calls tools` step. A tool result, retrieval or sub-agent step "fails" when its header
+ends in ERROR, and is "recovered" when a later step of the same kind and name (a later result of
+the same tool) does not fail. Key words are the offline judge's: words of 3+ letters or digits
+that are not stop words.
 
 - tool_call_correctness is "no" when a call's arguments are not a JSON object; or when one of
   its argument values (each string, however nested) has key words with a letter in them and
   shares none with the request and the steps before the call (a value that comes from nowhere:
-  a wrong city, an invented name); or when a tool result failed and is not recovered. Otherwise
+  a wrong city, an invented name); or when a step failed and is not recovered. Otherwise
   "yes". Numbers are not checked: a date or an amount is often written differently in the
   request ("3 May" becomes "2025-05-03"). Arguments cut for length are read as one value.
 - tool_call_efficiency is "no" when a tool is called again with arguments identical to an
@@ -41,8 +42,9 @@ _NOT_AN_OBJECT = "arguments that are not a JSON object, as given: "
 _ADMITS_FAILURE = re.compile(
     r"\b(sorry|apologi[sz]e|unfortunately|unable|not able|cannot|can['’]?t|could ?n['’]?o?t|"
     r"fail(ed|s|ure)?|errors?|did ?n['’]?o?t work|unavailable)\b", re.IGNORECASE)
-# Steps whose ERROR is something the agent relied on failing (not the model's own words).
-_RESULT_KINDS = ("tool result", "sub-agent", "retrieval", "model call")
+# Steps whose failure is a call of the agent's that failed. A failed model call is left out: a
+# retry of it shows as the assistant's next step, not as a model call that succeeded.
+_RESULT_KINDS = ("tool result", "sub-agent", "retrieval")
 
 
 class RenderedStep(NamedTuple):
