@@ -86,6 +86,20 @@ def test_a_wrong_argument_in_a_tool_only_step_is_caught():
     assert _ratings(_run(city="London"))["tool_call_efficiency"] == "yes"
 
 
+def test_a_run_given_as_the_request_s_messages_is_judged_the_same_way():
+    """No later result (here one that names London) may read as part of the user's request."""
+    messages = _run(city="London")
+    messages[2]["content"] = "London: light rain, 12 C"
+    row = normalise(0, {"request": {"messages": messages[:-1]},
+                        "response": messages[-1]["content"]}, "as-request")
+    prompt = prompt_text({"messages": BUILTIN_JUDGES["tool_call_correctness"].render(row)})
+    assert _blocks(prompt, "request") == [REQUEST]
+    assert "Step 4 · assistant\n    Tomorrow in Paris" in _blocks(prompt, "trajectory")[0]
+    reply = json.loads(answer(BUILTIN_JUDGES["tool_call_correctness"].render(row),
+                              {"judge": "tool_call_correctness"}))
+    assert reply["rating"] == "no"
+
+
 def test_a_failed_tool_call_reported_as_a_success_is_caught():
     ratings = _ratings(_run(failed=True))
     assert ratings == {"tool_call_correctness": "no", "tool_call_efficiency": "yes",

@@ -16,6 +16,22 @@ from judges.trajectory.render import render_for_judge
 RUN_FORMAT = "agent/run_format.j2"
 
 
+def agent_request(row: EvalRow) -> str:
+    """The user's request as an agent judge reads it.
+
+    A request of several messages whose last user message the run shows is the run itself (a
+    conversation, tool calls and results): its last user message is the request, and the run
+    shows the rest in order. Flattened into the request block, the run's later results would
+    read as things the user said before the calls. Otherwise, the request as every judge reads it.
+    """
+    last_user = next((m.text for m in reversed(row.messages) if m.role == "user"), None)
+    if len(row.messages) > 1 and last_user and row.trajectory is not None and any(
+            step.kind == "user_message" and step.text == last_user
+            for step in row.trajectory.steps):
+        return last_user
+    return row.request_text
+
+
 @dataclass(frozen=True)
 class AgentJudgeSpec(JudgeSpec):
     """A judge of the agent's run: its template reads `request` and `trajectory` as text.
@@ -25,9 +41,9 @@ class AgentJudgeSpec(JudgeSpec):
     """
 
     def template_context(self, row: EvalRow, chunk: Chunk | None) -> dict:
-        """The row, the request as a judge reads it and the whole run rendered step by step."""
+        """The row, the user's request and the whole run rendered step by step."""
         trajectory = render_for_judge(row.trajectory or Trajectory(steps=()))
-        return {"row": row, "chunk": chunk, "request": row.request_text,
+        return {"row": row, "chunk": chunk, "request": agent_request(row),
                 "trajectory": trajectory}
 
     @property
