@@ -125,6 +125,9 @@ def test_a_repeated_identical_call_is_inefficient_but_a_retry_after_an_error_is_
     assert _offline("tool_call_efficiency", _run(repeat=True, failed=True))["rating"] == "yes"
     # the retry recovered the failed call: correctness and goal hold
     assert _ratings(_run(repeat=True, failed=True))["goal_success"] == "yes"
+    asked_again = _run() + [{"role": "user", "content": "Check the weather again, please."},
+                            *_run()[1:]]
+    assert _offline("tool_call_efficiency", asked_again)["rating"] == "yes"
 
 
 def test_the_booking_fixture_s_redundant_silent_search_is_the_one_finding():

@@ -17,8 +17,8 @@ that are not stop words.
   "yes". Numbers are not checked: a date or an amount is often written differently in the
   request ("3 May" becomes "2025-05-03"). Arguments cut for length are read as one value.
 - tool_call_efficiency is "no" when a tool is called again with arguments identical to an
-  earlier call's, and no result of that tool failed in between (a retry after an error is a
-  reason to call again). Otherwise "yes".
+  earlier call's in the same turn, and no result of that tool failed in between (a retry after
+  an error, or a new user message, is a reason to call again). Otherwise "yes".
 - goal_success reads the last turn (the steps after the last user message): "no" when it does
   not end with an assistant message (the run stopped at a tool call or result), or when a step
   of it failed, is not recovered, and the final message admits no failure (no word such as
@@ -182,6 +182,8 @@ def tool_call_efficiency(blocks: dict[str, list[str]]) -> dict:
     _, steps = _run(blocks)
     earlier: dict[tuple[str, str], int] = {}  # (tool, arguments) -> the step that called it
     for step in steps:
+        if step.kind == "user":
+            earlier.clear()  # a new request is a reason to call again
         for call in calls_of(step):
             key = (call.name, call.arguments)
             first = earlier.get(key)
