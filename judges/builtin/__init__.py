@@ -1,12 +1,13 @@
 """The judges judgeflow ships, one module each, and their registry.
 
-Also the deterministic metrics, aspect critics, custom judges (templates rendered as data) and
-the offline heuristic judge. `BUILTIN_JUDGES` is the registry, a plain dict. May import judges/
-top-level modules and judges/model.
+Also the judges of agent runs (agent/), the deterministic metrics, aspect critics, custom judges
+(templates rendered as data) and the offline heuristic judge. `BUILTIN_JUDGES` is the registry,
+a plain dict. May import judges/ top-level modules, judges/model and judges/trajectory.
 """
 
 from judges.base import JudgeSpec
 from judges.builtin import (
+    agent,
     chunk_relevance,
     context_sufficiency,
     correctness,
@@ -29,3 +30,4 @@ BUILTIN_JUDGES: dict[str, JudgeSpec] = {
     )
 }
 BUILTIN_JUDGES.update({judge.name: judge for judge in tool_calls.JUDGES})
+BUILTIN_JUDGES.update({judge.name: judge for judge in agent.AGENT_JUDGES})

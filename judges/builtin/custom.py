@@ -2,7 +2,12 @@
 
 The instructions are a jinja2 template over the row's fields. Each field is handed to it already
 wrapped in its <untrusted-...> block, so a user's template cannot forget to delimit evaluated
-text. In a RETRIEVAL judge `retrieved_context` is the one chunk being judged.
+text. In a RETRIEVAL judge `retrieved_context` is the one chunk being judged. `trajectory` is the
+agent's whole run as `render_for_judge` writes it (every step, tool-only steps and tool errors
+included); `conversation` is what the user and the assistant said, its messages only. A judge
+naming either applies to the rows that record a run or conversation (a trajectory, a trace, or
+a request that is itself a conversation); a set's own `conversation` column, if it has one,
+keeps that name.
 
 Templates are data, not code: whoever can trigger a deployment run may set `custom_judges`, so
 the instructions are as untrusted as the rows. They are checked when loaded (`referenced_fields`:
@@ -32,11 +37,21 @@ from judges.base import JudgeSpec, template_hash, untrusted
 from judges.errors import ConfigError
 from judges.rows import Chunk, EvalRow
 from judges.storage import open_url
+from judges.trajectory.model import Step, Trajectory
+from judges.trajectory.render import render_for_judge
 
 ROW_FIELDS = (
     "request", "response", "expected_response", "expected_facts",
-    "retrieved_context", "expected_retrieved_context",
+    "retrieved_context", "expected_retrieved_context", "trajectory", "conversation",
 )
+
+
+# Fields read from the row's trajectory, rendered for a judge.
+RUN_FIELDS = ("trajectory", "conversation")
+_RUN_FIELD_WORDS = {name: f"{name} (a trajectory, trace or conversation of messages)"
+                    for name in RUN_FIELDS}
+# The steps of a conversation: what was said, including the text of a step that also calls tools.
+_SAID = frozenset({"system_message", "user_message", "assistant_message", "tool_call"})
 
 
 class CustomJudgeError(ConfigError):
@@ -79,14 +94,28 @@ class CustomJudgeDefinition(BaseModel):
 def _field_text(row: EvalRow, name: str, chunk: Chunk | None) -> str | None:
     if name == "request":
         return row.request_text
+    if name in RUN_FIELDS and name not in row.extra:
+        view = _run_view(row, name)
+        return None if view is None else render_for_judge(view)
     if name == "retrieved_context" and chunk is not None:
         return chunk.content
-    value = getattr(row, name, None) if name in ROW_FIELDS else row.extra.get(name)
+    value = (getattr(row, name, None) if name in ROW_FIELDS and name not in RUN_FIELDS
+             else row.extra.get(name))
     if value is None:
         return None
     if isinstance(value, list):
         return "\n".join(c.content or c.doc_uri if isinstance(c, Chunk) else str(c) for c in value)
     return str(value)
+
+
+def _run_view(row: EvalRow, name: str) -> Trajectory | None:
+    """The steps a run field shows: every step, or (`conversation`) what was said (None: none)."""
+    if row.trajectory is None:
+        return None
+    steps = row.trajectory.steps if name == "trajectory" else tuple(
+        Step(kind="assistant_message", text=step.text) if step.kind == "tool_call" else step
+        for step in row.trajectory.steps if step.kind in _SAID and step.text)
+    return Trajectory(steps=steps) if steps else None
 
 
 @dataclass(frozen=True)
@@ -108,7 +137,7 @@ class CustomJudge(JudgeSpec):
 
     def missing_inputs(self) -> str:
         """The fields its instructions name, in words."""
-        return " and ".join(self.fields) or "nothing"
+        return " and ".join(_RUN_FIELD_WORDS.get(f, f) for f in self.fields) or "nothing"
 
     @property
     def needs_response(self) -> bool:
@@ -310,7 +339,9 @@ def fields_present(rows: Sequence[EvalRow]) -> set[str]:
     """The fields at least one row has a value for (what a custom template may name)."""
     present = set()
     for row in rows:
-        present |= {n for n in ROW_FIELDS if _field_text(row, n, None)}
+        # A run field is present when it has steps: no need to render every row's run here.
+        present |= {n for n in ROW_FIELDS if (_run_view(row, n) if n in RUN_FIELDS
+                                              else _field_text(row, n, None))}
         present |= {k for k, v in row.extra.items() if v is not None}
     return present
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from judges.rows import EvalRow
+from judges.rows import EvalRow, Message
 from judges.trajectory.expected import ExpectedToolCalls
 from judges.trajectory.model import Trajectory
 from tasks.agents.chat_messages import trajectory_from_chat_messages
@@ -53,7 +53,8 @@ def _conversation(messages: list[dict], response: str | None) -> Trajectory | No
     The row's response is the assistant's last turn. A one-message request is not a
     conversation: its judges read it as they always have.
     """
-    raw = list(messages)
+    # The request's messages as given (dicts); through Message so that null keys read as absent.
+    raw = [Message.model_validate(m).model_dump(exclude_none=True) for m in messages]
     users = sum(m.get("role") == "user" for m in raw)
     if users < 2 and not any(m.get("tool_calls") or m.get("role") == "tool" for m in raw):
         return None

@@ -1,0 +1,10 @@
+"""tool_call_correctness: was each call's tool and arguments right, given what came before?"""
+
+from judges.builtin.agent.spec import AgentJudgeSpec
+
+JUDGE = AgentJudgeSpec(
+    name="tool_call_correctness",
+    kind="agent",
+    requires=("agent_run",),
+    template="tool_call_correctness.j2",
+)

@@ -1,0 +1,10 @@
+"""tool_call_efficiency: were the calls needed, with none redundant or repeated without reason?"""
+
+from judges.builtin.agent.spec import AgentJudgeSpec
+
+JUDGE = AgentJudgeSpec(
+    name="tool_call_efficiency",
+    kind="agent",
+    requires=("agent_run",),
+    template="tool_call_efficiency.j2",
+)
