@@ -47,13 +47,15 @@ def _trace_fields(record: dict) -> dict:
 _DERIVED_COLUMNS = ("trace", "trajectory", "expected_tool_calls")
 
 
-def _conversation(messages: list[Message], response: str | None) -> Trajectory | None:
+def _conversation(messages: list[dict], response: str | None) -> Trajectory | None:
     """A request that is itself a session (several user turns, or tool calls), as steps.
 
     The row's response is the assistant's last turn. A one-message request is not a
     conversation: its judges read it as they always have.
     """
-    raw = [m.model_dump(exclude_none=True) for m in messages]
+    # The request's messages as given (dicts, from request_messages); unset keys dropped.
+    raw = [{k: v for k, v in (m.model_dump() if isinstance(m, Message) else m).items()
+            if v is not None} for m in messages]
     users = sum(m.get("role") == "user" for m in raw)
     if users < 2 and not any(m.get("tool_calls") or m.get("role") == "tool" for m in raw):
         return None
@@ -62,7 +64,7 @@ def _conversation(messages: list[Message], response: str | None) -> Trajectory |
     return trajectory_from_chat_messages(raw)
 
 
-def _agent_fields(record: dict, messages: list[Message], response: str | None) -> dict:
+def _agent_fields(record: dict, messages: list[dict], response: str | None) -> dict:
     """The row's trajectory and expected tool calls.
 
     The trajectory is the row's own cell, else its trace's spans, else its request's messages;

@@ -1,0 +1,10 @@
+"""conversation_completeness: was every request the user made addressed by the session's end?"""
+
+from judges.builtin.conversation import SessionJudgeSpec
+
+JUDGE = SessionJudgeSpec(
+    name="conversation_completeness",
+    kind="session",
+    requires=("session",),
+    template="conversation_completeness.j2",
+)
