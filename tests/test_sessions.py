@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from flows.evaluate import evaluate
-from flows.params import EvaluateParams, JudgeModel
+from flows.params import CandidateModel, EvaluateParams, JudgeModel
 from judges.base import UNTRUSTED_BLOCK
 from judges.builtin import BUILTIN_JUDGES
 from judges.engine import judge_rows
@@ -100,11 +100,13 @@ def turn_script(body: dict) -> Reply:
     return Reply(json.dumps({"rationale": f"planted {rating}", "rating": rating}))
 
 
-def _evaluate(server, tmp_path, rows: list[dict], judges: list[str] | None = None):
+def _evaluate(server, tmp_path, rows: list[dict], judges: list[str] | None = None,
+              candidate: CandidateModel | None = None):
     judge = JudgeModel(model="openai/judge", api_base=server.api_base, backoff_seconds=0.01,
                        max_attempts=2)
     asyncio.run(evaluate(EvaluateParams(rows=rows, judge=judge, output=str(tmp_path), suite="s",
-                                        run_id="r", use_cache=False, judges=judges)))
+                                        run_id="r", use_cache=False, judges=judges,
+                                        candidate=candidate)))
     run = tmp_path / "s" / "r"
     records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     return json.loads((run / "metrics.json").read_text()), {r["request_id"]: r for r in records}
@@ -315,3 +317,32 @@ def test_every_session_and_turn_judge_is_registered_to_run_by_default():
     assert kinds["conversation_completeness"] == kinds["knowledge_retention"] == "session"
     assert kinds["turn_relevance"] == kinds["turn_groundedness"] == "turn"
     assert BUILTIN_JUDGES["turn_relevance"].prefix == RELEVANCE
+
+
+# --- a response the candidate generates is the last turn ---------------------------------------
+
+def test_a_generated_answer_is_the_last_turn_and_a_failed_one_is_an_error(fake_llm, tmp_path):
+    def script(body: dict) -> Reply:
+        if body["model"] != "candidate":
+            return turn_script(body)
+        if "#hard" in prompt_text(body):
+            return Reply(status=500)
+        return Reply(EIFFEL_DETAILS)
+
+    fake_llm.script = script
+    hard = _chat("hard", "")
+    hard["request"]["messages"][-1]["content"] = "Yes #hard"
+    rows = [_chat("generated", ""), hard]
+    for row in rows:
+        del row["response"]
+    candidate = CandidateModel(model="openai/candidate", api_base=fake_llm.api_base,
+                               max_attempts=1)
+    metrics, records = _evaluate(fake_llm, tmp_path, rows, judges=["turn_relevance"],
+                                 candidate=candidate)
+    judged = [_blocks(b)["turn_response"][0] for b in fake_llm.requests
+              if b["model"] != "candidate"]
+    assert EIFFEL_DETAILS in judged  # the generated answer was judged as turn 2
+    assert records["generated"][f"{RELEVANCE}/ratings"] == ["yes", "yes"]
+    assert records["hard"][f"{RELEVANCE}/rating"] is None
+    assert "generation failed" in records["hard"][f"{RELEVANCE}/error_message"]
+    assert (metrics[f"{RELEVANCE}/rated_count"], metrics[f"{RELEVANCE}/error_count"]) == (1, 1)

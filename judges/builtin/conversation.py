@@ -5,7 +5,9 @@ step rendered by judges/trajectory/render.py (tool-only steps included). A per-t
 "turn", engine mode "per_turn") is asked once per assistant turn: the prompt gives the turns
 before it as context and the judged turn (the user's message, the assistant's reply and, for
 judges that need it, what the turn retrieved) in blocks of its own. Both read only sessions,
-rows of two or more user turns: a single-turn row is what the answer judges are for.
+rows of two or more user turns: a single-turn row is what the answer judges are for. They need
+the row's response too, the last turn's answer: a session whose response failed to generate is
+an error of each of them, never judged on its earlier turns alone.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from judges.base import JudgeMode, JudgeSpec, judge_messages
 from judges.rows import Chunk, EvalRow
-from judges.trajectory.conversation import AssistantTurn, assistant_turns
+from judges.trajectory.conversation import AssistantTurn, assistant_turns, with_response
 from judges.trajectory.render import render_for_judge
 
 NO_DOCUMENTS = "not judged: the turn retrieved no document with content"
@@ -26,8 +28,8 @@ class SessionJudgeSpec(JudgeSpec):
 
     def template_context(self, row: EvalRow, chunk: Chunk | None) -> dict:
         """The row and its conversation, every step rendered (untrusted text)."""
-        conversation = (render_for_judge(row.trajectory) if row.trajectory is not None
-                        else row.request_text)
+        conversation = (render_for_judge(with_response(row.trajectory, row.response))
+                        if row.trajectory is not None else row.request_text)
         return {"row": row, "chunk": chunk, "conversation": conversation}
 
 
@@ -49,7 +51,9 @@ class TurnJudgeSpec(JudgeSpec):
 
     def turns(self, row: EvalRow) -> tuple[AssistantTurn, ...]:
         """The row's assistant turns, each of which gets a verdict (or a reason it has none)."""
-        return assistant_turns(row.trajectory)
+        if row.trajectory is None:
+            return ()
+        return assistant_turns(with_response(row.trajectory, row.response))
 
     def unjudged_reason(self, turn: AssistantTurn) -> str | None:
         """Why this judge cannot judge the turn; None when it can."""

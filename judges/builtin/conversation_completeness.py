@@ -5,6 +5,6 @@ from judges.builtin.conversation import SessionJudgeSpec
 JUDGE = SessionJudgeSpec(
     name="conversation_completeness",
     kind="session",
-    requires=("session",),
+    requires=("session", "response"),
     template="conversation_completeness.j2",
 )

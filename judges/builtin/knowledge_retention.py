@@ -5,6 +5,6 @@ from judges.builtin.conversation import SessionJudgeSpec
 JUDGE = SessionJudgeSpec(
     name="knowledge_retention",
     kind="session",
-    requires=("session",),
+    requires=("session", "response"),
     template="knowledge_retention.j2",
 )

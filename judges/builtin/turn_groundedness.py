@@ -8,7 +8,7 @@ from judges.builtin.conversation import TurnJudgeSpec
 JUDGE = TurnJudgeSpec(
     name="turn_groundedness",
     kind="turn",
-    requires=("session", "turn_context"),
+    requires=("session", "response", "turn_context"),
     template="turn_groundedness.j2",
     needs_documents=True,
 )

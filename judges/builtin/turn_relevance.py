@@ -5,6 +5,6 @@ from judges.builtin.conversation import TurnJudgeSpec
 JUDGE = TurnJudgeSpec(
     name="turn_relevance",
     kind="turn",
-    requires=("session",),
+    requires=("session", "response"),
     template="turn_relevance.j2",
 )
