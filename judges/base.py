@@ -89,7 +89,8 @@ class BinaryVerdict(BaseModel):
 JudgeKind = Literal["answer", "retrieval", "deterministic", "agent", "session", "turn"]
 JudgeMode = Literal["answer", "per_chunk", "deterministic", "per_turn"]
 Requirement = Literal["response", "expected", "context", "expected_context",
-                      "expected_tool_calls", "agent_run", "session", "turn_context"]
+                      "expected_tool_calls", "agent_run", "session", "turn_context",
+                      "turn_expected"]
 # Where each kind's per-row fields and run metrics are published.
 KIND_AREAS: dict[str, str] = {
     "answer": "response/llm_judged",
@@ -109,6 +110,7 @@ REQUIREMENT_TESTS: dict[str, Callable[[EvalRow], bool]] = {
     "agent_run": lambda row: row.is_agent_run,
     "session": lambda row: row.is_session,
     "turn_context": lambda row: has_turn_context(row.trajectory),
+    "turn_expected": lambda row: any(e is not None for e in row.expected_turns or ()),
 }
 REQUIREMENT_COLUMNS: dict[str, str] = {
     "response": "response (or trace)",
@@ -119,6 +121,7 @@ REQUIREMENT_COLUMNS: dict[str, str] = {
     "agent_run": "a trajectory (or trace) with tool calls",
     "session": "a conversation of two or more user turns",
     "turn_context": "a conversation turn with retrieved documents",
+    "turn_expected": "expected_turns",
 }
 
 

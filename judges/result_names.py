@@ -61,6 +61,10 @@ def _agent_inputs(row: EvalRow) -> dict:
         fields["trajectory"] = row.trajectory.model_dump(mode="json", exclude_defaults=True)
     if row.expected_tool_calls is not None:
         fields["expected_tool_calls"] = row.expected_tool_calls.model_dump(mode="json")
+    if row.expected_turns is not None:
+        fields["expected_turns"] = [None if e is None else e.model_dump(mode="json",
+                                                                         exclude_none=True)
+                                    for e in row.expected_turns]
     return fields
 
 

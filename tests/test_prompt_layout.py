@@ -46,7 +46,7 @@ def assert_static_first(first: list[dict], second: list[dict]) -> None:
 
 
 def _session(tag: str, facts: bool) -> dict:
-    """A two-turn conversation whose turns retrieved documents (for the session judges)."""
+    """A two-turn conversation that retrieved documents and has an expected last turn."""
     row = _row(tag, facts)
     docs = [{"content": c["content"], "doc_uri": c["doc_uri"]} for c in row["retrieved_context"]]
     steps = [{"kind": "user_message", "text": f"{tag} first question?"},
@@ -55,7 +55,9 @@ def _session(tag: str, facts: bool) -> dict:
              {"kind": "user_message", "text": f"{tag} question?"},
              {"kind": "retrieval", "text": f"{tag} query", "documents": docs},
              {"kind": "assistant_message", "text": f"{tag} answer."}]
-    return {**row, "trajectory": {"steps": steps}}
+    expected = ({"expected_facts": row["expected_facts"]} if facts
+                else {"expected_response": row["expected_response"]})
+    return {**row, "trajectory": {"steps": steps}, "expected_turns": [None, expected]}
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_JUDGES))

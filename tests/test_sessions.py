@@ -346,3 +346,47 @@ def test_a_generated_answer_is_the_last_turn_and_a_failed_one_is_an_error(fake_l
     assert records["hard"][f"{RELEVANCE}/rating"] is None
     assert "generation failed" in records["hard"][f"{RELEVANCE}/error_message"]
     assert (metrics[f"{RELEVANCE}/rated_count"], metrics[f"{RELEVANCE}/error_count"]) == (1, 1)
+
+
+# --- per-turn correctness where expected_turns gives a turn its expectation ---------------------
+
+def _with_expectations(row: dict, expected: list) -> dict:
+    return {**row, "expected_turns": expected}
+
+
+def test_turn_correctness_judges_only_the_turns_with_an_expectation(tmp_path):
+    row = _with_expectations(
+        _session("plans", [("What is the Pro plan limit?", "600 requests per minute."),
+                           ("And the Team plan?", "It allows 1200 requests per minute."),
+                           ("Thanks!", "You're welcome.")]),
+        [{"expected_facts": ["600 requests per minute"]},
+         {"expected_response": "The Team plan allows 2000 calls each hour."}, None])
+    asyncio.run(evaluate(EvaluateParams(
+        rows=[row, SINGLE], judge=JudgeModel(model="judgeflow/offline"), output=str(tmp_path),
+        suite="s", run_id="r", use_cache=False, judges=["turn_correctness"])))
+    run = tmp_path / "s" / "r"
+    record = json.loads((run / "results.jsonl").read_text().splitlines()[0])
+    metrics = json.loads((run / "metrics.json").read_text())
+    correct = "turn/llm_judged/turn_correctness"
+    assert record[f"{correct}/ratings"] == ["yes", "no", None]
+    assert record[f"{correct}/rationales"][2].startswith("not judged")
+    assert record[f"{correct}/unjudged_turn_count"] == 1
+    assert record[f"{correct}/rating"] == "no"
+    assert record["expected_turns"] == row["expected_turns"]  # published as given
+    assert metrics[f"{correct}/turns/rated_count"] == 2
+    assert metrics[f"{correct}/turns/unjudged_count"] == 1
+    assert metrics[f"{correct}/turns/percentage"] == 0.5
+
+
+def test_expected_turns_that_do_not_line_up_with_the_session_are_rejected_by_name():
+    session = _session("plans", [("What is the Pro plan limit?", "600 per minute."),
+                                 ("And the Team plan?", "1200 per minute.")])
+    rows = [_with_expectations(session, [{"expected_response": "600."}]),
+            _with_expectations({**session, "request_id": "both"},
+                               [None, {"expected_response": "x", "expected_facts": ["y"]}]),
+            _with_expectations({**SINGLE, "request_id": "one"}, [{"expected_response": "x"}])]
+    problems = validate_table(table_from_rows(rows)).problems
+    assert [(p.request_id, p.column) for p in problems] == [
+        ("plans", "expected_turns"), ("both", "expected_turns"), ("one", "expected_turns")]
+    assert "1 entries, the session 2 assistant turns" in problems[0].problem
+    assert "exactly one of expected_response and expected_facts" in problems[1].problem

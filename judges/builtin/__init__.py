@@ -36,6 +36,7 @@ from judges.builtin import (  # noqa: E402 - appended registrations
     conversation_completeness,
     knowledge_retention,
     offline_session,  # noqa: F401 - registers the session and turn offline rules
+    turn_correctness,
     turn_groundedness,
     turn_relevance,
 )
@@ -43,5 +44,5 @@ from judges.builtin import (  # noqa: E402 - appended registrations
 BUILTIN_JUDGES.update({
     module.JUDGE.name: module.JUDGE
     for module in (conversation_completeness, knowledge_retention, turn_relevance,
-                   turn_groundedness)
+                   turn_groundedness, turn_correctness)
 })

@@ -13,6 +13,7 @@ an error of each of them, never judged on its earlier turns alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from judges.base import JudgeMode, JudgeSpec, judge_messages
 from judges.rows import Chunk, EvalRow
@@ -20,6 +21,7 @@ from judges.trajectory.conversation import AssistantTurn, assistant_turns, with_
 from judges.trajectory.render import render_for_judge
 
 NO_DOCUMENTS = "not judged: the turn retrieved no document with content"
+NO_EXPECTATION = "not judged: expected_turns gives this turn no expectation"
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,12 @@ class TurnJudgeSpec(JudgeSpec):
     """A yes/no judge asked once per assistant turn of a session, the earlier turns as context.
 
     Attributes:
-        needs_documents: judge only turns that retrieved documents; the others are left out of
-            the turn's pass rate and counted (`unjudged_turn_count`).
+        only_turns_with: "documents" judges only turns that retrieved documents, "expectation"
+            only turns that expected_turns gives an expectation; the others are left out of the
+            turn pass rate and counted (`unjudged_turn_count`).
     """
 
-    needs_documents: bool = False
+    only_turns_with: Literal["any", "documents", "expectation"] = "any"
 
     @property
     def mode(self) -> JudgeMode:
@@ -53,11 +56,15 @@ class TurnJudgeSpec(JudgeSpec):
         """The row's assistant turns, each of which gets a verdict (or a reason it has none)."""
         if row.trajectory is None:
             return ()
-        return assistant_turns(with_response(row.trajectory, row.response))
+        return assistant_turns(with_response(row.trajectory, row.response), row.expected_turns)
 
     def unjudged_reason(self, turn: AssistantTurn) -> str | None:
         """Why this judge cannot judge the turn; None when it can."""
-        return NO_DOCUMENTS if self.needs_documents and not turn.documents else None
+        if self.only_turns_with == "documents" and not turn.documents:
+            return NO_DOCUMENTS
+        if self.only_turns_with == "expectation" and turn.expected is None:
+            return NO_EXPECTATION
+        return None
 
     def render_turn(self, row: EvalRow, turn: AssistantTurn) -> list[dict]:
         """The messages that ask about one turn."""

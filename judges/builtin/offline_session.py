@@ -16,6 +16,8 @@ content indented, so the content can never pass for a header.
 - turn_relevance: "yes" iff the turn's reply answers the turn's user message, the earlier topic
   read from the earlier turns' block.
 - turn_groundedness: the turn's reply has coverage >= 0.5 in the documents that turn retrieved.
+- turn_correctness: every expected fact of the turn (or its expected response) has coverage
+  >= 0.5 in the turn's reply, as the offline correctness rule does for a row.
 - conversation_completeness: "yes" iff every user message is answered: a follow-up or short
   one by the assistant's next reply, any other by what the assistant said after it.
 - knowledge_retention: the key facts the user gave before the last answered turn are its
@@ -111,6 +113,16 @@ def _turn_groundedness(blocks: dict[str, list[str]]) -> dict:
                   f"reply words found in the turn's documents {measured:.0%}", GROUNDED)
 
 
+def _turn_correctness(blocks: dict[str, list[str]]) -> dict:
+    reply = "\n".join(blocks.get("turn_response", []))
+    if "turn_expected_facts" in blocks:
+        expected = [f for f in blocks["turn_expected_facts"][0].splitlines() if f.strip()]
+    else:
+        expected = blocks.get("turn_expected_response", [""])
+    worst = min((coverage(item, reply) for item in expected), default=1.0)
+    return _reply(worst >= GROUNDED, f"the least-covered expected item {worst:.0%}", GROUNDED)
+
+
 def _conversation_completeness(blocks: dict[str, list[str]]) -> dict:
     said = conversation("\n".join(blocks.get("conversation", [])))
     missed = []
@@ -162,6 +174,7 @@ def _knowledge_retention(blocks: dict[str, list[str]]) -> dict:
 OFFLINE_RULES.update({
     "turn_relevance": _turn_relevance,
     "turn_groundedness": _turn_groundedness,
+    "turn_correctness": _turn_correctness,
     "conversation_completeness": _conversation_completeness,
     "knowledge_retention": _knowledge_retention,
 })

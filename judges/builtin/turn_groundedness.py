@@ -10,5 +10,5 @@ JUDGE = TurnJudgeSpec(
     kind="turn",
     requires=("session", "response", "turn_context"),
     template="turn_groundedness.j2",
-    needs_documents=True,
+    only_turns_with="documents",
 )

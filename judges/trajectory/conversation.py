@@ -9,7 +9,10 @@ it as its context, so a judge of turn k reads turns 1..k-1 too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from judges.trajectory.model import Document, Step, Trajectory
 from judges.trajectory.render import render_for_judge
@@ -17,6 +20,27 @@ from judges.trajectory.render import render_for_judge
 NO_EARLIER_TURNS = "(this is the first turn of the conversation)"
 NO_TEXT_REPLY = "(the assistant gave no text reply in this turn)"
 _REPLY_KINDS = ("assistant_message", "tool_call")
+
+
+class TurnExpectation(BaseModel):
+    """What one assistant turn should say: an expected response or expected facts, not both."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    expected_response: str | None = Field(None, description="The turn's ground-truth answer")
+    expected_facts: tuple[str, ...] | None = Field(
+        None, description="Facts the turn's answer must state")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TurnExpectation:
+        if (self.expected_response is None) == (self.expected_facts is None):
+            raise ValueError("give exactly one of expected_response and expected_facts")
+        if self.expected_response is not None and not self.expected_response.strip():
+            raise ValueError("expected_response is blank: there is nothing to judge against")
+        if self.expected_facts is not None and (
+                not self.expected_facts or not all(f.strip() for f in self.expected_facts)):
+            raise ValueError("expected_facts must be a non-empty list of non-blank strings")
+        return self
 
 
 class AssistantTurn(NamedTuple):
@@ -27,12 +51,14 @@ class AssistantTurn(NamedTuple):
         earlier: every step before its user message (the context it is judged in).
         user_message: what the user said.
         steps: what followed, up to the next user message.
+        expected: what it should say, where the row's expected_turns gives it.
     """
 
     number: int
     earlier: tuple[Step, ...]
     user_message: str
     steps: tuple[Step, ...]
+    expected: TurnExpectation | None = None
 
     @property
     def reply(self) -> str:
@@ -54,8 +80,16 @@ class AssistantTurn(NamedTuple):
         return render_for_judge(Trajectory(steps=self.earlier))
 
 
-def assistant_turns(trajectory: Trajectory | None) -> tuple[AssistantTurn, ...]:
-    """The session's assistant turns, in order (none for a row without a trajectory)."""
+def assistant_turns(
+    trajectory: Trajectory | None,
+    expected: Sequence[TurnExpectation | None] | None = None,
+) -> tuple[AssistantTurn, ...]:
+    """The session's assistant turns, in order (none for a row without a trajectory).
+
+    Args:
+        trajectory: the conversation.
+        expected: one expectation (or None) per assistant turn, in order (expected_turns).
+    """
     if trajectory is None:
         return ()
     turns: list[AssistantTurn] = []
@@ -63,8 +97,10 @@ def assistant_turns(trajectory: Trajectory | None) -> tuple[AssistantTurn, ...]:
     for turn in trajectory.turns():
         answered = any(step.kind in _REPLY_KINDS for step in turn.steps)
         if turn.user_message is not None and answered:
-            turns.append(AssistantTurn(len(turns) + 1, tuple(done),
-                                       turn.user_message.text or "", turn.steps))
+            index = len(turns)
+            expectation = expected[index] if expected and index < len(expected) else None
+            turns.append(AssistantTurn(index + 1, tuple(done), turn.user_message.text or "",
+                                       turn.steps, expectation))
         done += ([turn.user_message] if turn.user_message is not None else []) + list(turn.steps)
     return tuple(turns)
 

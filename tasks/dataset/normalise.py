@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from judges.rows import EvalRow, Message
+from judges.trajectory.conversation import assistant_turns, with_response
 from judges.trajectory.expected import ExpectedToolCalls
 from judges.trajectory.model import Trajectory
 from tasks.agents.chat_messages import trajectory_from_chat_messages
@@ -86,8 +87,33 @@ def _agent_fields(record: dict, messages: list[dict], response: str | None) -> d
     return fields
 
 
+class TurnCountError(ValueError):
+    """expected_turns does not give one entry per assistant turn of the session."""
+
+
+def _check_expected_turns(row: EvalRow) -> None:
+    """expected_turns must line up with the session's assistant turns, or it means nothing."""
+    if row.expected_turns is None:
+        return
+    # A response still to be generated answers the last turn: count it as an answer.
+    answered = with_response(row.trajectory, row.response or "") if row.trajectory else None
+    turns = len(assistant_turns(answered))
+    if turns < 2:
+        raise TurnCountError("expected_turns is for a session (two or more user turns with "
+                             f"their answers); this row has {turns} assistant turn(s)")
+    if len(row.expected_turns) != turns:
+        raise TurnCountError(f"expected_turns has {len(row.expected_turns)} entries, the "
+                             f"session {turns} assistant turns: give one entry (or null) each")
+
+
 def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
-    """A validated record as an EvalRow."""
+    """A validated record as an EvalRow.
+
+    Raises:
+        ValidationError: a field that does not fit the row model.
+        AgentRunError: a trajectory, trace or conversation that cannot be read.
+        TurnCountError: expected_turns that do not line up with the session's turns.
+    """
     known = {k: v for k, v in record.items()
              if k in KNOWN_COLUMNS and k not in _DERIVED_COLUMNS}
     extra = {k: v for k, v in record.items() if k not in KNOWN_COLUMNS}
@@ -95,7 +121,9 @@ def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
     fields["request_id"] = request_id
     messages = request_messages(record["request"])
     fields.update(_agent_fields(record, messages, fields.get("response")))
-    return EvalRow(row_index=row_index, messages=messages, extra=extra, **fields)
+    row = EvalRow(row_index=row_index, messages=messages, extra=extra, **fields)
+    _check_expected_turns(row)
+    return row
 
 
 def _normalise_problem(
@@ -144,6 +172,8 @@ def normalise_rows(
             rows.append(normalise(index, record, ids[index]))
         except ValidationError as error:
             problems.append(_normalise_problem(index, ids[index], record, error))
+        except TurnCountError as error:
+            problems.append(RowProblem(index, ids[index], "expected_turns", str(error)))
         except AgentRunError as error:
             column = next(c for c in ("trajectory", "trace", "request") if record.get(c))
             problems.append(RowProblem(index, ids[index], column, str(error)))

@@ -34,6 +34,7 @@ from tasks.dataset.cells import (
 from tasks.dataset.chat import request_problem
 from tasks.dataset.columns import column_problems
 from tasks.dataset.normalise import normalise_rows
+from tasks.dataset.session_cells import expected_turns_problem
 from tasks.dataset.table import RawTable, RecordBatch, RowProblem
 
 # What each known column's cells must be: the check's label is the column name, so that a
@@ -49,6 +50,7 @@ CELL_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "trace": trace_problem,
     "trajectory": trajectory_problem,
     "expected_tool_calls": expected_tool_calls_problem,
+    "expected_turns": expected_turns_problem,
 }
 CellChecks = Mapping[str, Callable[[Any], str | None]]
 # The judges people may label when a run defines none of its own (flows add theirs).
