@@ -17,7 +17,7 @@ import jinja2
 
 from judges.base import JudgeSpec
 from judges.builtin.aspect_critic import majority
-from judges.builtin.conversation import TurnJudgeSpec
+from judges.builtin.sessions.specs import TurnJudgeSpec
 from judges.calls import JudgeContext, judged_call
 from judges.plan import JudgePlan
 from judges.results import JudgeResult, RowResult, Verdict, failed, not_applied

@@ -30,19 +30,8 @@ BUILTIN_JUDGES: dict[str, JudgeSpec] = {
 }
 BUILTIN_JUDGES.update({judge.name: judge for judge in tool_calls.JUDGES})
 
-# Sessions (issue 25): judges of the whole conversation and of each assistant turn; they apply
-# only to rows of two or more user turns. offline_session adds their offline heuristics.
-from judges.builtin import (  # noqa: E402 - appended registrations
-    conversation_completeness,
-    knowledge_retention,
-    offline_session,  # noqa: F401 - registers the session and turn offline rules
-    turn_correctness,
-    turn_groundedness,
-    turn_relevance,
-)
+# Sessions (issue 25): judges of the whole conversation and of each assistant turn, applying
+# only to rows of two or more user turns (their offline heuristics register on import).
+from judges.builtin import sessions  # noqa: E402 - appended registrations
 
-BUILTIN_JUDGES.update({
-    module.JUDGE.name: module.JUDGE
-    for module in (conversation_completeness, knowledge_retention, turn_relevance,
-                   turn_groundedness, turn_correctness)
-})
+BUILTIN_JUDGES.update({judge.name: judge for judge in sessions.JUDGES})

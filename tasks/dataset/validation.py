@@ -24,6 +24,7 @@ from tasks.dataset.cells import (
     chunk_labels_problem,
     chunks_problem,
     expected_response_problem,
+    expected_turns_problem,
     facts_problem,
     labels_problem,
     preference_problem,
@@ -34,7 +35,6 @@ from tasks.dataset.cells import (
 from tasks.dataset.chat import request_problem
 from tasks.dataset.columns import column_problems
 from tasks.dataset.normalise import normalise_rows
-from tasks.dataset.session_cells import expected_turns_problem
 from tasks.dataset.table import RawTable, RecordBatch, RowProblem
 
 # What each known column's cells must be: the check's label is the column name, so that a

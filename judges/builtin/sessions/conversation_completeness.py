@@ -1,6 +1,6 @@
 """conversation_completeness: was every request the user made addressed by the session's end?"""
 
-from judges.builtin.conversation import SessionJudgeSpec
+from judges.builtin.sessions.specs import SessionJudgeSpec
 
 JUDGE = SessionJudgeSpec(
     name="conversation_completeness",

@@ -1,6 +1,6 @@
 """knowledge_retention: did the assistant keep what the user said in earlier turns?"""
 
-from judges.builtin.conversation import SessionJudgeSpec
+from judges.builtin.sessions.specs import SessionJudgeSpec
 
 JUDGE = SessionJudgeSpec(
     name="knowledge_retention",

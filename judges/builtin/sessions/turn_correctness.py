@@ -4,7 +4,7 @@ Only turns that expected_turns gives an expectation are judged; the others are c
 unjudged turns.
 """
 
-from judges.builtin.conversation import TurnJudgeSpec
+from judges.builtin.sessions.specs import TurnJudgeSpec
 
 JUDGE = TurnJudgeSpec(
     name="turn_correctness",

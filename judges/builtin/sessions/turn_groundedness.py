@@ -3,7 +3,7 @@
 Only turns with retrieval steps are judged; the others are counted as unjudged turns.
 """
 
-from judges.builtin.conversation import TurnJudgeSpec
+from judges.builtin.sessions.specs import TurnJudgeSpec
 
 JUDGE = TurnJudgeSpec(
     name="turn_groundedness",

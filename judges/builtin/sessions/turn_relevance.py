@@ -1,6 +1,6 @@
 """turn_relevance: is each assistant turn relevant to its user message, given the turns before?"""
 
-from judges.builtin.conversation import TurnJudgeSpec
+from judges.builtin.sessions.specs import TurnJudgeSpec
 
 JUDGE = TurnJudgeSpec(
     name="turn_relevance",
