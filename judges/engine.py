@@ -21,7 +21,7 @@ from judges.builtin.sessions.specs import TurnJudgeSpec
 from judges.calls import JudgeContext, judged_call
 from judges.plan import JudgePlan
 from judges.results import JudgeResult, RowResult, Verdict, failed, not_applied
-from judges.rows import Chunk, EvalRow, generation_failure
+from judges.rows import Chunk, EvalRow, as_planned, generation_failure
 from judges.trajectory.conversation import AssistantTurn
 
 VOTE_MIN_TEMPERATURE = 0.7
@@ -182,11 +182,30 @@ _BY_MODE = {"answer": _judge_answer, "per_chunk": _judge_per_chunk,
             "per_turn": _judge_per_turn, "deterministic": _judge_deterministic}
 
 
+def _failed_turns(spec: TurnJudgeSpec, row: EvalRow, error: str) -> JudgeResult:
+    """A per-turn judge that could not judge the row: each turn it would have judged failed.
+
+    So the session's turns stay in the pooled turn counts, as errors, rather than vanish.
+    """
+    turns = spec.turns(row)
+    reasons = [spec.unjudged_reason(turn) for turn in turns]
+    verdicts = tuple(Verdict(rationale=why) if why else Verdict(error=error) for why in reasons)
+    return JudgeResult(spec, Verdict(error=error), chunks=verdicts,
+                       unjudged_chunks=sum(why is not None for why in reasons))
+
+
 def unjudged(spec: JudgeSpec, row: EvalRow) -> JudgeResult:
-    """A row the judge does not apply to; a response that failed to generate is its error."""
+    """A row the judge does not apply to; a response that failed to generate is its error.
+
+    Its error only where the judge would have judged the row had the response been generated:
+    a session judge is no judge of a single-turn row, whatever became of its response.
+    """
     failure = generation_failure(row)
-    if failure and spec.needs_response:
-        return failed(spec, f"no response to judge: its generation failed ({failure})")
+    if failure and spec.needs_response and spec.applies_to(as_planned(row)):
+        error = f"no response to judge: its generation failed ({failure})"
+        if isinstance(spec, TurnJudgeSpec):
+            return _failed_turns(spec, as_planned(row), error)
+        return failed(spec, error)
     return not_applied(spec)
 
 
@@ -219,7 +238,8 @@ def failed_rows(rows: list[EvalRow], plan: JudgePlan, error: str) -> list[RowRes
         RowResult(
             row,
             tuple(
-                failed(spec, message, len(row.retrieved_context or []))
+                (_failed_turns(spec, row, message) if isinstance(spec, TurnJudgeSpec)
+                 else failed(spec, message, len(row.retrieved_context or [])))
                 if spec.applies_to(row) else unjudged(spec, row)
                 for spec in plan.judges
             ),

@@ -332,20 +332,29 @@ def test_a_generated_answer_is_the_last_turn_and_a_failed_one_is_an_error(fake_l
     fake_llm.script = script
     hard = _chat("hard", "")
     hard["request"]["messages"][-1]["content"] = "Yes #hard"
-    rows = [_chat("generated", ""), hard]
+    rows = [_chat("generated", ""), hard, {**SINGLE, "request": "Capital of Peru? #hard"}]
     for row in rows:
         del row["response"]
     candidate = CandidateModel(model="openai/candidate", api_base=fake_llm.api_base,
                                max_attempts=1)
-    metrics, records = _evaluate(fake_llm, tmp_path, rows, judges=["turn_relevance"],
+    metrics, records = _evaluate(fake_llm, tmp_path, rows,
+                                 judges=["turn_relevance", "knowledge_retention"],
                                  candidate=candidate)
+    # A single-turn row is no session, whatever became of its response: no error of theirs.
+    assert records["single"][f"{RELEVANCE}/error_message"] is None
+    assert records["single"][f"{RETENTION}/error_message"] is None
+    assert (metrics[f"{RETENTION}/rated_count"], metrics[f"{RETENTION}/error_count"]) == (1, 1)
     judged = [_blocks(b)["turn_response"][0] for b in fake_llm.requests
-              if b["model"] != "candidate"]
+              if b["model"] != "candidate" and _assessment(b) == "turn_relevance"]
     assert EIFFEL_DETAILS in judged  # the generated answer was judged as turn 2
     assert records["generated"][f"{RELEVANCE}/ratings"] == ["yes", "yes"]
     assert records["hard"][f"{RELEVANCE}/rating"] is None
     assert "generation failed" in records["hard"][f"{RELEVANCE}/error_message"]
     assert (metrics[f"{RELEVANCE}/rated_count"], metrics[f"{RELEVANCE}/error_count"]) == (1, 1)
+    # Its two turns (the one answered and the one never answered) stay counted, as errors.
+    assert records["hard"][f"{RELEVANCE}/ratings"] == [None, None]
+    assert metrics[f"{RELEVANCE}/turns/error_count"] == 2
+    assert metrics[f"{RELEVANCE}/turns/rated_count"] == 2
 
 
 # --- per-turn correctness where expected_turns gives a turn its expectation ---------------------
