@@ -14,6 +14,7 @@ import jinja2
 from pydantic import BaseModel, ConfigDict, Field
 
 from judges.rows import Chunk, EvalRow
+from judges.trajectory.conversation import has_turn_context
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 SYSTEM_TEMPLATE = "_system.j2"
@@ -85,10 +86,11 @@ class BinaryVerdict(BaseModel):
         return self.rating
 
 
-JudgeKind = Literal["answer", "retrieval", "deterministic", "agent", "session"]
-JudgeMode = Literal["answer", "per_chunk", "deterministic"]
+JudgeKind = Literal["answer", "retrieval", "deterministic", "agent", "session", "turn"]
+JudgeMode = Literal["answer", "per_chunk", "deterministic", "per_turn"]
 Requirement = Literal["response", "expected", "context", "expected_context",
-                      "expected_tool_calls", "agent_run", "session"]
+                      "expected_tool_calls", "agent_run", "session", "turn_context",
+                      "turn_expected"]
 # Where each kind's per-row fields and run metrics are published.
 KIND_AREAS: dict[str, str] = {
     "answer": "response/llm_judged",
@@ -96,6 +98,7 @@ KIND_AREAS: dict[str, str] = {
     "deterministic": "agent/ground_truth",
     "agent": "agent/llm_judged",
     "session": "session/llm_judged",
+    "turn": "turn/llm_judged",
 }
 
 REQUIREMENT_TESTS: dict[str, Callable[[EvalRow], bool]] = {
@@ -106,6 +109,8 @@ REQUIREMENT_TESTS: dict[str, Callable[[EvalRow], bool]] = {
     "expected_tool_calls": lambda row: row.expected_tool_calls is not None,
     "agent_run": lambda row: row.is_agent_run,
     "session": lambda row: row.is_session,
+    "turn_context": lambda row: has_turn_context(row.trajectory),
+    "turn_expected": lambda row: any(e is not None for e in row.expected_turns or ()),
 }
 REQUIREMENT_COLUMNS: dict[str, str] = {
     "response": "response (or trace)",
@@ -115,7 +120,17 @@ REQUIREMENT_COLUMNS: dict[str, str] = {
     "expected_tool_calls": "expected_tool_calls",
     "agent_run": "a trajectory (or trace) with tool calls",
     "session": "a conversation of two or more user turns",
+    "turn_context": "a conversation turn with retrieved documents",
+    "turn_expected": "expected_turns",
 }
+
+
+def judge_messages(template: str, context: dict) -> list[dict]:
+    """The shared system prompt and `template` rendered with `context`, as chat messages."""
+    env = prompt_environment()
+    user = env.get_template(template).render(**context)
+    system = env.get_template(SYSTEM_TEMPLATE).render()
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 @dataclass(frozen=True)
@@ -192,10 +207,16 @@ class JudgeSpec:
 
     def render(self, row: EvalRow, chunk: Chunk | None = None) -> list[dict]:
         """The chat messages for one call: the shared system prompt and this judge's prompt."""
-        env = prompt_environment()
-        user = env.get_template(self.template).render(**self.template_context(row, chunk))
-        system = env.get_template(SYSTEM_TEMPLATE).render()
-        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return judge_messages(self.template, self.template_context(row, chunk))
+
+    def call_count(self, row: EvalRow) -> int:
+        """The model calls one row costs: one per sample, per chunk for a per-chunk judge."""
+        return self.samples * (len(row.chunks_with_content) if self.per_chunk else 1)
+
+    def prompts(self, row: EvalRow) -> list[list[dict]]:
+        """Every distinct prompt the judge sends for the row (each sent `samples` times)."""
+        return [self.render(row, chunk)
+                for chunk in (row.chunks_with_content if self.per_chunk else [None])]
 
     @property
     def prompt_hash(self) -> str:

@@ -115,7 +115,8 @@ def call_metadata(provenance: dict | None, sample_index: int) -> dict[str, str]:
     """
     who = {**(provenance or {}), "sample": sample_index}
     return {key: str(who[key]) for key in ("judge", "request_id", "row_index", "chunk_index",
-                                            "order", "sample") if who.get(key) is not None}
+                                            "turn_index", "order", "sample")
+            if who.get(key) is not None}
 
 
 def _tally(usage: Usage, spent: Usage, provenance: dict | None) -> None:

@@ -1,22 +1,28 @@
 """Judging rows: every call of every judge concurrent, dispatched on the judge's mode.
 
 An "answer" judge asks once per row, or `samples` times and takes a strict majority; a
-"per_chunk" judge asks once per retrieved chunk and reports precision. Outcomes are typed
-(judges/results.py); output names come later, in one place.
+"per_chunk" judge asks once per retrieved chunk and reports precision; a "per_turn" judge asks
+once per assistant turn of a session and passes the session only when every rated turn passes.
+Both part-wise modes share one rule: a part that could not be rated leaves the row without a
+rate (an error), and a part that cannot be judged at all is left out and counted. Outcomes are
+typed (judges/results.py); output names come later, in one place.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 
 import jinja2
 
 from judges.base import JudgeSpec
 from judges.builtin.aspect_critic import majority
+from judges.builtin.sessions.specs import TurnJudgeSpec
 from judges.calls import JudgeContext, judged_call
 from judges.plan import JudgePlan
 from judges.results import JudgeResult, RowResult, Verdict, failed, not_applied
-from judges.rows import Chunk, EvalRow, generation_failure
+from judges.rows import Chunk, EvalRow, as_planned, generation_failure
+from judges.trajectory.conversation import AssistantTurn
 
 VOTE_MIN_TEMPERATURE = 0.7
 NO_CONTENT = "not judged: the chunk has no content"
@@ -27,19 +33,24 @@ class PromptRenderError(ValueError):
     """A (custom) judge template that cannot render for a row."""
 
 
-def _render(spec: JudgeSpec, row: EvalRow, chunk: Chunk | None = None) -> list[dict]:
+def _render(spec: JudgeSpec, row: EvalRow, chunk: Chunk | None = None,
+            turn: AssistantTurn | None = None) -> list[dict]:
     """The judge's messages; a template that fails on this row is this judge's error here."""
     try:
+        if turn is not None:
+            return spec.render_turn(row, turn)  # type: ignore[attr-defined]  # TurnJudgeSpec
         return spec.render(row, chunk)
     except jinja2.TemplateError as error:
         message = f"prompt of judge {spec.name!r} failed to render: {error}"
         raise PromptRenderError(message) from None
 
 
-def provenance(spec: JudgeSpec, row: EvalRow, chunk_index: int | None = None) -> dict:
-    """Who asks, for the audit log: judge, version, row and chunk."""
+def provenance(spec: JudgeSpec, row: EvalRow, chunk_index: int | None = None,
+               turn_index: int | None = None) -> dict:
+    """Who asks, for the audit log: judge, version, row, and chunk or turn."""
     return {"judge": spec.name, "output_prefix": spec.prefix, "judge_version": spec.version,
-            "request_id": row.request_id, "row_index": row.row_index, "chunk_index": chunk_index}
+            "request_id": row.request_id, "row_index": row.row_index, "chunk_index": chunk_index,
+            "turn_index": turn_index}
 
 
 async def _ask(
@@ -77,42 +88,88 @@ async def _judge_answer(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> Jud
     return JudgeResult(spec, verdict, samples=tuple(v.rating for v in verdicts))
 
 
-async def _judge_chunk(
-    ctx: JudgeContext, spec: JudgeSpec, row: EvalRow, chunk: Chunk, index: int
+async def _judge_part(
+    ctx: JudgeContext, spec: JudgeSpec, render: Callable[[], list[dict]], who: dict,
+    unjudged_reason: str | None,
 ) -> Verdict:
-    if not chunk.content:
-        return Verdict(rationale=NO_CONTENT)
+    """One chunk's or turn's verdict; one that cannot be judged has only the reason why."""
+    if unjudged_reason is not None:
+        return Verdict(rationale=unjudged_reason)
     try:
-        messages = _render(spec, row, chunk)
+        messages = render()
     except PromptRenderError as error:
         return Verdict(error=str(error))
-    return await _ask(ctx, spec, messages, provenance(spec, row, index))
+    return await _ask(ctx, spec, messages, who)
+
+
+def part_failure(what: str, failed_parts: list[int], total: int, first_error: str) -> str:
+    """The row-level error of a part-wise judge: which chunks or turns could not be rated."""
+    which = ", ".join(str(i) for i in failed_parts)
+    consequence = "no precision" if what == "chunk" else "no session rating"
+    return f"{what}(s) {which} of {total} could not be rated, so {consequence}: {first_error}"
 
 
 def chunk_failure(failed_chunks: list[int], total: int, first_error: str) -> str:
     """The row-level error of a per-chunk judge: which chunks could not be rated, and why."""
-    which = ", ".join(str(i) for i in failed_chunks)
-    return f"chunk(s) {which} of {total} could not be rated, so no precision: {first_error}"
+    return part_failure("chunk", failed_chunks, total, first_error)
+
+
+class _Parts:
+    """Verdicts of a row's parts (chunks or turns) and what they add up to."""
+
+    def __init__(self, what: str, verdicts: Sequence[Verdict], numbers: Sequence[int]):
+        failed_parts = [n for n, v in zip(numbers, verdicts, strict=True) if v.error]
+        rated = [v.rating for v in verdicts if v.rating is not None]
+        first = next((v.error for v in verdicts if v.error), None)
+        # A part that could not be rated leaves the row without a rate (the judge's error),
+        # rather than quietly shrinking the denominator.
+        self.error = part_failure(what, failed_parts, len(verdicts), first) if first else None
+        self.rated = rated
+        self.rate = rated.count("yes") / len(rated) if rated and not self.error else None
 
 
 async def _judge_per_chunk(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> JudgeResult:
     chunks = row.retrieved_context or []
-    verdicts = await asyncio.gather(
-        *(_judge_chunk(ctx, spec, row, chunk, i) for i, chunk in enumerate(chunks))
-    )
-    failed_chunks = [index for index, v in enumerate(verdicts) if v.error]
-    rated = [v.rating for v in verdicts if v.rating is not None]
-    # A chunk that could not be rated leaves the row without a precision (an error of the
-    # judge), rather than quietly shrinking the denominator. Chunks without content cannot be
-    # judged at all: they are left out and counted.
-    error = (
-        chunk_failure(failed_chunks, len(chunks), verdicts[failed_chunks[0]].error)
-        if failed_chunks else None
-    )
-    precision = rated.count("yes") / len(rated) if rated and not error else None
+    verdicts = await asyncio.gather(*(
+        _judge_part(ctx, spec, lambda c=chunk: _render(spec, row, c), provenance(spec, row, i),
+                    None if chunk.content else NO_CONTENT)
+        for i, chunk in enumerate(chunks)
+    ))
+    parts = _Parts("chunk", verdicts, range(len(chunks)))
+    # Chunks without content cannot be judged at all: they are left out and counted.
     return JudgeResult(
-        spec, Verdict(error=error), chunks=tuple(verdicts), precision=precision,
+        spec, Verdict(error=parts.error), chunks=tuple(verdicts), precision=parts.rate,
         unjudged_chunks=sum(not c.content for c in chunks),
+    )
+
+
+def _turn_verdict(parts: _Parts, turns: Sequence[AssistantTurn],
+                  verdicts: Sequence[Verdict]) -> Verdict:
+    """The session's verdict: "yes" iff every rated turn passes, none when a turn failed."""
+    if parts.error:
+        return Verdict(error=parts.error)
+    if not parts.rated:
+        return Verdict(rationale="no turn of the session could be judged")
+    failing = [t.number for t, v in zip(turns, verdicts, strict=True) if v.rating == "no"]
+    if failing:
+        which = ", ".join(map(str, failing))
+        return Verdict("no", f"turn(s) {which} of {len(turns)} did not pass")
+    return Verdict("yes", f"all {len(parts.rated)} rated turn(s) of {len(turns)} passed")
+
+
+async def _judge_per_turn(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> JudgeResult:
+    assert isinstance(spec, TurnJudgeSpec)  # only a TurnJudgeSpec has mode "per_turn"
+    turns = spec.turns(row)
+    verdicts = await asyncio.gather(*(
+        _judge_part(ctx, spec, lambda t=turn: _render(spec, row, turn=t),
+                    provenance(spec, row, turn_index=turn.number), spec.unjudged_reason(turn))
+        for turn in turns
+    ))
+    parts = _Parts("turn", verdicts, [t.number for t in turns])
+    return JudgeResult(
+        spec, _turn_verdict(parts, turns, verdicts), chunks=tuple(verdicts),
+        precision=parts.rate,
+        unjudged_chunks=sum(spec.unjudged_reason(t) is not None for t in turns),
     )
 
 
@@ -122,14 +179,33 @@ async def _judge_deterministic(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow)
 
 
 _BY_MODE = {"answer": _judge_answer, "per_chunk": _judge_per_chunk,
-            "deterministic": _judge_deterministic}
+            "per_turn": _judge_per_turn, "deterministic": _judge_deterministic}
+
+
+def _failed_turns(spec: TurnJudgeSpec, row: EvalRow, error: str) -> JudgeResult:
+    """A per-turn judge that could not judge the row: each turn it would have judged failed.
+
+    So the session's turns stay in the pooled turn counts, as errors, rather than vanish.
+    """
+    turns = spec.turns(row)
+    reasons = [spec.unjudged_reason(turn) for turn in turns]
+    verdicts = tuple(Verdict(rationale=why) if why else Verdict(error=error) for why in reasons)
+    return JudgeResult(spec, Verdict(error=error), chunks=verdicts,
+                       unjudged_chunks=sum(why is not None for why in reasons))
 
 
 def unjudged(spec: JudgeSpec, row: EvalRow) -> JudgeResult:
-    """A row the judge does not apply to; a response that failed to generate is its error."""
+    """A row the judge does not apply to; a response that failed to generate is its error.
+
+    Its error only where the judge would have judged the row had the response been generated:
+    a session judge is no judge of a single-turn row, whatever became of its response.
+    """
     failure = generation_failure(row)
-    if failure and spec.needs_response:
-        return failed(spec, f"no response to judge: its generation failed ({failure})")
+    if failure and spec.needs_response and spec.applies_to(as_planned(row)):
+        error = f"no response to judge: its generation failed ({failure})"
+        if isinstance(spec, TurnJudgeSpec):
+            return _failed_turns(spec, as_planned(row), error)
+        return failed(spec, error)
     return not_applied(spec)
 
 
@@ -162,7 +238,8 @@ def failed_rows(rows: list[EvalRow], plan: JudgePlan, error: str) -> list[RowRes
         RowResult(
             row,
             tuple(
-                failed(spec, message, len(row.retrieved_context or []))
+                (_failed_turns(spec, row, message) if isinstance(spec, TurnJudgeSpec)
+                 else failed(spec, message, len(row.retrieved_context or [])))
                 if spec.applies_to(row) else unjudged(spec, row)
                 for spec in plan.judges
             ),

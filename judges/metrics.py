@@ -48,7 +48,9 @@ class JudgeAggregate(NamedTuple):
     mean: float | None
     rated: int
     errors: int
-    unjudged_chunks: int = 0
+    unjudged_chunks: int = 0  # per-turn judges: unjudged turns
+    turns: Tally | None = None  # per-turn judges: every turn of every session, pooled
+    turn_pass_rates: Tally | None = None  # per-turn judges: each session's share of turns
 
 
 class MetricAggregate(NamedTuple):
@@ -75,7 +77,9 @@ class MetricsAccumulator:
         # Keyed by output prefix: an aspect and a judge may share a name, never a prefix.
         self._judges = {j.prefix: Tally() for j in plan.judges}
         self._metrics = {m.field: Tally() for m in plan.metrics}
-        self._unjudged_chunks = {j.prefix: 0 for j in plan.judges if j.per_chunk}
+        self._unjudged_chunks = {j.prefix: 0 for j in plan.judges
+                                 if j.per_chunk or j.mode == "per_turn"}
+        self._turns = {j.prefix: (Tally(), Tally()) for j in plan.judges if j.mode == "per_turn"}
         self.first_errors: dict[str, str] = {}  # by prefix: the example shown when many fail
 
     def add(self, result: RowResult) -> None:
@@ -91,14 +95,20 @@ class MetricsAccumulator:
         self._judges[prefix].add(judged.value, judged.errored)
         if judged.errored:
             self.first_errors.setdefault(prefix, judged.verdict.error)
-        if judged.spec.per_chunk:
+        if prefix in self._unjudged_chunks:
             self._unjudged_chunks[prefix] += judged.unjudged_chunks
+        if prefix in self._turns:
+            turns, rates = self._turns[prefix]
+            for turn in judged.chunks:  # a turn that could not be rated is a turn error
+                turns.add(turn.rating, turn.error is not None)
+            rates.add(judged.precision, judged.errored)
 
     def summary(self) -> RunSummary:
         """The typed aggregates: each judge's and each metric's mean and counts."""
         judges = tuple(
             JudgeAggregate(j, self._judges[j.prefix].mean, self._judges[j.prefix].rated,
-                           self._judges[j.prefix].errors, self._unjudged_chunks.get(j.prefix, 0))
+                           self._judges[j.prefix].errors, self._unjudged_chunks.get(j.prefix, 0),
+                           *self._turns.get(j.prefix, (None, None)))
             for j in self._plan.judges
         )
         metrics = tuple(

@@ -41,9 +41,8 @@ class JudgePlan:
         """The model calls a row needs, averaged over `rows` (for progress estimates only)."""
         if not rows:
             return 1.0
-        calls = sum(
-            judge.samples * (len(row.chunks_with_content) if judge.per_chunk else 1)
-            for row in rows for judge in self.judges if judge.applies_to(as_planned(row)))
+        calls = sum(judge.call_count(row) for row in rows for judge in self.judges
+                    if judge.applies_to(as_planned(row)))
         return max(calls / len(rows), 1.0)
 
 

@@ -5,6 +5,12 @@ Every key a run publishes is written here, from typed values:
   `retrieval/llm_judged/{judge}/ratings|rationales|error_messages|precision` (plus the row-level
   `error_message` and `unjudged_chunk_count`), `response/aspect_critic/{name}/...|verdicts`, and
   each deterministic metric's field; per run, the aggregate and count names (`run_metrics`).
+- Sessions: `session/llm_judged/{judge}/rating|rationale|error_message` like an answer judge;
+  per turn `turn/llm_judged/{judge}/ratings|rationales|error_messages` (one per assistant turn),
+  `turn_pass_rate`, `rating` (every rated turn passed), `rationale`, `error_message`,
+  `unjudged_turn_count`; per run `…/rating/percentage` over sessions, `…/turns/percentage`
+  pooled over turns with `…/turns/rated_count|error_count|unjudged_count`, and
+  `…/turn_pass_rate/average` (the mean share of a session's turns that pass).
 - Pairwise: a pair's `pairwise/...` fields (`pair_fields`), the Nova and reconciled blocks
   (`pairwise_metric_fields`, `NOVA_FIELDS`), a regression row's head-to-head fields.
 - Calibration: `calibration/{key}/{stat}` and the per-row `calibration/{key}/disagrees`.
@@ -55,6 +61,10 @@ def _agent_inputs(row: EvalRow) -> dict:
         fields["trajectory"] = row.trajectory.model_dump(mode="json", exclude_defaults=True)
     if row.expected_tool_calls is not None:
         fields["expected_tool_calls"] = row.expected_tool_calls.model_dump(mode="json")
+    if row.expected_turns is not None:
+        fields["expected_turns"] = [None if e is None else e.model_dump(mode="json",
+                                                                         exclude_none=True)
+                                    for e in row.expected_turns]
     return fields
 
 
@@ -65,6 +75,8 @@ def _chunks(chunks: list[Chunk] | None) -> list[dict] | None:
 def judge_fields(result: JudgeResult) -> dict:
     """One judge's per-row fields under its prefix."""
     prefix, verdict = result.spec.prefix, result.verdict
+    if result.spec.mode == "per_turn":
+        return _turn_fields(result)
     if result.spec.per_chunk:
         chunks = result.chunks or None  # no lists for a row the judge never reached
         return {
@@ -83,6 +95,34 @@ def judge_fields(result: JudgeResult) -> dict:
     if result.spec.records_samples:
         fields[f"{prefix}/verdicts"] = list(result.samples) if result.samples else None
     return fields
+
+
+def _turn_fields(result: JudgeResult) -> dict:
+    """A per-turn judge's fields: each turn's verdict, the pass rate, the session's verdict."""
+    prefix, verdict, turns = result.spec.prefix, result.verdict, result.chunks or None
+    return {
+        f"{prefix}/ratings": [t.rating for t in turns] if turns else None,
+        f"{prefix}/rationales": [t.rationale for t in turns] if turns else None,
+        f"{prefix}/error_messages": [t.error for t in turns] if turns else None,
+        turn_pass_rate_name(prefix): result.precision,
+        f"{prefix}/rating": verdict.rating,
+        f"{prefix}/rationale": verdict.rationale,
+        f"{prefix}/error_message": verdict.error,
+        f"{prefix}/unjudged_turn_count": result.unjudged_chunks if result.applied else None,
+    }
+
+
+TURN_PASS_RATE = "turn_pass_rate"
+
+
+def turn_pass_rate_name(prefix: str) -> str:
+    """A per-turn judge's per-row share of rated turns that pass."""
+    return f"{prefix}/{TURN_PASS_RATE}"
+
+
+def turns_base(prefix: str) -> str:
+    """Where a per-turn judge's pooled turn metrics hang: `{prefix}/turns/percentage|…_count`."""
+    return f"{prefix}/turns"
 
 
 def row_record(result: RowResult) -> dict:
@@ -131,6 +171,17 @@ def row_count_names(counts: Mapping[str, int]) -> dict[str, int]:
     return {f"{ROW_COUNT_AREA}{key}": value for key, value in counts.items()}
 
 
+class PartTally(Protocol):
+    """A running share of "yes" (judges/metrics.py's Tally)."""
+
+    rated: int
+    errors: int
+
+    @property
+    def mean(self) -> float | None:
+        """The share of "yes" among the rated; None when nothing was rated."""
+
+
 class JudgeTally(Protocol):
     """A judge's run-level outcome (judges/metrics.py's JudgeAggregate)."""
 
@@ -139,6 +190,8 @@ class JudgeTally(Protocol):
     rated: int
     errors: int
     unjudged_chunks: int
+    turns: PartTally | None
+    turn_pass_rates: PartTally | None
 
 
 class MetricTally(Protocol):
@@ -158,12 +211,26 @@ def run_metrics(judges: Iterable[JudgeTally], metrics: Iterable[MetricTally]) ->
         out |= {aggregate_name(judge.spec): judge.mean, rated: judge.rated, errors: judge.errors}
         if judge.spec.per_chunk:
             out[unjudged_name(judge.spec.prefix)] = judge.unjudged_chunks
+        if judge.turns is not None and judge.turn_pass_rates is not None:
+            out |= _turn_metrics(judge.spec.prefix, judge.turns, judge.turn_pass_rates,
+                                 judge.unjudged_chunks)
     for metric in metrics:
         rated, errors = count_names(metric.spec.field)
         out |= {metric_average_name(metric.spec): metric.mean, rated: metric.rated}
         if metric.spec.from_response:  # a failed generation is this metric's error
             out[errors] = metric.errors
     return out
+
+
+def _turn_metrics(prefix: str, turns: PartTally, rates: PartTally, unjudged: int) -> dict:
+    """A per-turn judge's pooled turn rate and mean per-session pass rate, with their counts."""
+    pooled = turns_base(prefix)
+    rated, errors = count_names(pooled)
+    rate = turn_pass_rate_name(prefix)
+    rate_rated, rate_errors = count_names(rate)
+    return {f"{pooled}/percentage": turns.mean, rated: turns.rated, errors: turns.errors,
+            f"{pooled}/unjudged_count": unjudged,
+            f"{rate}/average": rates.mean, rate_rated: rates.rated, rate_errors: rates.errors}
 
 
 # --------------------------------------------------------------------------- cost ledger

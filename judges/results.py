@@ -35,12 +35,16 @@ class JudgeResult:
     Attributes:
         spec: the judge.
         verdict: the row's verdict; for a per-chunk judge only its error (the row's rating is
-            the precision).
+            the precision); for a per-turn judge the session's: "yes" iff every rated turn
+            passed, an error when a turn could not be rated.
         applied: False when the row lacks the judge's inputs (neither rated nor an error).
-        chunks: per-chunk judges: one verdict per retrieved chunk, in order.
+        chunks: per-chunk judges: one verdict per retrieved chunk, in order; per-turn judges:
+            one per assistant turn.
         precision: per-chunk judges: relevant / rated chunks, None unless every chunk with
-            content was rated.
-        unjudged_chunks: per-chunk judges: chunks without content, which cannot be judged.
+            content was rated; per-turn judges: passing / rated turns (the turn pass rate),
+            None unless every judgeable turn was rated.
+        unjudged_chunks: per-chunk judges: chunks without content, which cannot be judged;
+            per-turn judges: turns the judge cannot judge (no retrieval, for groundedness).
         samples: voting judges: each sample's rating (None where the sample failed).
     """
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from judges.trajectory.conversation import TurnExpectation
 from judges.trajectory.expected import ExpectedToolCalls
 from judges.trajectory.model import Trajectory
 
@@ -85,6 +86,8 @@ class EvalRow(BaseModel):
     trajectory: Trajectory | None = Field(
         None, description="The agent run or conversation: its steps, from any source format")
     expected_tool_calls: ExpectedToolCalls | None = None
+    expected_turns: list[TurnExpectation | None] | None = Field(
+        None, description="A session's expectations, one (or null) per assistant turn")
     extra: dict[str, Any] = Field(default_factory=dict, description="Columns passed through")
 
     @property

@@ -5,6 +5,11 @@ Regression compares runs row by row, and a baseline is a published run, so its a
 (`…/rating`, `…/error_message`). Everything else in the regression code works on the
 `MetricField`s and `RowData` built here, never on key strings. A run that reuses an earlier
 run's judge calibration reads its `calibration/{key}/{stat}` metrics here too.
+
+A per-turn judge's session rate (`turn/llm_judged/{judge}/rating/percentage`) and mean turn pass
+rate (`…/turn_pass_rate/average`) are averages of per-row fields, so they pair, slice and gate
+like any other. Its pooled `…/turns/percentage` weighs sessions by their turn count: it is no
+average of a per-row field, so it has no `MetricField` (published, not paired or sliced).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, Literal, NamedTuple
 from judges.result_names import (
     CALIBRATION_AREA,
     TAG_PREFIX,
+    TURN_PASS_RATE,
     count_names,
     qualified,
     stat_name,
@@ -77,7 +83,10 @@ def metric_field(metric: str) -> MetricField | None:
                            f"{base}/error_messages", False)
     if metric.endswith(MEAN_SUFFIX):
         base = metric[: -len(MEAN_SUFFIX)]
-        return MetricField(metric, base, base, "mean", None, base.startswith("agent/"))
+        judge, _, last = base.rpartition("/")
+        # A session whose turn could not be rated has no pass rate: its judge's error.
+        error_field = f"{judge}/error_message" if last == TURN_PASS_RATE and judge else None
+        return MetricField(metric, base, base, "mean", error_field, base.startswith("agent/"))
     return None
 
 

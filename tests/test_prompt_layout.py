@@ -45,15 +45,29 @@ def assert_static_first(first: list[dict], second: list[dict]) -> None:
     assert all(line.endswith(":") and len(line) < 60 for line in static), static
 
 
-# Deterministic judges (tool-call matching) have no prompt.
-PROMPTED = sorted(n for n, j in BUILTIN_JUDGES.items() if j.mode != "deterministic")
+def _session(tag: str, facts: bool) -> dict:
+    """A two-turn conversation that retrieved documents and has an expected last turn."""
+    row = _row(tag, facts)
+    docs = [{"content": c["content"], "doc_uri": c["doc_uri"]} for c in row["retrieved_context"]]
+    steps = [{"kind": "user_message", "text": f"{tag} first question?"},
+             {"kind": "retrieval", "text": f"{tag} query", "documents": docs},
+             {"kind": "assistant_message", "text": f"{tag} first answer."},
+             {"kind": "user_message", "text": f"{tag} question?"},
+             {"kind": "retrieval", "text": f"{tag} query", "documents": docs},
+             {"kind": "assistant_message", "text": f"{tag} answer."}]
+    expected = ({"expected_facts": row["expected_facts"]} if facts
+                else {"expected_response": row["expected_response"]})
+    return {**row, "trajectory": {"steps": steps}, "expected_turns": [None, expected]}
 
 
-@pytest.mark.parametrize("name", PROMPTED)
+@pytest.mark.parametrize("name", sorted(BUILTIN_JUDGES))
 @pytest.mark.parametrize("facts", [True, False])
 def test_every_built_in_judge_puts_the_row_last(name, facts):
     spec = BUILTIN_JUDGES[name]
-    one, two = (normalise(i, _row(tag, facts), f"r{i}") for i, tag in enumerate(("alpha", "beta")))
+    if spec.samples == 0:
+        pytest.skip(f"{name} is deterministic: it sends no prompt")
+    shape = _session if spec.kind in ("session", "turn") else _row
+    one, two = (normalise(i, shape(tag, facts), f"r{i}") for i, tag in enumerate(("alpha", "beta")))
     chunk = 1 if spec.per_chunk else None
     assert_static_first(spec.render(one, one.retrieved_context[chunk] if chunk else None),
                         spec.render(two, two.retrieved_context[chunk] if chunk else None))

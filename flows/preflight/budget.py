@@ -112,10 +112,9 @@ def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgeP
         for spec in plan.judges:
             if not spec.samples or not spec.applies_to(planned):
                 continue  # a judge that asks no model costs nothing
-            chunks = planned.chunks_with_content if spec.per_chunk else [None]
-            for chunk in chunks:
+            for messages in spec.prompts(planned):
                 calls += spec.samples
-                prompt += spec.samples * _tokens(spec.render(planned, chunk))
+                prompt += spec.samples * _tokens(messages)
     scale = total / len(sample) if sample else 0.0
     calls_total, prompt_total = round(calls * scale), round(prompt * scale)
     cost = _Cost()

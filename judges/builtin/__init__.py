@@ -31,3 +31,9 @@ BUILTIN_JUDGES: dict[str, JudgeSpec] = {
 }
 BUILTIN_JUDGES.update({judge.name: judge for judge in tool_calls.JUDGES})
 BUILTIN_JUDGES.update({judge.name: judge for judge in agent.AGENT_JUDGES})
+
+# Sessions (issue 25): judges of the whole conversation and of each assistant turn, applying
+# only to rows of two or more user turns (their offline heuristics register on import).
+from judges.builtin import sessions  # noqa: E402 - appended registrations
+
+BUILTIN_JUDGES.update({judge.name: judge for judge in sessions.JUDGES})

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from judges.errors import shown
 from judges.pairwise.reconcile import PREFERENCES
+from judges.trajectory.conversation import TurnExpectation
 from judges.trajectory.expected import ExpectedToolCalls
 from tasks.agents.mlflow_trace import TraceError, parse_trace
 
@@ -154,4 +155,29 @@ def expected_tool_calls_problem(value: Any) -> str | None:
         where = ".".join(map(str, first["loc"]))
         detail = first["msg"].removeprefix("Value error, ")
         return f"{EXPECTED_CALLS}; {where + ': ' if where else ''}{detail}"
+    return None
+
+
+EXPECTED_TURNS = ('expected a list with one entry per assistant turn: null, {"expected_response": '
+                  'str} or {"expected_facts": [str, ...]}')
+
+
+def expected_turns_problem(value: Any) -> str | None:
+    """expected_turns: one expectation (or null) per assistant turn of the session."""
+    if not isinstance(value, list) or not value:
+        return f"{EXPECTED_TURNS}; got {shown(value)}"
+    for index, entry in enumerate(value):
+        if entry is None:
+            continue
+        if not isinstance(entry, dict):
+            return f"{EXPECTED_TURNS}; entry {index} is {shown(entry)}"
+        try:
+            TurnExpectation.model_validate(entry)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            detail = first["msg"].removeprefix("Value error, ")
+            return f"{EXPECTED_TURNS}; entry {index}{' ' + where if where else ''}: {detail}"
+    if all(entry is None for entry in value):
+        return "expected_turns gives no turn an expectation: leave the cell empty (null) instead"
     return None

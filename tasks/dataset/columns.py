@@ -23,6 +23,7 @@ KNOWN_COLUMNS = (
     "trace",
     "trajectory",
     "expected_tool_calls",
+    "expected_turns",
 )
 # Columns that stay in a row's extra fields but have a meaning: slices and people's labels.
 PASSTHROUGH_COLUMNS = ("tags", "human_labels", "human_preference")

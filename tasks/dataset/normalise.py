@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from judges.rows import EvalRow, Message
+from judges.trajectory.conversation import assistant_turns, with_response
 from judges.trajectory.expected import ExpectedToolCalls
 from judges.trajectory.model import Trajectory
 from tasks.agents.chat_messages import trajectory_from_chat_messages
@@ -105,8 +106,33 @@ def conversation_before_answer(trajectory: Trajectory) -> list[dict]:
              "content": step.text or ""} for step in spoken[:last_user + 1]]
 
 
+class TurnCountError(ValueError):
+    """expected_turns does not give one entry per assistant turn of the session."""
+
+
+def _check_expected_turns(row: EvalRow) -> None:
+    """expected_turns must line up with the session's assistant turns, or it means nothing."""
+    if row.expected_turns is None:
+        return
+    # A response still to be generated answers the last turn: count it as an answer.
+    answered = with_response(row.trajectory, row.response or "") if row.trajectory else None
+    turns = len(assistant_turns(answered))
+    if turns < 2:
+        raise TurnCountError("expected_turns is for a session (two or more user turns with "
+                             f"their answers); this row has {turns} assistant turn(s)")
+    if len(row.expected_turns) != turns:
+        raise TurnCountError(f"expected_turns has {len(row.expected_turns)} entries, the "
+                             f"session {turns} assistant turns: give one entry (or null) each")
+
+
 def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
-    """A validated record as an EvalRow."""
+    """A validated record as an EvalRow.
+
+    Raises:
+        ValidationError: a field that does not fit the row model.
+        AgentRunError: a trajectory, trace or conversation that cannot be read.
+        TurnCountError: expected_turns that do not line up with the session's turns.
+    """
     known = {k: v for k, v in record.items()
              if k in KNOWN_COLUMNS and k not in _DERIVED_COLUMNS}
     extra = {k: v for k, v in record.items() if k not in KNOWN_COLUMNS}
@@ -118,7 +144,9 @@ def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
     if len(messages) == 1 and session is not None and session.turns() and sum(
             turn.user_message is not None for turn in session.turns()) >= 2:
         messages = conversation_before_answer(session)
-    return EvalRow(row_index=row_index, messages=messages, extra=extra, **fields)
+    row = EvalRow(row_index=row_index, messages=messages, extra=extra, **fields)
+    _check_expected_turns(row)
+    return row
 
 
 def _normalise_problem(
@@ -167,6 +195,8 @@ def normalise_rows(
             rows.append(normalise(index, record, ids[index]))
         except ValidationError as error:
             problems.append(_normalise_problem(index, ids[index], record, error))
+        except TurnCountError as error:
+            problems.append(RowProblem(index, ids[index], "expected_turns", str(error)))
         except AgentRunError as error:
             column = next(c for c in ("trajectory", "trace", "request") if record.get(c))
             problems.append(RowProblem(index, ids[index], column, str(error)))

@@ -25,6 +25,7 @@ from tasks.dataset.cells import (
     chunks_problem,
     expected_response_problem,
     expected_tool_calls_problem,
+    expected_turns_problem,
     facts_problem,
     labels_problem,
     preference_problem,
@@ -49,6 +50,7 @@ CELL_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "trace": trace_problem,
     "trajectory": trajectory_problem,
     "expected_tool_calls": expected_tool_calls_problem,
+    "expected_turns": expected_turns_problem,
 }
 CellChecks = Mapping[str, Callable[[Any], str | None]]
 # The judges people may label when a run defines none of its own (flows add theirs).

@@ -21,7 +21,7 @@ ENDPOINT = "/v1/chat/completions"
 # Batches for these litellm providers take OpenAI's file format and endpoints.
 BATCH_PROVIDERS = ("openai", "azure", "hosted_vllm", "litellm_proxy")
 # Which parts of a call's metadata say who asks (the rest is not part of its identity).
-WHO_KEYS = ("judge", "request_id", "row_index", "chunk_index", "sample", "order")
+WHO_KEYS = ("judge", "request_id", "row_index", "chunk_index", "turn_index", "sample", "order")
 # Body fields copied from litellm's request (its own options, such as retries, stay behind).
 BODY_FIELDS = ("messages", "temperature", "max_tokens")
 
