@@ -26,7 +26,7 @@ PREVIEW_CHARS = 140
 # Deterministic metrics on a 0..1 scale get three decimals; counts and seconds two.
 _UNIT_METRICS = frozenset({"document_recall", "tool_call_precision", "tool_call_recall"})
 # Judges of what the agent did (its calls, its goal, the session), shown beside its steps.
-_AGENT_KINDS = frozenset({"deterministic", "agent", "session"})
+_AGENT_KINDS = frozenset({"deterministic", "agent", "session", "turn"})
 
 
 class MessageView(NamedTuple):
