@@ -91,11 +91,12 @@ JudgeMode = Literal["answer", "per_chunk", "deterministic", "per_turn"]
 Requirement = Literal["response", "expected", "context", "expected_context",
                       "expected_tool_calls", "agent_run", "session", "turn_context",
                       "turn_expected"]
+TOOL_CALLS_AREA = "agent/tool_calls"  # every tool-call judge, deterministic or not
 # Where each kind's per-row fields and run metrics are published.
 KIND_AREAS: dict[str, str] = {
     "answer": "response/llm_judged",
     "retrieval": "retrieval/llm_judged",
-    "deterministic": "agent/ground_truth",
+    "deterministic": TOOL_CALLS_AREA,
     "agent": "agent/llm_judged",
     "session": "session/llm_judged",
     "turn": "turn/llm_judged",
@@ -158,6 +159,9 @@ class JudgeSpec:
         template: the prompt template file under prompts/.
         version: bumped whenever the prompt's meaning changes.
         aggregate: "percentage" or "average" for the rating's run-level metric.
+        area: where its fields go when not its kind's area (tool-call judges of any kind
+            share `agent/tool_calls`, the name DESIGN.md keeps).
+        field_name: its name in output fields when not `name`.
     """
 
     name: str
@@ -167,11 +171,13 @@ class JudgeSpec:
     version: int = 1
     per_chunk: bool = False
     aggregate: Literal["percentage", "average"] = "percentage"
+    area: str | None = None
+    field_name: str | None = None
 
     @property
     def prefix(self) -> str:
         """Where its output fields go, e.g. `response/llm_judged/{name}`."""
-        return f"{KIND_AREAS[self.kind]}/{self.name}"
+        return f"{self.area or KIND_AREAS[self.kind]}/{self.field_name or self.name}"
 
     @property
     def mode(self) -> JudgeMode:

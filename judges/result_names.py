@@ -109,7 +109,18 @@ def _turn_fields(result: JudgeResult) -> dict:
         f"{prefix}/rationale": verdict.rationale,
         f"{prefix}/error_message": verdict.error,
         f"{prefix}/unjudged_turn_count": result.unjudged_chunks if result.applied else None,
+        **_numbered_turn_fields(result.spec.name, turns or ()),
     }
+
+
+def _numbered_turn_fields(judge: str, turns: tuple) -> dict:
+    """Each assistant turn's verdict under `turn/{n}/{judge}/…` (n from 1), DESIGN.md's names."""
+    fields: dict = {}
+    for number, turn in enumerate(turns, start=1):
+        fields |= {f"turn/{number}/{judge}/rating": turn.rating,
+                   f"turn/{number}/{judge}/rationale": turn.rationale,
+                   f"turn/{number}/{judge}/error_message": turn.error}
+    return fields
 
 
 TURN_PASS_RATE = "turn_pass_rate"

@@ -205,7 +205,7 @@ def test_an_offline_evaluate_run_publishes_the_agent_judges(tmp_path):
                 "tool_call_efficiency": ("yes", "yes", "no"),
                 "goal_success": ("yes", "yes", "yes")}
     for name, ratings in expected.items():
-        prefix = f"agent/llm_judged/{name}"
+        prefix = BUILTIN_JUDGES[name].prefix
         assert tuple(by_id[i][f"{prefix}/rating"] for i in ("clean", "london", "twice")) == ratings
         assert all(by_id[i][f"{prefix}/rationale"].startswith("Offline heuristic")
                    and by_id[i][f"{prefix}/error_message"] is None
@@ -225,7 +225,7 @@ def test_a_plain_rag_set_skips_the_agent_judges_and_says_why(tmp_path):
     skipped = {s["name"]: s["reason"] for s in manifest["skipped_judges"]}
     for name in AGENT_JUDGES:
         assert skipped[name] == "no row has a trajectory (or trace) with tool calls"
-        assert not any(key.startswith(f"agent/llm_judged/{name}/") for key in metrics)
+        assert not any(key.startswith(f"{BUILTIN_JUDGES[name].prefix}/") for key in metrics)
     planned = plan_judges([normalise(0, rows[0], "a")])
     assert not {j.name for j in planned.judges} & set(AGENT_JUDGES)
 

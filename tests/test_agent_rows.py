@@ -20,10 +20,10 @@ from judges.trajectory.model import Trajectory
 runner = CliRunner()
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents"
 DETERMINISTIC = "tool_sequence_match,tool_arguments_match"
-SEQ = "agent/ground_truth/tool_sequence_match"
-ARGS = "agent/ground_truth/tool_arguments_match"
-PRECISION = "agent/ground_truth/tool_call_precision"
-RECALL = "agent/ground_truth/tool_call_recall"
+SEQ = "agent/tool_calls/sequence_match"
+ARGS = "agent/tool_calls/arguments_match"
+PRECISION = "agent/tool_calls/precision"
+RECALL = "agent/tool_calls/recall"
 
 
 def _call(call_id: str, name: str, **arguments) -> dict:
@@ -257,3 +257,26 @@ def test_an_invalid_regex_is_the_row_s_error_and_other_judges_still_rate_it(tmp_
     assert "invalid pattern" in record[f"{ARGS}/error_message"]
     assert record[f"{ARGS}/rating"] is None
     assert record["response/llm_judged/safety/rating"] == "yes"
+
+
+def test_tool_call_and_turn_names_are_the_ones_the_design_keeps(tmp_path):
+    example = Path(__file__).resolve().parent.parent / "examples" / "agent_eval.jsonl"
+    done = _evaluate(tmp_path, str(example))
+    assert done.exit_code == 0, done.output
+    metrics, records = _published(tmp_path)
+    for name in ("agent/tool_calls/precision/average", "agent/tool_calls/recall/average",
+                 "agent/tool_calls/sequence_match/rating/percentage",
+                 "agent/tool_calls/tool_call_correctness/rating/percentage",
+                 "agent/tool_calls/tool_call_efficiency/rating/percentage",
+                 "agent/llm_judged/goal_success/rating/percentage",
+                 "session/llm_judged/knowledge_retention/rating/percentage",
+                 "turn/llm_judged/turn_relevance/turns/percentage"):
+        assert name in metrics, name
+    follow_up = next(r for r in records if r["request_id"] == "eiffel-follow-up")
+    ratings = follow_up["turn/llm_judged/turn_relevance/ratings"]
+    assert [follow_up[f"turn/{n}/turn_relevance/rating"] for n in (1, 2)] == ratings
+    # The redundant search in the MLflow session is caught by both kinds of judge.
+    hotel = next(r for r in records if r["request_id"] == "hotel-lisbon-mlflow")
+    assert hotel["agent/tool_calls/tool_call_efficiency/rating"] == "no"
+    assert hotel["agent/tool_calls/sequence_match/rating"] == "no"
+    assert "search" in hotel["agent/tool_calls/sequence_match/rationale"]

@@ -145,14 +145,14 @@ def test_expected_calls_say_which_matched_which_are_missing_and_which_calls_were
 def test_agent_verdicts_sit_beside_the_steps(booking):
     side = booking.text.split("Agent steps", 1)[1]
     assert "Agent judges" in side
-    assert "agent/ground_truth/tool_sequence_match" in side
+    assert "agent/tool_calls/sequence_match" in side
     assert "The agent stopped" in side or "missing" in side
 
 
 def test_tool_call_precision_and_recall_are_aggregated_and_charted_like_scores(booking):
     rows = {a["data-metric"] for a in booking.find("tr") if a.get("data-metric")}
-    assert {"agent/ground_truth/tool_call_precision/average",
-            "agent/ground_truth/tool_call_recall/average"} <= rows
+    assert {"agent/tool_calls/precision/average",
+            "agent/tool_calls/recall/average"} <= rows
     assert "0.667" in booking.text  # three decimals, like document recall
     assert booking.text.count("tool call precision") >= 2  # the table and the chart
 

@@ -1,8 +1,10 @@
 """The deterministic tool-call judges and metrics: a row's calls against its expected calls.
 
 No model is asked. `tool_sequence_match` and `tool_arguments_match` give yes/no verdicts with a
-rationale, like every judge, under `agent/ground_truth/{name}/...`; `tool_call_precision` and
-`tool_call_recall` are per-row numbers whose run averages are the macro averages. The comparison
+rationale, like every judge, under `agent/tool_calls/sequence_match/...` and
+`agent/tool_calls/arguments_match/...`; `tool_call_precision` and `tool_call_recall` are per-row
+numbers (`agent/tool_calls/precision`, `…/recall`) whose run averages are the macro averages:
+the names DESIGN.md keeps for tool calls. The comparison
 itself is judges/toolcalls/ (pure functions, checked by brute force there).
 """
 
@@ -12,7 +14,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from judges.base import JudgeMode, JudgeSpec, MetricSpec
+from judges.base import TOOL_CALLS_AREA, JudgeMode, JudgeSpec, MetricSpec
 from judges.results import Verdict
 from judges.rows import Chunk, EvalRow
 from judges.toolcalls.arguments import Rule, numeric_tolerance
@@ -80,10 +82,10 @@ class ToolCallJudgeSpec(JudgeSpec):
 
 TOOL_SEQUENCE_MATCH = ToolCallJudgeSpec(
     name="tool_sequence_match", kind="deterministic", requires=("expected_tool_calls",),
-    template="", decide=tool_sequence_match)
+    template="", decide=tool_sequence_match, field_name="sequence_match")
 TOOL_ARGUMENTS_MATCH = ToolCallJudgeSpec(
     name="tool_arguments_match", kind="deterministic", requires=("expected_tool_calls",),
-    template="", decide=tool_arguments_match)
+    template="", decide=tool_arguments_match, field_name="arguments_match")
 JUDGES = (TOOL_SEQUENCE_MATCH, TOOL_ARGUMENTS_MATCH)
 
 
@@ -99,8 +101,8 @@ def _measure(read: Callable[[ToolCallVerdict], float | None]) -> Callable[[EvalR
 
 NEEDS = "expected_tool_calls and a trajectory (or trace) with the calls made"
 METRICS = (
-    MetricSpec("tool_call_precision", "agent/ground_truth/tool_call_precision",
+    MetricSpec("tool_call_precision", TOOL_CALLS_AREA + "/precision",
                _measure(lambda m: m.precision), NEEDS),
-    MetricSpec("tool_call_recall", "agent/ground_truth/tool_call_recall",
+    MetricSpec("tool_call_recall", TOOL_CALLS_AREA + "/recall",
                _measure(lambda m: m.recall), NEEDS),
 )
