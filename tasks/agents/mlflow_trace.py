@@ -97,9 +97,12 @@ def parse_trace(trace: str | bytes | Mapping[str, Any]) -> TraceFacts:
     )
 
 
-def _decode(value: Any) -> Any:
-    # MLflow stores every attribute JSON-encoded (RETRIEVER as '"RETRIEVER"'); a string
-    # that does not parse as JSON is taken as already decoded.
+def decoded_attribute(value: Any) -> Any:
+    """A JSON-encoded span attribute decoded; text that is not JSON stays text.
+
+    MLflow stores every attribute JSON-encoded (RETRIEVER as '"RETRIEVER"'), OpenInference
+    some of them (input.value, gen_ai.*.messages).
+    """
     if not isinstance(value, str):
         return value
     try:
@@ -143,7 +146,7 @@ def _attribute(span: Mapping[str, Any], key: str) -> Any:
     attributes = span.get("attributes")
     if not isinstance(attributes, Mapping):
         return None
-    return _decode(attributes.get(key))
+    return decoded_attribute(attributes.get(key))
 
 
 def _span_type(span: Mapping[str, Any]) -> str | None:
@@ -215,7 +218,7 @@ def _response_of(root: Mapping[str, Any], doc: Mapping[str, Any]) -> str | None:
     if outputs is None:
         # MLflow 2.x also copies the root output to data.response.
         data = doc.get("data")
-        outputs = _decode(data.get("response")) if isinstance(data, Mapping) else None
+        outputs = decoded_attribute(data.get("response")) if isinstance(data, Mapping) else None
     return _output_text(outputs)
 
 
@@ -292,7 +295,7 @@ def _span_usage(span: Mapping[str, Any]) -> dict[str, int]:
 
 
 def _normalize_usage(usage: Any) -> dict[str, int]:
-    usage = _decode(usage)
+    usage = decoded_attribute(usage)
     if not isinstance(usage, Mapping):
         return {}
     counts = {field: _first_count(usage, keys) for field, keys in _USAGE_FIELDS.items()}

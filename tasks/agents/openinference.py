@@ -27,7 +27,6 @@ attribute is read first where both name the same thing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +34,14 @@ from judges.errors import shown
 from judges.trajectory.model import ToolCall, Trajectory
 from tasks.agents.chat_messages import assistant_step
 from tasks.agents.errors import AgentRunError
-from tasks.agents.mlflow_trace import _END_KEYS, _START_KEYS, _parent_id, _span_id, _timestamp
+from tasks.agents.mlflow_trace import (
+    _END_KEYS,
+    _START_KEYS,
+    _parent_id,
+    _span_id,
+    _timestamp,
+    decoded_attribute,
+)
 from tasks.agents.otel_export import export_spans
 from tasks.agents.span_facts import (
     SpanFacts,
@@ -105,16 +111,6 @@ def _first(attributes: Mapping[str, Any], *keys: str) -> Any:
     return next((attributes[k] for k in keys if attributes.get(k) is not None), None)
 
 
-def _decoded(value: Any) -> Any:
-    """A JSON-encoded attribute decoded; text that is not JSON stays text."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
-
-
 def _tool_call(attributes: Mapping[str, Any], span_name: Any, where: str) -> ToolCall:
     name = _first(attributes, "gen_ai.tool.name", "tool.name")
     if name is None and isinstance(span_name, str):
@@ -129,9 +125,9 @@ def _tool_call(attributes: Mapping[str, Any], span_name: Any, where: str) -> Too
 
 def _request(attributes: Mapping[str, Any]) -> str | None:
     if attributes.get("input.value") is not None:
-        return request_text(_decoded(attributes["input.value"]))
+        return request_text(decoded_attribute(attributes["input.value"]))
     if attributes.get("gen_ai.input.messages") is not None:
-        return request_text(_decoded(attributes["gen_ai.input.messages"]))
+        return request_text(decoded_attribute(attributes["gen_ai.input.messages"]))
     flattened = _indexed(attributes, "llm.input_messages.")
     if flattened:
         return request_text([_flat_message(m) for m in flattened])
@@ -139,11 +135,11 @@ def _request(attributes: Mapping[str, Any]) -> str | None:
 
 
 def _response(attributes: Mapping[str, Any]) -> str | None:
-    messages = _decoded(attributes.get("gen_ai.output.messages"))
+    messages = decoded_attribute(attributes.get("gen_ai.output.messages"))
     if isinstance(messages, list) and messages and isinstance(messages[0], Mapping):
         return message_text(messages[0])
     raw = attributes.get("output.value")
-    message = assistant_message_of(_decoded(raw))
+    message = assistant_message_of(decoded_attribute(raw))
     if message is not None and isinstance(message.get("content"), str):
         return message["content"]
     return raw if isinstance(raw, str) else result_text(raw)
@@ -154,14 +150,14 @@ def _output_message(attributes: Mapping[str, Any], where: str) -> Mapping[str, A
     flattened = _indexed(attributes, "llm.output_messages.")
     if flattened:
         return _flat_message(flattened[0])
-    messages = _decoded(attributes.get("gen_ai.output.messages"))
+    messages = decoded_attribute(attributes.get("gen_ai.output.messages"))
     if messages is not None:
         if not (isinstance(messages, list) and messages and isinstance(messages[0], Mapping)
                 and isinstance(messages[0].get("parts"), list)):
             raise AgentRunError(f"{where}: gen_ai.output.messages must be a list of "
                                 f"{{role, parts: [...]}} messages, got {shown(messages)}")
         return _parts_message(messages[0])
-    return assistant_message_of(_decoded(attributes.get("output.value")))
+    return assistant_message_of(decoded_attribute(attributes.get("output.value")))
 
 
 def _indexed(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
@@ -200,7 +196,7 @@ def _parts_message(message: Mapping[str, Any]) -> dict[str, Any]:
 def _documents(attributes: Mapping[str, Any]) -> tuple:
     documents = []
     for entry in _indexed(attributes, "retrieval.documents."):
-        metadata = _decoded(entry.get("document.metadata"))
+        metadata = decoded_attribute(entry.get("document.metadata"))
         metadata = metadata if isinstance(metadata, Mapping) else {}
         uri = next((metadata[k] for k in _URI_KEYS if metadata.get(k)), entry.get("document.id"))
         documents.append(document(entry.get("document.content"), uri))

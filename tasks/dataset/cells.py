@@ -144,6 +144,12 @@ EXPECTED_CALLS = ('expected a list of {name, arguments?} or {"calls": [...], "or
                   'true|false, "argument_rules": {argument: rule}}')
 
 
+def first_error(error: ValidationError) -> tuple[str, str]:
+    """Where (dotted path, "" for the value itself) and what, of a model's first problem."""
+    first = error.errors()[0]
+    return ".".join(map(str, first["loc"])), first["msg"].removeprefix("Value error, ")
+
+
 def expected_tool_calls_problem(value: Any) -> str | None:
     """expected_tool_calls: the calls an agent should make, and how to compare them."""
     if not isinstance(value, list | dict):
@@ -151,9 +157,7 @@ def expected_tool_calls_problem(value: Any) -> str | None:
     try:
         ExpectedToolCalls.from_cell(value)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(map(str, first["loc"]))
-        detail = first["msg"].removeprefix("Value error, ")
+        where, detail = first_error(error)
         return f"{EXPECTED_CALLS}; {where + ': ' if where else ''}{detail}"
     return None
 
@@ -174,9 +178,7 @@ def expected_turns_problem(value: Any) -> str | None:
         try:
             TurnExpectation.model_validate(entry)
         except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(map(str, first["loc"]))
-            detail = first["msg"].removeprefix("Value error, ")
+            where, detail = first_error(error)
             return f"{EXPECTED_TURNS}; entry {index}{' ' + where if where else ''}: {detail}"
     if all(entry is None for entry in value):
         return "expected_turns gives no turn an expectation: leave the cell empty (null) instead"
