@@ -514,3 +514,27 @@ def test_a_shard_busy_with_one_long_chunk_is_not_taken_for_dead(server, deployed
     for shard in manifest["shards"]["runs"]:
         assert [a["state"] for a in shard["attempts"]] == ["COMPLETED"]
     assert len(fake_llm.requests) == 10  # no shard was judged twice
+
+
+def test_a_sharded_agent_set_equals_a_single_process_run(server, deployed, workers, tmp_path):
+    """Trajectories, per-turn and deterministic tool-call judges travel to the shard workers."""
+    data = REPO / "examples" / "agent_eval.jsonl"
+
+    def run(out: str, run_id: str, *extra: str) -> subprocess.CompletedProcess:
+        command = [str(JUDGEFLOW), "evaluate", str(data), "--judge-model", "judgeflow/offline",
+                   "--output", str(tmp_path / out), "--suite", "s", "--run-id", run_id,
+                   "--chunk-size", "2", "--no-cache", *extra]
+        return subprocess.run(command, cwd=REPO, env=server.env, text=True,
+                              capture_output=True, timeout=300)
+
+    single = run("single", "one")
+    assert single.returncode == 0, single.stderr[-3000:]
+    sharded = run("sharded", "two", "--shards", "2")
+    assert sharded.returncode == 0, sharded.stderr[-3000:] + _worker_logs(server)
+    records, metrics, _ = _published(tmp_path / "single", "one")
+    sharded_records, sharded_metrics, manifest = _published(tmp_path / "sharded", "two")
+    assert sharded_records == records
+    assert sharded_metrics == metrics
+    assert manifest["status"] == "complete" and manifest["shards"]["count"] == 2
+    assert "turn/llm_judged/turn_relevance/turns/percentage" in metrics
+    assert "agent/tool_calls/precision/average" in metrics
