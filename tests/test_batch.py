@@ -6,6 +6,7 @@ litellm's files and batches calls talk to it over real HTTP.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -310,3 +311,36 @@ def test_a_steady_trickle_of_calls_is_still_submitted(provider):
     assert all(future.result().completion is not None for future in answers)
     assert len(provider.batches_created) >= 2  # without the cap: one batch, 3.2 s late
     assert sum(len(b.custom_ids) for b in provider.batches_created) == 8
+
+
+def _by_prompt(body: dict) -> Reply:
+    """A verdict that depends on the prompt only, so an online and a batch run agree."""
+    digest = int(hashlib.sha256(prompt_text({"messages": body["messages"][:2]}).encode())
+                 .hexdigest(), 16)
+    return Reply(json.dumps({"rationale": f"because {digest % 97}",
+                             "rating": "no" if digest % 3 == 0 else "yes"}))
+
+
+def test_an_agent_set_in_batches_gives_the_online_verdicts(provider, tmp_path):
+    """Per-turn calls of one session are distinct requests: none merged, none asked twice."""
+    data = str(Path(__file__).resolve().parent.parent / "examples" / "agent_eval.jsonl")
+    out = tmp_path / "out"
+
+    def command(run_id: str, *extra: str) -> list[str]:
+        return ["evaluate", data, "--judge-model", "openai/planted", "--api-base",
+                provider.api_base, "--output", str(out), "--suite", "b", "--run-id", run_id,
+                "--no-cache", "--price-per-mtok", PRICE, "--no-progress", *extra]
+
+    provider.reset(_by_prompt)
+    online = runner.invoke(app, command("online"))
+    assert online.exit_code == 0, online.output
+    online_calls = len(provider.requests)
+    provider.reset(_by_prompt)
+    batch = runner.invoke(app, command("batch", "--batch"))
+    assert batch.exit_code == 0, batch.output
+    assert provider.requests == [] and len(provider.batch_requests) == online_calls
+    online_metrics, _, online_rows = _published(out, "online")
+    batch_metrics, _, batch_rows = _published(out, "batch")
+    assert _verdicts(batch_rows) == _verdicts(online_rows)
+    assert _judged(batch_metrics) == _judged(online_metrics)
+    assert "turn/llm_judged/turn_relevance/turns/percentage" in batch_metrics
