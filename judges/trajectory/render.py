@@ -21,6 +21,7 @@ from judges.trajectory.model import Step, ToolCall, Trajectory
 DEFAULT_MAX_CHARS_PER_STEP = 2000
 MAX_HEADER_NAME_CHARS = 200
 INDENT = "    "
+SEPARATOR = "·"  # between a step header's fields
 _HEADERS = {
     "system_message": "system",
     "user_message": "user",
@@ -79,7 +80,7 @@ def _header(number: int, step: Step) -> str:
         parts.append(f"{step.duration_seconds:.2f} s")
     if step.is_error:
         parts.append("ERROR")
-    return " · ".join(parts)
+    return f" {SEPARATOR} ".join(parts)
 
 
 def _content(step: Step, limit: int) -> list[str]:
@@ -113,6 +114,10 @@ def _call_line(call: ToolCall, limit: int) -> str:
 
 
 def _one_line(name: str) -> str:
-    """A name fit for a header: no line breaks or control characters, bounded in length."""
-    flat = "".join(c if c.isprintable() else " " for c in name)
+    """A name fit for a header: no line breaks or control characters, bounded in length.
+
+    The header's separator is swapped for a look-alike inside names, so that a tool named
+    `search · ERROR` cannot mark its step as failed (or add any other header field).
+    """
+    flat = "".join(" " if not c.isprintable() else "•" if c == SEPARATOR else c for c in name)
     return truncated(flat, MAX_HEADER_NAME_CHARS)
