@@ -105,8 +105,7 @@ class EvalRow(BaseModel):
     @property
     def is_agent_run(self) -> bool:
         """Whether the row records an agent at work: a tool call or a sub-agent step."""
-        return self.trajectory is not None and any(
-            step.tool_calls or step.kind == "agent" for step in self.trajectory.steps)
+        return self.trajectory is not None and self.trajectory.is_agent_run()
 
     @property
     def is_session(self) -> bool:

@@ -66,6 +66,7 @@ class RowData(NamedTuple):
     values: dict[str, float]
     errors: frozenset[str]
     expected: Any = None  # the ground truth (expected_response, expected_facts) it was judged on
+    trajectory: Any = None  # the agent run as published ({"steps": [...]}), if the row had one
 
 
 def metric_field(metric: str) -> MetricField | None:
@@ -136,7 +137,8 @@ def row_data(record: Mapping[str, Any], specs: Iterable[MetricField]) -> RowData
             errors.add(spec.metric)
     return RowData(record.get("request"), record.get("response"), row_tags(record.get("tags")),
                    values, frozenset(errors),
-                   (record.get("expected_response"), record.get("expected_facts")))
+                   (record.get("expected_response"), record.get("expected_facts")),
+                   record.get("trajectory"))
 
 
 def yes_no_verdict(record: Mapping[str, Any], prefix: str) -> str | None:

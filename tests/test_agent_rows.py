@@ -280,3 +280,24 @@ def test_tool_call_and_turn_names_are_the_ones_the_design_keeps(tmp_path):
     assert hotel["agent/tool_calls/tool_call_efficiency/rating"] == "no"
     assert hotel["agent/tool_calls/sequence_match/rating"] == "no"
     assert "search" in hotel["agent/tool_calls/sequence_match/rationale"]
+
+
+def test_the_regression_head_to_head_compares_two_agent_runs_whole(tmp_path):
+    example = Path(__file__).resolve().parent.parent / "examples" / "agent_eval.jsonl"
+    seeded = _evaluate(tmp_path, str(example), "--judges", "safety")
+    assert seeded.exit_code == 0, seeded.output
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("gates:\n  - metric: response/llm_judged/safety/rating/average\n"
+                     "    max_drop: 0.5\n")
+    done = runner.invoke(app, [
+        "regression", str(example), "--judge-model", "judgeflow/offline", "--output",
+        str(tmp_path / "out"), "--suite", "a", "--run-id", "night2", "--judges", "safety",
+        "--gates", str(gates), "--baseline", "r", "--min-paired", "2", "--no-progress"])
+    assert done.exit_code == 0, done.output
+    folder = tmp_path / "out" / "a" / "night2"
+    records = {r["request_id"]: r for r in map(
+        json.loads, (folder / "results.jsonl").read_text().splitlines())}
+    agent = records["weather-berlin"]["baseline/response"]
+    assert agent.startswith("Step 1 · user") and "call get_forecast" in agent
+    # A row that is not an agent run is compared on its responses, as before.
+    assert not records["eiffel-follow-up"]["baseline/response"].startswith("Step 1")

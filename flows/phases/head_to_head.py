@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pydantic import ValidationError
+
 from flows.run.common import cache_url
 from flows.run.execution import auto_chunk_size, judge_all_pairs
 from flows.run.progress import PhaseProgress
@@ -22,6 +24,8 @@ from judges.model.usage import Usage
 from judges.pairwise.metrics import PairwiseSummary
 from judges.result_names import head_to_head_fields, pairwise_metric_fields
 from judges.rows import EvalRow
+from judges.trajectory.model import Trajectory
+from judges.trajectory.render import render_for_judge
 from tasks.dataset.pairs import read_rubric
 from tasks.metric_fields import RowData
 from tasks.storage.staging import ResultStaging
@@ -54,12 +58,30 @@ def build_pairs(rows: Iterable[EvalRow], baseline: Mapping[str, RowData],
         if row.request_id not in paired:
             continue
         before = baseline[row.request_id].response
-        if not isinstance(before, str) or row.response is None:
+        before_run = _agent_run(baseline[row.request_id].trajectory)
+        if before_run is not None and row.is_agent_run:
+            # Two agent runs are compared whole, as `judgeflow compare` does: a run that
+            # reached the same answer through a failed or redundant call can lose.
+            before, after = render_for_judge(before_run), render_for_judge(row.trajectory)
+        elif not isinstance(before, str) or row.response is None:
             missing += 1
             continue
+        else:
+            after = row.response
         pairs.append(Pair(row_index=row.row_index, pair_id=row.request_id,
-                          prompt=row.request_text, response_A=before, response_B=row.response))
+                          prompt=row.request_text, response_A=before, response_B=after))
     return pairs, missing
+
+
+def _agent_run(published: Any) -> Trajectory | None:
+    """The baseline row's agent run as published, when it is one (else its response is used)."""
+    if not isinstance(published, dict):
+        return None
+    try:
+        run = Trajectory.model_validate(published)
+    except ValidationError:
+        return None
+    return run if run.is_agent_run() else None
 
 
 async def head_to_head(params: Any, rows: Iterable[EvalRow], baseline: Mapping[str, RowData],

@@ -126,6 +126,10 @@ class Trajectory(BaseModel):
 
     steps: tuple[Step, ...]
 
+    def is_agent_run(self) -> bool:
+        """Whether it records an agent at work: a tool call or a sub-agent step."""
+        return any(step.tool_calls or step.kind == "agent" for step in self.steps)
+
     def tool_calls(self) -> tuple[ToolCall, ...]:
         """Every call the assistant asked for, in order, from steps with or without text."""
         return tuple(call for step in self.steps for call in step.tool_calls)
