@@ -301,3 +301,18 @@ def test_the_regression_head_to_head_compares_two_agent_runs_whole(tmp_path):
     assert agent.startswith("Step 1 · user") and "call get_forecast" in agent
     # A row that is not an agent run is compared on its responses, as before.
     assert not records["eiffel-follow-up"]["baseline/response"].startswith("Step 1")
+
+
+def test_a_csv_set_carries_trajectories_and_expected_calls_as_json_cells(tmp_path):
+    import csv
+
+    calls, expected = PLANTED[1][0], PLANTED[1][1]
+    path = tmp_path / "set.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["request", "trajectory", "expected_tool_calls"])
+        writer.writerow(["Plan my trip to Paris", json.dumps(_run(calls)), json.dumps(expected)])
+    done = _evaluate(tmp_path, str(path), "--judges", DETERMINISTIC)
+    assert done.exit_code == 0, done.output
+    _, (record,) = _published(tmp_path)
+    assert (record[f"{SEQ}/rating"], record[f"{ARGS}/rating"]) == (PLANTED[1][4], PLANTED[1][5])

@@ -27,7 +27,7 @@ from tasks.dataset.table import (
 
 # Columns that hold nested values; CSV carries them as JSON strings.
 NESTED_COLUMNS = ("request", "expected_facts", "retrieved_context", "expected_retrieved_context",
-                  "human_labels")
+                  "human_labels", "trajectory", "expected_tool_calls", "expected_turns")
 QUOTING_HINT = (
     "check the quoting: a field holding a comma, a quote or a line break must be in double "
     'quotes, with quotes doubled ("")'
