@@ -121,7 +121,7 @@ def test_a_run_shows_in_mlflow_as_one_run_with_its_metrics_params_tags_and_files
     tags = run.data.tags
     assert tags["judgeflow.run_id"] == "night-1" and tags["judgeflow.suite"] == "rag"
     assert tags["judgeflow.status"] == "complete" and tags["judgeflow.outcome"] == "complete"
-    assert tags["judgeflow.report"] == str(tmp_path / "rag" / "night-1" / "report.html")
+    assert tags["judgeflow.report"] == (tmp_path / "rag" / "night-1" / "report.html").as_uri()
     assert tags["prefect.flow_run_id"]
     assert tags["mlflow.note.content"] == \
         (tmp_path / "rag" / "night-1" / "summary.md").read_text()
@@ -153,13 +153,18 @@ def test_a_rerun_with_the_same_run_id_is_logged_once(mlflow_server, tmp_path):
     args = ("--mlflow-tracking-uri", mlflow_server, "--mlflow-experiment", "reruns")
     assert _evaluate(tmp_path, "rag", "same", *args).exit_code == 0
     first = _runs(MlflowClient(tracking_uri=mlflow_server), "reruns")
+    first_metrics = _published(tmp_path, "rag", "same", "metrics.json")
     result = _evaluate(tmp_path, "rag", "same", *args)
     assert result.exit_code == 0, result.output
     client = MlflowClient(tracking_uri=mlflow_server)
     runs = _runs(client, "reruns")
     assert [r.info.run_id for r in runs] == [r.info.run_id for r in first]
-    assert len(runs[0].data.metrics) == len(_expected_metrics(
-        _published(tmp_path, "rag", "same", "metrics.json")))
+    # The rerun's calls came from the reply cache: its verdicts are the same, its cost is not.
+    rerun_metrics = _published(tmp_path, "rag", "same", "metrics.json")
+    assert rerun_metrics["cost/calls"] == 0 < first_metrics["cost/calls"]
+    assert runs[0].data.metrics == _expected_metrics(first_metrics)
+    assert {k: v for k, v in runs[0].data.metrics.items() if not k.startswith("cost/")} == \
+        {k: v for k, v in _expected_metrics(rerun_metrics).items() if not k.startswith("cost/")}
     history = client.get_metric_history(
         runs[0].info.run_id, "response/llm_judged/safety/rating/average")
     assert len(history) == 1  # not logged a second time

@@ -6,8 +6,9 @@ calls go through MLflow's own retries ($MLFLOW_HTTP_REQUEST_MAX_RETRIES, _TIMEOU
 Per judgeflow run (suite and run id, found by the tags `judgeflow.suite` and `judgeflow.run_id`
 in the experiment), MLflow holds one active run:
 - none yet: a run is created and logged;
-- one that finished logging the same judgements (same results and metrics files): nothing is
-  logged again, the run is reused;
+- one that finished logging the same judgements (the same results.jsonl, and metrics.json but
+  for its `cost/` metrics, which a rerun served from the reply cache lowers): nothing is logged
+  again, the run is reused, its metrics those of the attempt that logged it;
 - one that did not finish logging, or whose judgements the rerun changed: it is deleted (MLflow
   keeps deleted runs restorable until its garbage collection) and a new one logged. Logging into
   it again instead would double its metric history and append to its table.
@@ -122,14 +123,14 @@ def _log(target: Target, location: RunLocation, urls: Mapping[str, Any]) -> dict
     manifest = json.loads(_read_text(location, "manifest.json"))
     metrics = json.loads(_read_text(location, "metrics.json"))
     experiment_id = _experiment_id(client, target.experiment)
-    digest = content_digest(manifest)
+    digest = content_digest(manifest, metrics)
     reused = _earlier_runs(client, experiment_id, location, digest)
     if reused is not None:
         section = _section(target, experiment_id, reused, "unchanged")
         _write_manifest(location, _linked(location, manifest, section))
         return section
     summary_md = _read_text(location, "summary.md")
-    tags = run_tags(manifest, urls, summary_md, _flow_run())
+    tags = run_tags(manifest, metrics, urls, summary_md, _flow_run())
     run = client.create_run(experiment_id, run_name=location.run_id, tags=tags)
     run_id = run.info.run_id
     section = _section(target, experiment_id, run_id, "new")

@@ -7,9 +7,11 @@ so MLflow shows the same run as the run's folder does.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from judges.result_names import COST_AREA
 from tasks.mlflow.names import mlflow_names
 
 # MLflow's limits on one value (mlflow/utils/validation.py): longer values are refused.
@@ -27,15 +29,17 @@ def _clip(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def content_digest(manifest: Mapping[str, Any]) -> str:
-    """What the run judged, as one digest: its published results and metrics files.
+def content_digest(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
+    """What the run judged, as one digest: its published results and its metrics but cost.
 
-    A rerun of the same run id that published the same judgements has the same digest (its
-    report and manifest differ: they carry times).
+    A rerun of the same run id that published the same verdicts has the same digest: its
+    `cost/` metrics differ (the rerun's calls came from the reply cache), and so do its report
+    and manifest (they carry times).
     """
     files = (manifest.get("integrity") or {}).get("files") or {}
-    parts = [f"{name}={files.get(name)}" for name in ("results.jsonl", "metrics.json")]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    judged = {k: v for k, v in metrics.items() if not k.startswith(COST_AREA)}
+    text = f"results.jsonl={files.get('results.jsonl')}\n" + json.dumps(judged, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def run_params(manifest: Mapping[str, Any]) -> dict[str, str]:
@@ -56,8 +60,8 @@ def run_params(manifest: Mapping[str, Any]) -> dict[str, str]:
     return {k: _clip(v, MAX_PARAM_LENGTH) for k, v in params.items() if v not in (None, "")}
 
 
-def run_tags(manifest: Mapping[str, Any], urls: Mapping[str, Any], summary_md: str,
-             flow_run: Mapping[str, str | None]) -> dict[str, str]:
+def run_tags(manifest: Mapping[str, Any], metrics: Mapping[str, Any], urls: Mapping[str, Any],
+             summary_md: str, flow_run: Mapping[str, str | None]) -> dict[str, str]:
     """The run's tags: suite, run id, status and outcome, where its report is, its flow run.
 
     `flow_run` has the Prefect flow run's `id` and `url` (None outside a flow run, or without
@@ -70,10 +74,11 @@ def run_tags(manifest: Mapping[str, Any], urls: Mapping[str, Any], summary_md: s
         "judgeflow.kind": manifest.get("kind"),
         "judgeflow.status": manifest.get("status"),
         "judgeflow.outcome": regression.get("outcome") or manifest.get("status"),
-        "judgeflow.report": urls.get("report_link") or urls.get("report.html"),
+        # The report's own URL, not the presigned S3 link: that one expires within days.
+        "judgeflow.report": urls.get("report.html"),
         "judgeflow.manifest": urls.get("manifest.json"),
         "judgeflow.offline": str(bool((manifest.get("judge") or {}).get("offline"))).lower(),
-        CONTENT_TAG: content_digest(manifest),
+        CONTENT_TAG: content_digest(manifest, metrics),
         "prefect.flow_run_id": flow_run.get("id"),
         "prefect.flow_run_url": flow_run.get("url"),
     }
