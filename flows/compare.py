@@ -14,9 +14,11 @@ from flows.phases.compare import (
     publish_pairs,
     warn_notices,
 )
+from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
 from tasks.artifacts import publish_artifacts
+from tasks.mlflow.log import log_if_asked
 from tasks.report.plain_text import visible
 from tasks.storage.chunk_store import ChunkStore
 
@@ -27,6 +29,7 @@ __all__ = ["compare"]
 async def compare(params: CompareParams) -> dict:
     """Judge two systems head to head on every pair, in both orders, and publish the verdicts."""
     params = guard_parameters(params)
+    check_tracking_server(params)  # a deployment run has had no command-line preflight
     started_at = datetime.now(UTC)
     warn_notices(params)
     location = run_location(params, started_at)
@@ -36,6 +39,7 @@ async def compare(params: CompareParams) -> dict:
         judged = await judge_prepared_pairs(params, prepared, store, location)
     manifest, urls = publish_pairs(params, location, prepared, judged, started_at)
     publish_artifacts(manifest, judged.metrics, urls)
+    tracked = log_if_asked(params, location, urls)
     get_run_logger().info("report: %s", visible(urls["report.html"]))
     summary = run_summary(location, manifest, judged.metrics, urls)
-    return final_state({**summary, "swap": params.swap})
+    return final_state({**summary, "swap": params.swap, **tracked})

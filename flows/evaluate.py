@@ -10,10 +10,12 @@ from flows import flow_names
 from flows.params import EvaluateParams
 from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.phases.manifest import run_ledger
+from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
 from flows.run.timeline import mark
 from tasks.artifacts import publish_artifacts
+from tasks.mlflow.log import log_if_asked
 from tasks.report.plain_text import visible
 from tasks.storage.chunk_store import ChunkStore
 
@@ -22,6 +24,7 @@ from tasks.storage.chunk_store import ChunkStore
 async def evaluate(params: EvaluateParams) -> dict:
     """Run every applicable judge over an evaluation set and publish the results."""
     params = guard_parameters(params)
+    check_tracking_server(params)  # a deployment run has had no command-line preflight
     mark("flow started")
     started_at = datetime.now(UTC)
     warn_if_offline(params)
@@ -41,5 +44,6 @@ async def evaluate(params: EvaluateParams) -> dict:
     mark("published")
     publish_artifacts(manifest, judged.metrics, urls)
     mark("artifacts created")
+    tracked = log_if_asked(params, location, urls)  # after publishing: it cannot unpublish
     get_run_logger().info("report: %s", visible(urls["report.html"]))
-    return final_state(run_summary(location, manifest, judged.metrics, urls))
+    return final_state({**run_summary(location, manifest, judged.metrics, urls), **tracked})

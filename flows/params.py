@@ -55,6 +55,15 @@ def check_safe_name(value: str, what: str) -> str:
     return value
 
 
+def _no_credentials(value: str | None) -> str | None:
+    # Prefect stores and shows flow parameters, and the manifest records them.
+    if value is not None and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
+        raise ValueError("the MLflow tracking URI must not carry credentials: set "
+                         "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or "
+                         "MLFLOW_TRACKING_TOKEN, in the environment instead")
+    return value
+
+
 class JudgeModel(BaseModel):
     """The judge model and how to call it."""
 
@@ -202,6 +211,16 @@ class RunOptions(BaseModel):
     batch_poll_max_seconds: float = Field(
         60.0, gt=0, le=3600, description="Longest wait between two polls of a batch (polls "
         "start at 0.5 s and back off to this)",
+    )
+
+    mlflow_tracking_uri: Annotated[str | None, AfterValidator(_no_credentials)] = Field(
+        None, max_length=2000, pattern=r"^https?://",
+        description="Log the published run to this MLflow tracking server (http(s)://host:"
+        "port): one MLflow run with its params, metrics, tags, per-row table and report",
+    )
+    mlflow_experiment: str | None = Field(
+        None, min_length=1, max_length=500,
+        description="MLflow experiment the run is logged to (default: the suite)",
     )
 
     def locations(self) -> list[Location]:

@@ -33,11 +33,13 @@ from flows.phases.regression import (
 )
 from flows.preflight.checks import plan_run, rows_to_plan
 from flows.preflight.regression import check_gate_metrics
+from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
 from flows.rejudge import rejudged_baseline
 from flows.run.common import batch_mode, run_location, run_summary
 from judges.model.usage import Usage
 from tasks.artifacts import publish_artifacts
+from tasks.mlflow.log import log_if_asked
 from tasks.regression.canary import DEFAULT_CANARY_ROWS, DEFAULT_MIN_AGREEMENT
 from tasks.regression.gates import load_gates
 from tasks.report.plain_text import visible
@@ -135,6 +137,7 @@ def _emit(params: RegressionParams, event: str, run_id: str, urls: dict, section
 async def regression(params: RegressionParams) -> dict | State:
     """Evaluate the candidate, compare with the baseline, publish; fail unless it passed."""
     params = guard_parameters(params)
+    check_tracking_server(params)  # a deployment run has had no command-line preflight
     logger = get_run_logger()
     started_at = datetime.now(UTC)
     warn_if_offline(params)
@@ -179,9 +182,11 @@ async def regression(params: RegressionParams) -> dict | State:
                              pairwise=comparison.pairwise, kind="regression",
                              integrity=integrity, ledger=ledger)
     publish_artifacts(manifest, judged.metrics, urls)
+    tracked = log_if_asked(params, location, urls)  # passed, failed or incomplete alike
     message = verdict_message(section, params.suite, urls["report.html"])
     summary = {**run_summary(location, manifest, judged.metrics, urls),
-               "status": verdict.outcome, "regression": section, "deltas": section["deltas"]}
+               "status": verdict.outcome, "regression": section, "deltas": section["deltas"],
+               **tracked}
     # One log line per gate (a multi-line message shows in the UI's log as one line of "\n"s).
     lines = [line.strip() for line in message.splitlines()]
     for line in lines:

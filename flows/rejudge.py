@@ -18,11 +18,13 @@ from flows import flow_names
 from flows.params import EvaluateParams, SafeName
 from flows.phases.evaluation import JudgedRun, judge, prepare, publish, warn_if_offline
 from flows.phases.rejudge import rejudge_section, source_run, with_source
+from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
 from judges.fingerprint import fingerprint
 from judges.model.budget import current_budget, use_budget
 from tasks.artifacts import publish_artifacts
+from tasks.mlflow.log import log_if_asked
 from tasks.report.plain_text import visible
 from tasks.storage.baseline import BaselineNotFound, BaselineRun, find_baseline
 from tasks.storage.chunk_store import ChunkStore
@@ -59,6 +61,7 @@ class RejudgeParams(EvaluateParams):
 async def rejudge(params: RejudgeParams) -> dict:
     """Judge a published run's responses again and publish the result as a new run."""
     params = guard_parameters(params)
+    check_tracking_server(params)  # a deployment run has had no command-line preflight
     started_at = datetime.now(UTC)
     source = source_run(params)
     # What the source's manifest names (its set's results, its custom judges file) is checked
@@ -74,9 +77,10 @@ async def rejudge(params: RejudgeParams) -> dict:
     manifest, urls = publish(params, location, prepared, judged, started_at,
                              {"rejudge": section}, kind="rejudge")
     publish_artifacts(manifest, judged.metrics, urls)
+    tracked = log_if_asked(params, location, urls)
     get_run_logger().info("report: %s", visible(urls["report.html"]))
     return final_state({**run_summary(location, manifest, judged.metrics, urls),
-                        "rejudge": section})
+                        "rejudge": section, **tracked})
 
 
 async def rejudged_baseline(params: Any, baseline: BaselineRun, judged: JudgedRun

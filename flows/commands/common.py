@@ -23,6 +23,9 @@ from tasks.report.plain_text import visible, visible_lines
 EXIT_FAILED = 1  # the run itself failed (e.g. publishing)
 EXIT_INVALID = 2  # invalid input or configuration: nothing was judged or published
 EXIT_INCOMPLETE = 3  # published, but too many judge calls failed to read it as a result
+# Published and judged in full, but not logged to MLflow: only where the run would exit 0
+# (a failed or incomplete run keeps its own code; the warning is printed all the same).
+EXIT_NOT_LOGGED = 4
 
 console = Console(stderr=True)
 # The temporary Prefect API this command started, if any (see start_prefect_api).
@@ -140,6 +143,24 @@ def print_run_summary(summary: dict, title: str, notices: list[str]) -> None:
         print(visible(cost))
     print(f"report:  {summary['files']['report.html']}")
     print(f"metrics: {summary['files']['metrics.json']}")
+    print_mlflow_line(summary)
+
+
+def print_mlflow_line(summary: dict) -> None:
+    """Where the run is in MLflow, or the one-line warning that logging it failed."""
+    section = summary.get("mlflow")
+    if not section:
+        return
+    if section.get("error"):
+        console.print(f"warning: {visible(section['error'])}", markup=False, highlight=False,
+                      soft_wrap=True, style="yellow")
+    else:
+        print(f"mlflow:  {visible(section['run_url'])}")
+
+
+def not_logged(summary: dict) -> bool:
+    """Whether the run asked to be logged to MLflow and was not."""
+    return bool((summary.get("mlflow") or {}).get("error"))
 
 
 def checked(check, *args):
@@ -239,9 +260,14 @@ def run_flow(flow_fn, params, progress: bool = True) -> dict:
     fail(str(error), EXIT_INVALID if is_config_error(error) else EXIT_FAILED)
 
 
-def finish(status: str, reasons: list[str]) -> None:
-    """Exit 3 with one line per reason when the run is incomplete; else return (exit 0)."""
+def finish(status: str, reasons: list[str], summary: dict | None = None) -> None:
+    """Exit 3 (incomplete, one line per reason) or 4 (not logged to MLflow); else return.
+
+    A run is incomplete by `status`; `summary`, when given, says whether it was logged.
+    """
     if status != "incomplete":
+        if summary is not None and not_logged(summary):
+            raise typer.Exit(EXIT_NOT_LOGGED)
         return
     console.print("incomplete run: published, but too many judge calls failed to read it as a "
                   "result:", style="bold red", highlight=False, soft_wrap=True)

@@ -75,4 +75,4 @@ def compare_command(**options: Any) -> None:
 
     summary = run_flow(compare, params, progress=not options["no_progress"])
     print_compare_summary(summary)
-    finish(summary["status"], summary["incomplete_reasons"])
+    finish(summary["status"], summary["incomplete_reasons"], summary)

@@ -74,4 +74,4 @@ def evaluate_command(**options: Any) -> None:
     summary = run_flow(evaluate, params, progress=not options["no_progress"])
     print_summary(summary)
     mark("summary printed")
-    finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []))
+    finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []), summary)

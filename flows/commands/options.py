@@ -90,6 +90,11 @@ OPTIONS: dict[str, tuple] = {
     "batch_max_requests": _option(int, 50_000, "Most requests per batch file"),
     "batch_poll_max": _option(float, 60.0, "Longest wait in seconds between two polls of a "
                               "batch"),
+    "mlflow_tracking_uri": _option(str | None, None, "Log the published run to this MLflow "
+                                   "tracking server, http(s)://HOST:PORT (README, MLflow)",
+                                   envvar="MLFLOW_TRACKING_URI"),
+    "mlflow_experiment": _option(str | None, None, "MLflow experiment to log to (default: the "
+                                 "suite)"),
     "no_progress": _option(bool, False, "No live progress display (shown only when stderr is "
                            "a terminal)", "--no-progress"),
 }
@@ -103,7 +108,8 @@ EVALUATION_OPTIONS = ("judges", "custom_judges", "aspect", "strictness", "allow_
                       "calibration_seed")
 RUN_OPTIONS = ("output", "suite", "run_id", "chunk_size", "on_invalid", "max_error_share",
                "no_cache", "storage_option", "shards", "max_cost", "over_estimate", "batch",
-               "batch_retry", "batch_max_requests", "batch_poll_max", "no_progress")
+               "batch_retry", "batch_max_requests", "batch_poll_max", "mlflow_tracking_uri",
+               "mlflow_experiment", "no_progress")
 # What each command takes besides its own: evaluate and regression judge rows, compare pairs.
 ROW_RUN_OPTIONS = (JUDGE_OPTIONS, CANDIDATE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS)
 PAIR_RUN_OPTIONS = (JUDGE_OPTIONS, RUN_OPTIONS)
@@ -190,6 +196,16 @@ def judging_fields(options: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def tracking_uri(options: Mapping[str, Any]) -> str | None:
+    """--mlflow-tracking-uri (or $MLFLOW_TRACKING_URI); one that is not http(s) exits 2."""
+    uri = (options["mlflow_tracking_uri"] or "").strip()
+    if uri and not uri.lower().startswith(("http://", "https://")):
+        fail(f"MLflow tracking URI {uri!r} (--mlflow-tracking-uri or MLFLOW_TRACKING_URI) is "
+             "not supported: judgeflow logs to a tracking server at an http(s) URL such as "
+             "http://127.0.0.1:5000; give one, or unset MLFLOW_TRACKING_URI")
+    return uri or None
+
+
 def run_fields(options: Mapping[str, Any]) -> dict[str, Any]:
     """The fields every run's parameters share, from the run options."""
     return {"output": options["output"], "suite": options["suite"],
@@ -201,4 +217,6 @@ def run_fields(options: Mapping[str, Any]) -> dict[str, Any]:
             "over_estimate": options["over_estimate"], "batch": options["batch"],
             "batch_retry": options["batch_retry"],
             "batch_max_requests": options["batch_max_requests"],
-            "batch_poll_max_seconds": options["batch_poll_max"]}
+            "batch_poll_max_seconds": options["batch_poll_max"],
+            "mlflow_tracking_uri": tracking_uri(options),
+            "mlflow_experiment": options["mlflow_experiment"]}

@@ -2,9 +2,9 @@
 
 Exit codes: 0 passed, 1 failed (a gate breached), 2 invalid input or configuration (nothing
 judged or published), 3 incomplete (the run could not decide; a run that crashed before
-deciding is incomplete too). Registered in flows/cli.py with
-`app.command(name="regression")(regression_command)`; only typer is imported at module level,
-so `judgeflow --help` stays fast.
+deciding is incomplete too), 4 passed and published but not logged to MLflow as asked.
+Registered in flows/cli.py with `app.command(name="regression")(regression_command)`; only
+typer is imported at module level, so `judgeflow --help` stays fast.
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ from flows.commands.common import (
     EXIT_FAILED,
     EXIT_INCOMPLETE,
     EXIT_INVALID,
+    EXIT_NOT_LOGGED,
     build_params,
     fail,
+    not_logged,
+    print_mlflow_line,
     start_prefect_api,
 )
 from flows.commands.options import REQUIRED, ROW_RUN_OPTIONS, evaluation_fields, with_options
@@ -137,5 +140,7 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     _write_junit(junit, junit_xml(section, params.suite, result["files"]["report.html"]))
     typer.echo(verdict_message(section, params.suite, result["files"]["report.html"]))
     typer.echo(f"summary: {result['files']['summary.md']}")
-    return {"passed": EXIT_PASSED, "failed": EXIT_FAILED}.get(section["outcome"],
+    print_mlflow_line(result)
+    code = {"passed": EXIT_PASSED, "failed": EXIT_FAILED}.get(section["outcome"],
                                                               EXIT_INCOMPLETE)
+    return EXIT_NOT_LOGGED if code == EXIT_PASSED and not_logged(result) else code

@@ -68,4 +68,4 @@ def rejudge_command(**options: Any) -> None:
 
     summary = run_flow(rejudge, params, progress=not options["no_progress"])
     print_rejudge_summary(summary)
-    finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []))
+    finish(summary.get("status", "complete"), summary.get("incomplete_reasons", []), summary)

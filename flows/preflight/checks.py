@@ -18,6 +18,7 @@ from flows.preflight.budget import Estimate, check_budget, estimate_rows
 from flows.preflight.models import check_batch_model, check_model_config
 from flows.preflight.output import check_output
 from flows.preflight.reach import check_reachable
+from flows.preflight.tracking import check_tracking_server
 from flows.run.calibration import catalogue_of, check_calibration_source, label_judges
 from judges.base import JudgeSpec
 from judges.builtin.custom import fields_present
@@ -203,7 +204,7 @@ def check_run_budget(params: EvaluateParams, source: RowSource, check: SetCheck,
 
 
 def check_run_options(params: RunOptions) -> None:
-    """What every run checks first, whatever it judges: its models, then where it writes.
+    """What every run checks first, whatever it judges: its models, where it writes and logs.
 
     Evaluate (and regression through it) and compare extend this with their own inputs.
 
@@ -214,3 +215,4 @@ def check_run_options(params: RunOptions) -> None:
     check_output(params.output, params.storage_options)
     if params.use_cache and params.cache:
         check_output(params.cache, params.storage_options)
+    check_tracking_server(params)

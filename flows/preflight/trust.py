@@ -14,6 +14,8 @@ must be one the operator allowed in the worker's environment:
   Without `api_base`, a model is called at its provider's own endpoint with the provider's
   usual key, and a parameter may not pick another key variable.
 - `JUDGEFLOW_STORAGE_ENDPOINTS`: the S3 `endpoint_url`s a parameter may name.
+- `JUDGEFLOW_MLFLOW_TRACKING_URIS`: the MLflow tracking servers a run may be logged to (its
+  results leave for them); default: none.
 
 `JUDGEFLOW_UNTRUSTED_PARAMETERS=1` applies the same rules outside deployment runs (a service
 that passes its callers' parameters to the flows). The command line on a user's own machine is
@@ -37,6 +39,7 @@ READ_ROOTS_ENV = "JUDGEFLOW_READ_ROOTS"
 WRITE_ROOTS_ENV = "JUDGEFLOW_WRITE_ROOTS"
 MODEL_ENDPOINTS_ENV = "JUDGEFLOW_MODEL_ENDPOINTS"
 STORAGE_ENDPOINTS_ENV = "JUDGEFLOW_STORAGE_ENDPOINTS"
+TRACKING_URIS_ENV = "JUDGEFLOW_MLFLOW_TRACKING_URIS"
 UNTRUSTED_ENV = "JUDGEFLOW_UNTRUSTED_PARAMETERS"
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -134,6 +137,7 @@ class OperatorPolicy:
     write_roots: tuple[Root, ...]
     endpoints: tuple[Endpoint, ...]
     storage_endpoints: tuple[str, ...]
+    tracking_uris: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> OperatorPolicy:
@@ -147,7 +151,16 @@ class OperatorPolicy:
             write_roots=write_roots,
             endpoints=tuple(Endpoint.parse(e) for e in _entries(MODEL_ENDPOINTS_ENV)),
             storage_endpoints=tuple(e.rstrip("/") for e in _entries(STORAGE_ENDPOINTS_ENV)),
+            tracking_uris=tuple(u.rstrip("/") for u in _entries(TRACKING_URIS_ENV)),
         )
+
+    def check_tracking_uri(self, uri: str | None) -> None:
+        """Refuse an MLflow tracking server the operator did not list."""
+        if uri and uri.strip().rstrip("/") not in self.tracking_uris:
+            raise ParameterRefused(
+                f"parameter 'mlflow_tracking_uri' names {uri!r}, which is not among the MLflow "
+                f"tracking servers this worker may log to ({TRACKING_URIS_ENV}: "
+                f"{', '.join(self.tracking_uris) or 'none'}); ask the operator to add it")
 
     def check_location(self, field: str, url: str, access: str) -> None:
         """Refuse a location outside the roots for `access` ("read" or "write")."""
@@ -228,6 +241,7 @@ def guard_parameters(params: P) -> P:
     for field, url, access in params.locations():
         policy.check_location(field, url, access)
     policy.check_storage_options(params.storage_options)
+    policy.check_tracking_uri(getattr(params, "mlflow_tracking_uri", None))
     updates = {}
     for field in ("judge", "candidate"):
         model = getattr(params, field, None)

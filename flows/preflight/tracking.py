@@ -1,0 +1,74 @@
+"""Whether the MLflow tracking server a run will log to answers, asked before anything is judged.
+
+Logging comes after the run is published; without this check, a server that is down would
+be found only then, after all the judging. One GET of the server's `/health` (which MLflow
+answers without credentials) settles it in about a second; mlflow itself is not imported here
+(it takes seconds), only looked up.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import urlsplit
+
+from judges.errors import ConfigError
+from tasks.mlflow.target import target_of
+
+TIMEOUT_SECONDS = 2.0
+FIX = "start it, or fix --mlflow-tracking-uri (or MLFLOW_TRACKING_URI)"
+
+
+class TrackingServerError(ConfigError):
+    """The run asks to be logged to MLflow, and it could not be: no server, or no mlflow."""
+
+
+def check_tracking_server(params: Any) -> None:
+    """With a tracking URI: mlflow installed, and the server answering its health check.
+
+    Raises:
+        TrackingServerError: one sentence naming the server, what happened and the fix.
+    """
+    target = target_of(params)
+    if target is None:
+        return
+    if importlib.util.find_spec("mlflow") is None:
+        raise TrackingServerError(
+            f"logging to MLflow at {target.tracking_uri} needs the mlflow package: install "
+            "judgeflow[mlflow] (pip install 'judgeflow[mlflow]'), or leave out "
+            "--mlflow-tracking-uri")
+    problem = _health_problem(target.tracking_uri)
+    if problem:
+        raise TrackingServerError(
+            f"the MLflow tracking server {target.tracking_uri} is unreachable ({problem}): {FIX}")
+
+
+def _health_problem(uri: str) -> str | None:
+    """What went wrong asking `{uri}/health`, or None when it answered 200."""
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "not an http(s) URL with a host"
+    request = urllib.request.Request(f"{uri}/health", method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as reply:
+            return None if reply.status == 200 else f"/health answered HTTP {reply.status}"
+    except urllib.error.HTTPError as error:
+        return f"/health answered HTTP {error.code}: is it an MLflow tracking server?"
+    except urllib.error.URLError as error:
+        return _why(error.reason, parts.hostname, parts.port)
+    except (TimeoutError, OSError) as error:
+        return _why(error, parts.hostname, parts.port)
+
+
+def _why(reason: Any, host: str, port: int | None) -> str:
+    where = f"{host}:{port}" if port else host
+    if isinstance(reason, socket.gaierror):
+        return f"the host name {host!r} does not resolve"
+    if isinstance(reason, TimeoutError | socket.timeout):
+        return f"no answer from {where} within {TIMEOUT_SECONDS:g} s"
+    if isinstance(reason, ConnectionRefusedError):
+        return f"connection refused: nothing listens on {where}"
+    return f"cannot connect to {where}: {reason}"
