@@ -1,13 +1,10 @@
 """`--mlflow-tracking-uri`: what a user sees in a real `mlflow server` after a judgeflow run."""
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -23,54 +20,11 @@ from typer.testing import CliRunner  # noqa: E402
 import flows.evaluate  # noqa: E402, F401 - Prefect's log handler binds to the session's stderr
 from flows.cli import app  # noqa: E402
 from tasks.mlflow.names import MAX_NAME_LENGTH, mlflow_names  # noqa: E402
+from tests.mlflow_server import free_port as _free_port  # noqa: E402
+from tests.mlflow_server import mlflow_server_fixture  # noqa: E402, F401 - the fixture
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rag_eval.jsonl"
 runner = CliRunner()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-            return reply.status == 200
-    except OSError:
-        return False
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """A real `mlflow server`: SQLite backend store, local artifact root, a loopback port."""
-    folder = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
-    command = [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
-               "--port", str(port), "--workers", "1",
-               "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
-               "--artifacts-destination", str(folder / "artifacts")]
-    log = (folder / "server.log").open("wb")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    process = subprocess.Popen(command, cwd=folder, env=env, stdin=subprocess.DEVNULL,
-                               stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while not _healthy(url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail("mlflow server did not start: "
-                        + (folder / "server.log").read_text(errors="replace")[-3000:])
-        time.sleep(0.25)
-    yield url
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    log.close()
 
 
 def _evaluate(out: Path, suite: str, run_id: str, *extra: str, data: Path = EXAMPLE):
