@@ -30,6 +30,7 @@ from flows.relay.signature import sign
 from tests.mlflow_server import free_port, running_mlflow_server
 
 REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "deployments" / "trigger_examples"
 SECRET = "whsec-judgeflow-test-7f3a"  # noqa: S105 - a test's own webhook secret
 ENDPOINT = "http://10.0.0.5:8000/v1"
 MODEL = "support-bot"
@@ -265,9 +266,17 @@ def registry_events(webhook_mlflow, relay_url, prefect_api_url):
     from mlflow import MlflowClient
 
     url, _ = relay_url
+    # The webhook as the README says: deployments/trigger_examples/mlflow_webhook.py, twice
+    # (the second run updates the first's webhook instead of adding one that delivers again).
+    env = {**os.environ, "MLFLOW_TRACKING_URI": webhook_mlflow,
+           "JUDGEFLOW_MLFLOW_WEBHOOK_SECRET": SECRET}
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(EXAMPLES / "mlflow_webhook.py"), "--url", url],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert SECRET not in done.stdout + done.stderr
     client = MlflowClient(tracking_uri=webhook_mlflow, registry_uri=webhook_mlflow)
-    client.create_webhook(name="judgeflow-post-deploy", url=url, secret=SECRET,
-                          events=[VERSION_CREATED, ALIAS_CREATED])
+    assert len(client.list_webhooks()) == 1
     client.create_registered_model(MODEL)
     version = client.create_model_version(MODEL, source="s3://models/support-bot/7")
     client.set_registered_model_alias(MODEL, "champion", version.version)
