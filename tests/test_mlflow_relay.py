@@ -146,6 +146,12 @@ def test_a_model_name_outside_the_safe_charset_is_refused(relay, name):
     assert relay.emitted == []
 
 
+def test_a_body_beyond_64_kib_is_refused_unread(relay):
+    body, headers = _signed(b"{" + b" " * (65 * 1024) + b"}")
+    assert relay.post("/", content=body, headers=headers).status_code == 413
+    assert relay.emitted == []
+
+
 @pytest.mark.parametrize("payload", [
     {"entity": "registered_model", "action": "created", "data": {"name": MODEL}},
     {"entity": "model_version_tag", "action": "set",

@@ -86,8 +86,8 @@ def relay_app(secret: str, mapping: Mapping, emit: Emit,
     seen = SeenDeliveries(keep_seconds=2 * tolerance)
 
     async def receive(request: Request) -> JSONResponse:
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
+        body = await _read_body(request)
+        if body is None:
             return _answer(413, "body too large")
         now = time.time()
         try:
@@ -119,6 +119,16 @@ def relay_app(secret: str, mapping: Mapping, emit: Emit,
                              "model": candidate.model}, status_code=202)
 
     return Starlette(routes=[Route(path, receive, methods=["POST"])])
+
+
+async def _read_body(request: Request) -> bytes | None:
+    """The request's body, or None once it passes MAX_BODY_BYTES (the rest is not read)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            return None
+    return body
 
 
 def _answer(status: int, message: str) -> JSONResponse:

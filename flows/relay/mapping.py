@@ -125,6 +125,7 @@ class Mapping:
                               f"charset ({_VALUES[field].pattern})")
         if event == ALIAS_CREATED and self.aliases and data.alias not in self.aliases:
             return None
-        return Candidate(event, data.name, data.version, data.alias,
+        alias = data.alias if event == ALIAS_CREATED else None  # checked only where it counts
+        return Candidate(event, data.name, data.version, alias,
                          self.model.format_map(values),
                          self.endpoint.format_map(values) if self.endpoint else None)
