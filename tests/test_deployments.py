@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -503,6 +504,16 @@ def test_a_registry_event_through_the_mlflow_relay_starts_post_deploy_eval_once(
                     if run["parameters"]["params"]["candidate"]["model"] == "openai/relay-bot"]
 
         [run] = _wait_for(relayed, 60, f"a post-deploy-eval run\n{_tail(server.log)}")
+        # A relay restarted between MLflow's retries no longer knows the delivery and emits
+        # it again, under the same event id (derived from the delivery id): no second run.
+        from flows.relay.app import EVENT_NAMESPACE
+
+        event_id = uuid.uuid5(EVENT_NAMESPACE, "d-1")
+        server.run(BIN / "python", "-c", (
+            "import uuid; from prefect.events import emit_event; "
+            f"emit_event('model.deployed', id=uuid.UUID('{event_id}'), "
+            "resource={'prefect.resource.id': 'model.relay-bot'}, "
+            f"payload={{'model': 'openai/relay-bot', 'endpoint': '{llm_server.api_base}'}})"))
         time.sleep(5)  # a second run would have been created by now
         assert [r["id"] for r in relayed()] == [run["id"]]
         params = run["parameters"]["params"]

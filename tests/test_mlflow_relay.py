@@ -24,7 +24,7 @@ import jinja2
 import pytest
 import yaml
 
-from flows.relay.app import relay_app
+from flows.relay.app import EVENT_NAMESPACE, relay_app
 from flows.relay.mapping import ALIAS_CREATED, VERSION_CREATED, Mapping, Refused
 from flows.relay.signature import sign
 from tests.mlflow_server import free_port, running_mlflow_server
@@ -135,6 +135,21 @@ def test_a_failed_emit_answers_503_and_mlflow_s_retry_is_relayed():
     assert client.post("/", content=body, headers=headers).status_code == 503
     assert client.post("/", content=body, headers=headers).status_code == 202
     assert attempts[0]["id"] == attempts[1]["id"]  # the same Prefect event id both times
+
+
+def test_a_prefect_server_too_slow_to_take_the_event_gets_503_in_time(monkeypatch):
+    import flows.relay.app
+
+    monkeypatch.setattr(flows.relay.app, "EMIT_TIMEOUT_SECONDS", 0.2)
+
+    async def stuck(event: dict) -> None:
+        await anyio.sleep(30)
+
+    client = InProcess(Mapping(model="hosted_vllm/{name}"), stuck)
+    body, headers = _signed(_alias_set())
+    started = time.monotonic()
+    assert client.post("/", content=body, headers=headers).status_code == 503
+    assert time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize("name", ["evil/openai", "a b", "x@attacker.example", "../admin",
@@ -305,8 +320,7 @@ def test_mlflow_registry_events_arrive_in_prefect_as_model_deployed_once_each(
         assert event["payload"]["endpoint"] == ENDPOINT
         mlflow = event["payload"]["mlflow"]
         assert (mlflow["name"], mlflow["version"], mlflow["alias"]) == (MODEL, version, alias)
-        assert str(uuid.uuid5(uuid.UUID("6d1f3f0e-1d0e-4a5c-9f63-2f0a8e7b5c41"),
-                              mlflow["delivery_id"])) == event["id"]
+        assert str(uuid.uuid5(EVENT_NAMESPACE, mlflow["delivery_id"])) == event["id"]
 
 
 def test_the_relayed_event_fires_the_post_deploy_trigger_with_the_candidate(registry_events):

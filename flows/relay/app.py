@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -25,10 +26,15 @@ from flows.relay.mapping import Candidate, Mapping, Refused
 from flows.relay.signature import DEFAULT_TOLERANCE_SECONDS, Delivery, Unauthenticated, verify
 
 EVENT = "model.deployed"
+# Well inside MLflow's 30 s request timeout (MLFLOW_WEBHOOK_REQUEST_TIMEOUT): a Prefect server
+# too slow to take the event gets a 503 answered, which MLflow retries, rather than a delivery
+# MLflow gave up on while the relay still holds its id.
+EMIT_TIMEOUT_SECONDS = 10
 MAX_BODY_BYTES = 64 * 1024  # a registry event is a few hundred bytes
 # Event ids derive from MLflow's delivery ids in a namespace of the relay's own, so the same
-# delivery relayed twice (by two relays, or one restarted) is one event id in Prefect's store.
-_EVENT_NAMESPACE = uuid.UUID("6d1f3f0e-1d0e-4a5c-9f63-2f0a8e7b5c41")
+# delivery relayed twice (by two relays, one restarted, or after a timed-out emit) is one event
+# id: Prefect stores it once, and its trigger service skips an id it has already evaluated.
+EVENT_NAMESPACE = uuid.UUID("6d1f3f0e-1d0e-4a5c-9f63-2f0a8e7b5c41")
 log = logging.getLogger("judgeflow.mlflow_relay")
 
 Emit = Callable[[dict], Awaitable[None]]
@@ -69,7 +75,7 @@ def prefect_event(candidate: Candidate, delivery: Delivery) -> dict:
                          "version": candidate.version, "alias": candidate.alias,
                          "delivery_id": delivery.delivery_id}
     return {
-        "id": uuid.uuid5(_EVENT_NAMESPACE, delivery.delivery_id),
+        "id": uuid.uuid5(EVENT_NAMESPACE, delivery.delivery_id),
         "occurred": datetime.fromtimestamp(delivery.timestamp, UTC),
         "event": EVENT,
         "resource": {"prefect.resource.id": f"model.{candidate.name}",
@@ -107,7 +113,8 @@ def relay_app(secret: str, mapping: Mapping, emit: Emit,
             return _answer(200, "duplicate: already relayed")
         event = prefect_event(candidate, delivery)
         try:
-            await emit(event)
+            with anyio.fail_after(EMIT_TIMEOUT_SECONDS):
+                await emit(event)
         except Exception as error:  # noqa: BLE001 - any failure to emit is MLflow's to retry
             seen.release(delivery.delivery_id)
             log.error("delivery %s: the Prefect server did not take the event: %s",
