@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from flows.commands.common import fail
+from flows.commands.common import console, fail
 
 DEFAULT_SECRET_ENV = "JUDGEFLOW_MLFLOW_WEBHOOK_SECRET"
 
@@ -52,7 +52,10 @@ def mlflow_relay_command(
         fail("PREFECT_API_URL is not set: the relay emits to the Prefect server whose "
              "post-deploy-eval deployment the events are for")
     if problem := configured_server_problem():
-        fail(problem)
+        # A service outlives its neighbours' restarts: until the server answers, deliveries
+        # are answered 503 and MLflow retries them.
+        console.print(f"warning: {problem}", markup=False, highlight=False, soft_wrap=True,
+                      style="yellow")
     try:
         mapping = Mapping(model=model, endpoint=endpoint,
                           events=frozenset(on or EVENT_FIELDS), aliases=frozenset(alias or ()))
