@@ -31,7 +31,7 @@ __all__ = [
     "MetricField", "RowData", "advisory_key", "calibrated_keys", "is_calibration",
     "is_pairwise", "judge_failed", "metric_field", "metric_fields", "record_inputs", "row_data",
     "row_tags", "stats_of", "yes_no_verdict", "PublishedVerdict", "published_verdict",
-    "trace_id_of",
+    "published_trace_id",
 ]
 
 RATE_SUFFIXES = ("/rating/percentage", "/rating/average")
@@ -171,7 +171,7 @@ def published_verdict(record: Mapping[str, Any], prefix: str) -> PublishedVerdic
     return PublishedVerdict(rating, rationale if isinstance(rationale, str) else None, error)
 
 
-def trace_id_of(record: Mapping[str, Any]) -> Any:
+def published_trace_id(record: Mapping[str, Any]) -> Any:
     """The published row's `trace_id` as it reads (unchecked: the caller checks its form)."""
     return record.get(TRACE_ID)
 

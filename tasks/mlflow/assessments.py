@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from judges.result_names import calibration_keys
 from tasks.agents.mlflow_trace import TRACE_ID_RE
-from tasks.metric_fields import published_verdict, trace_id_of
+from tasks.metric_fields import published_trace_id, published_verdict
 from tasks.mlflow.record import RUN_ID_TAG, SUITE_TAG
 
 SOURCE_TYPE = "LLM_JUDGE"
@@ -75,7 +75,7 @@ def verdicts_by_trace(lines: Iterable[str], judges: Mapping[str, str]
         if not line.strip():
             continue
         record = json.loads(line)
-        trace_id = trace_id_of(record)
+        trace_id = published_trace_id(record)
         if trace_id is None:
             continue
         if not isinstance(trace_id, str) or not TRACE_ID_RE.match(trace_id):
