@@ -38,8 +38,16 @@ from judges.rows import Chunk, EvalRow
 # --------------------------------------------------------------------------- Databricks
 
 
+# The id of the MLflow trace a row came from (judgeflow's own column; DESIGN.md names none).
+TRACE_ID = "trace_id"
+
+
 def input_fields(row: EvalRow) -> dict:
-    """The row's inputs as they appear in results (Databricks names)."""
+    """The row's inputs as they appear in results (Databricks names).
+
+    `trace_id` only on a row that came from an MLflow trace naming its id; it wins over a
+    `trace_id` column passed through (a published run's rows judged again carry one).
+    """
     return {
         "row_index": row.row_index,
         "request_id": row.request_id,
@@ -51,6 +59,7 @@ def input_fields(row: EvalRow) -> dict:
         "expected_retrieved_context": _chunks(row.expected_retrieved_context),
         **_agent_inputs(row),
         **row.extra,
+        **({TRACE_ID: row.trace_id} if row.trace_id is not None else {}),
     }
 
 

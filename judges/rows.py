@@ -88,6 +88,9 @@ class EvalRow(BaseModel):
     expected_tool_calls: ExpectedToolCalls | None = None
     expected_turns: list[TurnExpectation | None] | None = Field(
         None, description="A session's expectations, one (or null) per assistant turn")
+    trace_id: str | None = Field(
+        None, description="The id of the MLflow trace the row came from (its trace's, or its "
+                          "trajectory's when that is one MLflow trace)")
     extra: dict[str, Any] = Field(default_factory=dict, description="Columns passed through")
 
     @property

@@ -20,6 +20,7 @@ from typing import Any, Literal, NamedTuple
 from judges.result_names import (
     CALIBRATION_AREA,
     TAG_PREFIX,
+    TRACE_ID,
     TURN_PASS_RATE,
     count_names,
     qualified,
@@ -29,7 +30,8 @@ from judges.result_names import (
 __all__ = [
     "MetricField", "RowData", "advisory_key", "calibrated_keys", "is_calibration",
     "is_pairwise", "judge_failed", "metric_field", "metric_fields", "record_inputs", "row_data",
-    "row_tags", "stats_of", "yes_no_verdict",
+    "row_tags", "stats_of", "yes_no_verdict", "PublishedVerdict", "published_verdict",
+    "published_trace_id",
 ]
 
 RATE_SUFFIXES = ("/rating/percentage", "/rating/average")
@@ -145,6 +147,33 @@ def yes_no_verdict(record: Mapping[str, Any], prefix: str) -> str | None:
     """A judge's yes/no verdict on a published row (`{prefix}/rating`); None without one."""
     rating = record.get(f"{prefix}/rating")
     return rating if rating in ("yes", "no") else None
+
+
+class PublishedVerdict(NamedTuple):
+    """A judge's per-row verdict as published: "yes"/"no" (or None), its rationale, its error."""
+
+    rating: str | None
+    rationale: str | None
+    error: str | None
+
+
+def published_verdict(record: Mapping[str, Any], prefix: str) -> PublishedVerdict | None:
+    """The verdict of the judge under `prefix` on a published row; None where it gave none.
+
+    A row the judge never reached (its inputs missing) has neither a rating nor an error.
+    """
+    error = record.get(f"{prefix}/error_message")
+    error = str(error) if error and error == error else None  # NaN from Parquet is no error
+    rating = yes_no_verdict(record, prefix)
+    if rating is None and error is None:
+        return None
+    rationale = record.get(f"{prefix}/rationale")
+    return PublishedVerdict(rating, rationale if isinstance(rationale, str) else None, error)
+
+
+def published_trace_id(record: Mapping[str, Any]) -> Any:
+    """The published row's `trace_id` as it reads (unchecked: the caller checks its form)."""
+    return record.get(TRACE_ID)
 
 
 def judge_failed(record: Mapping[str, Any], prefix: str) -> bool:

@@ -156,6 +156,11 @@ def print_mlflow_line(summary: dict) -> None:
                       soft_wrap=True, style="yellow")
     else:
         print(f"mlflow:  {visible(section['run_url'])}")
+        unknown = (section.get("assessments") or {}).get("skipped_unknown_trace")
+        if unknown:
+            console.print(f"warning: {unknown} trace(s) of the run's rows are unknown to the "
+                          "MLflow tracking server: their verdicts are not attached to them",
+                          markup=False, highlight=False, soft_wrap=True, style="yellow")
 
 
 def not_logged(summary: dict) -> bool:

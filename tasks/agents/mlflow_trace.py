@@ -41,6 +41,12 @@ _USAGE_FIELDS = {
 # protobuf Duration JSON, as in MLflow 3 TraceInfo.execution_duration ("1.234s").
 _PROTO_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 _INTEGER_RE = re.compile(r"^\s*\d+\s*$")
+# Where a trace names itself: MLflow 3's info.trace_id, MLflow 2's info.request_id.
+_TRACE_ID_KEYS = ("trace_id", "request_id")
+# An MLflow trace id as judgeflow keeps it ("tr-" and 32 hex digits in MLflow 3, 32 hex digits
+# in older traces): letters, digits, "_" and "-", at most 128. It reaches the tracking server's
+# URL paths (/traces/{id}/assessments): nothing that could make it another path or a query.
+TRACE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
 class TraceError(ValueError):
@@ -59,6 +65,8 @@ class TraceFacts:
         total_output_tokens: Output tokens summed over LLM / CHAT_MODEL spans.
         total_tokens: Total tokens summed over LLM / CHAT_MODEL spans.
         latency_seconds: Root span duration, falling back to the trace's execution time.
+        trace_id: The trace's own id (info.trace_id, or MLflow 2's info.request_id); None when
+            the trace names none.
     """
 
     response: str | None
@@ -67,6 +75,7 @@ class TraceFacts:
     total_output_tokens: int | None
     total_tokens: int | None
     latency_seconds: float | None
+    trace_id: str | None = None
 
 
 def parse_trace(trace: str | bytes | Mapping[str, Any]) -> TraceFacts:
@@ -94,7 +103,28 @@ def parse_trace(trace: str | bytes | Mapping[str, Any]) -> TraceFacts:
         total_output_tokens=tokens.get("output"),
         total_tokens=tokens.get("total"),
         latency_seconds=_latency_seconds(root, info),
+        trace_id=_trace_id(info),
     )
+
+
+def trace_id_of(trace: str | bytes | Mapping[str, Any]) -> str | None:
+    """The id a single MLflow trace names itself by (None when it names none).
+
+    Raises:
+        TraceError: the trace is not a JSON object, or its id is not a plain trace id.
+    """
+    info = _load_trace(trace).get("info")
+    return _trace_id(info if isinstance(info, Mapping) else {})
+
+
+def _trace_id(info: Mapping[str, Any]) -> str | None:
+    value = next((info[key] for key in _TRACE_ID_KEYS if info.get(key) not in (None, "")), None)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not TRACE_ID_RE.match(value):
+        raise TraceError(f"trace info.trace_id is not an MLflow trace id (letters, digits, _ "
+                         f"and -, at most 128): {str(value)[:80]!r}")
+    return value
 
 
 def decoded_attribute(value: Any) -> Any:

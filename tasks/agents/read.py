@@ -19,7 +19,7 @@ from judges.trajectory.model import Trajectory
 from tasks.agents.chat_messages import trajectory_from_chat_messages
 from tasks.agents.errors import AgentRunError
 from tasks.agents.mlflow_spans import trajectory_from_mlflow
-from tasks.agents.mlflow_trace import TraceError
+from tasks.agents.mlflow_trace import TraceError, trace_id_of
 from tasks.agents.openinference import trajectory_from_openinference
 
 FORMS = ("expected chat messages [{role, content, tool_calls?}, ...], an MLflow trace (or a "
@@ -64,6 +64,27 @@ def read_trajectory(value: Any) -> Trajectory:
     except TraceError as error:
         raise AgentRunError(f"trajectory: {error}") from None
     raise AgentRunError(f"trajectory: {FORMS}; got {shown(value)}")
+
+
+def mlflow_trace_id(value: Any) -> str | None:
+    """The trace id of a cell that holds one MLflow trace (JSON text or object); else None.
+
+    A list of traces (a session, one per turn) names several traces, so none is the row's.
+
+    Raises:
+        AgentRunError: the trace's id is not a plain MLflow trace id.
+    """
+    if isinstance(value, str | bytes | bytearray):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not _is_mlflow_trace(value):
+        return None
+    try:
+        return trace_id_of(value)
+    except TraceError as error:
+        raise AgentRunError(f"trajectory: {error}") from None
 
 
 def trajectory_problem(value: Any) -> str | None:

@@ -16,7 +16,7 @@ from tasks.agents.chat_messages import trajectory_from_chat_messages
 from tasks.agents.errors import AgentRunError
 from tasks.agents.mlflow_spans import trajectory_from_mlflow
 from tasks.agents.mlflow_trace import parse_trace
-from tasks.agents.read import read_trajectory
+from tasks.agents.read import mlflow_trace_id, read_trajectory
 from tasks.dataset.chat import request_messages
 from tasks.dataset.columns import KNOWN_COLUMNS
 from tasks.dataset.table import RowProblem
@@ -29,9 +29,14 @@ def stable_request_id(request: Any) -> str:
 
 
 def _trace_fields(record: dict) -> dict:
-    """Fields derived from the trace; columns given explicitly win."""
+    """Fields derived from the trace; columns given explicitly win.
+
+    The trace's id is the row's `trace_id` (the trajectory's, when that is one MLflow trace and
+    the row has no trace column): the trace the row's verdicts are attached to in MLflow.
+    """
     if record.get("trace") is None:
-        return {}
+        trace_id = mlflow_trace_id(record.get("trajectory"))
+        return {} if trace_id is None else {"trace_id": trace_id}
     facts = parse_trace(record["trace"])
     derived = {
         "response": facts.response,
@@ -41,7 +46,8 @@ def _trace_fields(record: dict) -> dict:
         "total_output_token_count": facts.total_output_tokens,
         "latency_seconds": facts.latency_seconds,
     }
-    return {k: v for k, v in derived.items() if v is not None and record.get(k) is None}
+    fields = {k: v for k, v in derived.items() if v is not None and record.get(k) is None}
+    return fields if facts.trace_id is None else {**fields, "trace_id": facts.trace_id}
 
 
 # Read from their own cells (trajectory, expected_tool_calls) or derived from the trace.

@@ -1,7 +1,7 @@
 """Log a published run to MLflow: one MLflow run per judgeflow run, then link it in the manifest.
 
-The only module that imports mlflow, and only inside a run that asks for it. Its client's
-calls go through MLflow's own retries ($MLFLOW_HTTP_REQUEST_MAX_RETRIES, _TIMEOUT).
+With assessments.py, the only module that imports mlflow, and only inside a run that asks for
+it. Its client's calls go through MLflow's own retries ($MLFLOW_HTTP_REQUEST_MAX_RETRIES, _TIMEOUT).
 
 Per judgeflow run (suite and run id, found by the tags `judgeflow.suite` and `judgeflow.run_id`
 in the experiment), MLflow holds one active run:
@@ -18,6 +18,10 @@ the file name of MLflow's own evaluations): MLflow records it in the run's `mlfl
 tag, and its UI shows it as a table (the Artifacts tab, and the artifact view that compares
 evaluation tables across runs). `mlflow.genai.evaluate` is not used: it runs its own scorers,
 and judgeflow's judging is done by then.
+
+Both ways: the verdicts are attached to the MLflow traces the rows came from (assessments.py),
+and the published report and manifest name the MLflow run (report_link.py). The report logged
+as the run's artifact is the linked one, published again once the run has finished logging.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from judges.integrity import signing_key
+from tasks.mlflow.assessments import attach_verdicts
 from tasks.mlflow.record import (
     CONTENT_TAG,
     RUN_ID_TAG,
@@ -41,13 +45,13 @@ from tasks.mlflow.record import (
     run_params,
     run_tags,
 )
+from tasks.mlflow.report_link import REPORT, linked_manifest, publish_linked, report_with_link
 from tasks.mlflow.target import Target, target_of
 from tasks.report.plain_text import visible
-from tasks.storage.outputs import Publisher, RunLocation
-from tasks.storage.run_integrity import seal
+from tasks.storage.outputs import RunLocation
 
 TABLE_FILE = "eval_results_table.json"
-ARTIFACTS = ("report.html", "summary.md")
+ARTIFACTS = (REPORT, "summary.md")
 NAMES_FILE = "metric_names.json"
 # What MLflow accepts per log_batch request (mlflow/utils/validation.py).
 METRICS_PER_BATCH = 1000
@@ -127,23 +131,53 @@ def _log(target: Target, location: RunLocation, urls: Mapping[str, Any]) -> dict
     reused = _earlier_runs(client, experiment_id, location, digest)
     if reused is not None:
         section = _section(target, experiment_id, reused, "unchanged")
-        _write_manifest(location, _linked(location, manifest, section))
+        section = _with_assessments(section, _attach(target, location, manifest, reused))
+        report = report_with_link(location, section)
+        publish_linked(location, report, linked_manifest(location, manifest, section, report))
         return section
     summary_md = _read_text(location, "summary.md")
     tags = run_tags(manifest, metrics, urls, summary_md, _flow_run())
     run = client.create_run(experiment_id, run_name=location.run_id, tags=tags)
     run_id = run.info.run_id
     section = _section(target, experiment_id, run_id, "new")
-    linked = _linked(location, manifest, section)
+    report = report_with_link(location, section)
     try:
         _log_values(client, run_id, manifest, metrics)
-        _log_files(client, run_id, location, linked)
+        section = _with_assessments(section, _attach(target, location, manifest, run_id))
+        linked = linked_manifest(location, manifest, section, report)
+        _log_files(client, run_id, location, report, linked)  # as they are published next
         client.set_terminated(run_id, "FINISHED")
     except Exception:
         _mark_failed(client, run_id)
         raise
-    _write_manifest(location, linked)  # last: the manifest names only a run that finished
+    publish_linked(location, report, linked)  # last: the run folder names a finished run only
     return section
+
+
+def _attach(target: Target, location: RunLocation, manifest: Mapping[str, Any],
+            run_id: str) -> dict[str, int]:
+    """The run's verdicts attached to its rows' MLflow traces (tasks/mlflow/assessments.py)."""
+    from mlflow.tracing.client import TracingClient
+
+    tracing = TracingClient(tracking_uri=target.tracking_uri)
+    with location.fs.open(f"{location.run_dir}/results.jsonl", "rt", encoding="utf-8") as lines:
+        return attach_verdicts(tracing, lines, manifest, run_id)
+
+
+def _with_assessments(section: dict, counts: Mapping[str, int]) -> dict:
+    """The manifest's mlflow section with what was attached; unchanged where no row had a trace.
+
+    A trace the server does not know (logged to another server, or deleted) is said once.
+    """
+    if not any(counts.values()):
+        return section
+    unknown = counts.get("skipped_unknown_trace", 0)
+    if unknown:
+        get_run_logger().warning(
+            "%d trace id(s) of the run's rows are unknown to the MLflow tracking server at %s: "
+            "their verdicts are not attached (see the manifest's mlflow.assessments)",
+            unknown, section["tracking_uri"])
+    return {**section, "assessments": dict(counts)}
 
 
 def _experiment_id(client, name: str) -> str:
@@ -212,13 +246,17 @@ def _millis(iso: str | None) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _log_files(client, run_id: str, location: RunLocation, manifest: dict) -> None:
-    """The per-row table, the report, summary.md and the manifest (with its MLflow section)."""
+def _log_files(client, run_id: str, location: RunLocation, report: bytes | None,
+               manifest: dict) -> None:
+    """The per-row table, the report (linked to the run), summary.md and the manifest."""
     client.log_table(run_id, data=_results_table(location), artifact_file=TABLE_FILE)
     with tempfile.TemporaryDirectory(prefix="judgeflow-mlflow-") as folder:
         for name in ARTIFACTS:
             local = Path(folder) / name
-            location.fs.get_file(f"{location.run_dir}/{name}", str(local))
+            if name == REPORT and report is not None:
+                local.write_bytes(report)
+            else:
+                location.fs.get_file(f"{location.run_dir}/{name}", str(local))
             client.log_artifact(run_id, str(local))
         local = Path(folder) / "manifest.json"
         local.write_text(json.dumps(manifest, indent=2, ensure_ascii=False, default=str))
@@ -247,18 +285,3 @@ def _cell(value: Any) -> Any:
 def _read_text(location: RunLocation, name: str) -> str:
     with location.fs.open(f"{location.run_dir}/{name}", "rt", encoding="utf-8") as handle:
         return handle.read()
-
-
-def _linked(location: RunLocation, manifest: dict, section: dict) -> dict:
-    """The published manifest with its `mlflow` section, sealed again.
-
-    The data files and their digests are unchanged; with a signing key, the MAC is made anew
-    over the manifest as it now reads (tasks/storage/run_integrity.py).
-    """
-    integrity = {k: v for k, v in (manifest.get("integrity") or {}).items() if k != "mac"}
-    linked = {**manifest, "integrity": integrity, "mlflow": section}
-    return seal(linked, location, integrity.get("files") or {}, signing_key())
-
-
-def _write_manifest(location: RunLocation, manifest: dict) -> None:
-    Publisher(location).write_json(f"{location.run_dir}/manifest.json", manifest)
