@@ -44,6 +44,7 @@ from tasks.dataset.row_spool import RowSpool
 from tasks.dataset.row_stream import RowSource, SetCheck, rejected_rows, valid_rows
 from tasks.dataset.validation import CheckOptions
 from tasks.load import check_dataset
+from tasks.mlflow.source import is_mlflow_source, manifest_section
 from tasks.publish import publish_run
 from tasks.regression.slices import with_slices
 from tasks.report.plain_text import visible
@@ -268,6 +269,9 @@ def publish(
         config=params.model_dump(mode="json", exclude={"rows", "storage_options"}),
         status=judged.completeness.status, incomplete_reasons=judged.completeness.reasons,
     )
+    if is_mlflow_source(params.data):  # where in MLflow the set was, to read it again
+        manifest["dataset"]["mlflow"] = manifest_section(
+            params.data, params.mlflow_tracking_uri, prepared.check.notes, prepared.check.total)
     manifest.update(extra_sections or {})
     manifest.update(judged.sections)
     manifest["integrity"] = integrity or integrity_section(
