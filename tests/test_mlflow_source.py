@@ -112,16 +112,17 @@ def _source(name: str = EXPERIMENT, **query: str) -> str:
 
 def test_an_experiments_traces_are_judged_as_the_same_traces_exported_to_a_file(
         traces, tmp_path):
-    uri = traces["uri"]
-    from_file = _evaluate(tmp_path, str(traces["file"]), "file", "--mlflow-tracking-uri", uri,
+    uri, file_out, mlflow_out = traces["uri"], tmp_path / "file", tmp_path / "mlflow"
+    # Two outputs, two reply caches: neither run answers from the other's cache.
+    from_file = _evaluate(file_out, str(traces["file"]), "file", "--mlflow-tracking-uri", uri,
                           "--mlflow-experiment", "judged")
     assert from_file.exit_code == 0, from_file.output
-    from_mlflow = _evaluate(tmp_path, _source(), "mlflow", "--mlflow-tracking-uri", uri,
+    from_mlflow = _evaluate(mlflow_out, _source(), "mlflow", "--mlflow-tracking-uri", uri,
                             "--mlflow-experiment", "judged")
     assert from_mlflow.exit_code == 0, from_mlflow.output
 
-    file_rows = _published(tmp_path, "file", "results.jsonl")
-    mlflow_rows = _published(tmp_path, "mlflow", "results.jsonl")
+    file_rows = _published(file_out, "file", "results.jsonl")
+    mlflow_rows = _published(mlflow_out, "mlflow", "results.jsonl")
     assert [r["request_id"] for r in mlflow_rows] == traces["ids"]  # start time, then id
     assert _without_run_fields(mlflow_rows) == _without_run_fields(file_rows)
     # The trace gave what a file's trace gives: context, token counts and latency.
@@ -132,12 +133,12 @@ def test_an_experiments_traces_are_judged_as_the_same_traces_exported_to_a_file(
     assert "response/llm_judged/correctness/rating" not in first  # no expectation in a trace
     assert "retrieval/llm_judged/chunk_relevance/precision" in first
 
-    file_metrics = _published(tmp_path, "file", "metrics.json")
-    mlflow_metrics = _published(tmp_path, "mlflow", "metrics.json")
+    file_metrics = _published(file_out, "file", "metrics.json")
+    mlflow_metrics = _published(mlflow_out, "mlflow", "metrics.json")
     assert _without_run_fields(mlflow_metrics) == _without_run_fields(file_metrics)
     assert mlflow_metrics["agent/total_token_count/average"] > 0
 
-    manifest = _published(tmp_path, "mlflow", "manifest.json")
+    manifest = _published(mlflow_out, "mlflow", "manifest.json")
     section = manifest["dataset"]["mlflow"]
     experiment = MlflowClient(tracking_uri=uri).get_experiment_by_name(EXPERIMENT)
     assert section["tracking_uri"] == uri
