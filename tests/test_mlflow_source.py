@@ -185,7 +185,12 @@ def test_a_time_window_selects_the_traces_that_started_in_it(traces, tmp_path):
     (_source(since="yesterday"), "since 'yesterday' is not a time"),
 ])
 def test_a_wrong_source_is_refused_in_one_sentence_within_about_a_second(
-        traces, tmp_path, data, expected):
+        traces, tmp_path, monkeypatch, data, expected):
+    def never(*args):
+        raise AssertionError("the set was read: the preflight should have refused it")
+
+    # The preflight's own requests refuse it, before mlflow (seconds to import) reads anything.
+    monkeypatch.setattr("tasks.dataset.row_stream.read_rows", never)
     started = time.monotonic()
     result = _evaluate(tmp_path, data, "wrong", "--mlflow-tracking-uri", traces["uri"])
     elapsed = time.monotonic() - started
@@ -201,6 +206,37 @@ def test_an_mlflow_source_without_a_tracking_server_is_refused(tmp_path, monkeyp
     result = _evaluate(tmp_path, _source(), "none")
     assert result.exit_code == 2, result.output
     assert "is read from an MLflow tracking server, and none is given" in result.output
+
+
+def test_an_mlflow_source_without_the_mlflow_package_is_refused(traces, tmp_path, monkeypatch):
+    monkeypatch.setattr("flows.preflight.mlflow_source.importlib.util.find_spec",
+                        lambda name: None)
+    result = _evaluate(tmp_path, _source(), "no-package", "--mlflow-tracking-uri", traces["uri"])
+    assert result.exit_code == 2, result.output
+    assert "needs the mlflow package: install judgeflow[mlflow]" in result.output
+
+
+def test_a_deployment_run_reads_from_mlflow_only_at_a_tracking_uri_the_operator_allows(
+        monkeypatch):
+    from flows.params import EvaluateParams, JudgeModel
+    from flows.preflight.trust import ParameterRefused, guard_parameters
+
+    monkeypatch.setenv("JUDGEFLOW_UNTRUSTED_PARAMETERS", "1")
+    params = EvaluateParams(data=_source(), judge=JudgeModel(model="judgeflow/offline"),
+                            mlflow_tracking_uri="http://mlflow.internal:5000")
+    monkeypatch.setenv("JUDGEFLOW_MLFLOW_TRACKING_URIS", "http://other:5000")
+    with pytest.raises(ParameterRefused, match="may log to or read sets from"):
+        guard_parameters(params)
+    monkeypatch.setenv("JUDGEFLOW_MLFLOW_TRACKING_URIS", "http://mlflow.internal:5000")
+    assert guard_parameters(params).data == params.data  # not taken for a file to read
+
+
+def test_an_mlflow_source_is_refused_where_a_file_is_expected():
+    from flows.params import EvaluateParams, JudgeModel
+
+    with pytest.raises(ValueError, match="only the evaluation set"):
+        EvaluateParams(data="evals.jsonl", labels="mlflow:datasets/golden",
+                       judge=JudgeModel(model="judgeflow/offline"))
 
 
 def test_a_dataset_gives_requests_responses_and_expectations(traces, tmp_path):
