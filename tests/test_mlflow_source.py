@@ -18,7 +18,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 import flows.evaluate  # noqa: E402, F401 - Prefect's log handler binds to the session's stderr
 from flows.cli import app  # noqa: E402
-from tasks.mlflow.rows import RecordMapper, request_of  # noqa: E402
+from tasks.mlflow.rows import RecordMapper, expectations_note, request_of  # noqa: E402
 from tasks.mlflow.source import (  # noqa: E402
     SourceSyntaxError,
     manifest_section,
@@ -326,3 +326,5 @@ def test_inputs_become_requests_and_every_expectation_has_a_column():
     assert row == {"request_id": "dr-1", "request": "Why?", "response": "Because.",
                    "expected_response": "Because.", "expectation.response": "x"}
     assert mapper.summary()["response"] == {"column": "expectation.response", "records": 1}
+    note = expectations_note(mapper.summary())
+    assert "response as 'expectation.response'" in note and "expected_response" not in note

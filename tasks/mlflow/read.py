@@ -9,6 +9,7 @@ time, then record id).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -132,8 +133,6 @@ def _trace_rows(client: Any, source: MLflowSource, text: str, tracking_uri: str 
 
 def _inputs(trace: Any) -> Any:
     """The root span's inputs (what the application was asked), decoded."""
-    import json
-
     raw = trace.data.request
     if raw is None:
         return None

@@ -104,3 +104,13 @@ class RecordMapper:
         """Each expectation key met: the column it went to, and in how many records."""
         return {key: {"column": expectation_column(key), "records": count}
                 for key, count in sorted(self.expectations.items())}
+
+
+def expectations_note(summary: dict[str, dict]) -> str | None:
+    """A line naming the expectation keys kept as columns of their own (None: there are none)."""
+    kept = [f"{key} as {entry['column']!r}" for key, entry in summary.items()
+            if key not in EXPECTATION_COLUMNS]
+    if not kept:
+        return None
+    return ("expectations judgeflow does not judge by name are kept as columns of their own "
+            f"(carried into the results, readable by a custom judge): {', '.join(kept)}")
