@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 PREFIX = "mlflow:"
 FORMS = ("mlflow:experiments/<name>/traces?filter=...&since=...&until=... or "
@@ -30,6 +30,9 @@ _RELATIVE = re.compile(r"^-(\d+)([mhdw])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 # What MLflow's own store calls a dataset id (mlflow.store.tracking: "d-" and 32 hex digits).
 _DATASET_ID = re.compile(r"^d-[0-9a-f]{32}$")
+# Characters a query value keeps as they are, so that a recorded filter stays readable: all
+# printable ASCII but '&' and '#' (they end a value), '+' (a space) and '%' (an escape).
+_READABLE = " !\"$'()*,./:;<=>?@[]^`{|}~"
 
 
 class SourceSyntaxError(ValueError):
@@ -73,7 +76,8 @@ class MLflowSource:
         if self.kind == "dataset":
             return f"{PREFIX}datasets/{quote(self.name, safe='')}"
         query = {"filter": self.filter, "since": _iso(self.since_ms), "until": _iso(self.until_ms)}
-        encoded = urlencode({k: v for k, v in query.items() if v is not None}, quote_via=quote)
+        encoded = "&".join(f"{k}={quote(v, safe=_READABLE)}" for k, v in query.items()
+                           if v is not None)
         return f"{PREFIX}experiments/{quote(self.name, safe='')}/traces" + (
             f"?{encoded}" if encoded else "")
 
