@@ -1,6 +1,7 @@
 """Evaluation sets read from MLflow (`mlflow:` sources) against a real `mlflow server`."""
 
 import json
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,7 +66,12 @@ def _log_trace(question: str, answer: str, env: str, documents) -> str:
 
 @pytest.fixture(scope="module")
 def traces(mlflow_server, tmp_path_factory):
-    """Four real traces in the experiment, the second pair logged after `split` (epoch ms)."""
+    """Four real traces in the experiment, the second pair logged after `split` (epoch ms).
+
+    MLflow's fluent API sets process-wide state (MLFLOW_TRACKING_URI among it, which the command
+    line reads): it is put back after the module, for the test modules that follow.
+    """
+    saved = {k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}
     mlflow.set_tracking_uri(mlflow_server)
     mlflow.set_experiment(EXPERIMENT)
     ids = [_log_trace(*QUESTIONS[0]), _log_trace(*QUESTIONS[1])]
@@ -81,7 +87,12 @@ def traces(mlflow_server, tmp_path_factory):
             row = {"request_id": trace_id, "request": question,
                    "trace": client.get_trace(trace_id).to_json()}
             handle.write(json.dumps(row) + "\n")
-    return {"ids": ids, "split": split, "file": exported, "uri": mlflow_server}
+    yield {"ids": ids, "split": split, "file": exported, "uri": mlflow_server}
+    mlflow.set_tracking_uri(None)
+    mlflow.tracking.fluent._active_experiment_id = None
+    for key in [k for k in os.environ if k.startswith("MLFLOW_")]:
+        del os.environ[key]
+    os.environ.update(saved)
 
 
 def _evaluate(out: Path, data: str, run_id: str, *extra: str):
