@@ -47,8 +47,9 @@ def main() -> None:
     args = parser.parse_args()
     litellm.suppress_debug_info = True
     messages = judge_messages(args.calls)
-    asyncio.run(batch(args.api_base, messages[:args.warmup], args.concurrency))
-    urllib.request.urlopen(urllib.request.Request(f"{args.api_base}/reset", method="POST"))
+    if args.warmup:
+        asyncio.run(batch(args.api_base, messages[:args.warmup], args.concurrency))
+        urllib.request.urlopen(urllib.request.Request(f"{args.api_base}/reset", method="POST"))
     cpu, wall = time.process_time(), time.perf_counter()
     asyncio.run(batch(args.api_base, messages, args.concurrency))
     print(json.dumps({"cpu_seconds": time.process_time() - cpu,

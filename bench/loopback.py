@@ -9,6 +9,10 @@ a 2-core machine.
     python bench/loopback.py --latency 0.1      # prints its base URL, then serves
 
 Control: `GET /stats` returns the window and the request count; `POST /reset` empties it.
+
+Faults, for the storm scenarios: `--limit N` answers 429 at once to a request that arrives
+while N are being served (a provider's concurrency limit, no Retry-After); `--fail-every K`
+answers every K-th request with a 500 after the usual delay. Both count in `rejected`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ class Window:
 
     def reset(self) -> None:
         self.count = 0
+        self.rejected = 0
+        self.serving = 0
         self.first_received: float | None = None
         self.last_replied: float | None = None
 
@@ -49,7 +55,7 @@ class Window:
             busy = self.last_replied - self.first_received
         # Monotonic clock readings (system-wide on Linux), to place the window in a command's run.
         return {"count": self.count, "busy_seconds": busy, "first_received": self.first_received,
-                "last_replied": self.last_replied}
+                "last_replied": self.last_replied, "rejected": self.rejected}
 
 
 def _completion(model: str) -> bytes:
@@ -64,13 +70,31 @@ def _completion(model: str) -> bytes:
     }).encode()
 
 
-def make_app(latency: float) -> web.Application:
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": "bench_fault"}},
+                             status=status)
+
+
+def make_app(latency: float, limit: int | None = None,
+             fail_every: int | None = None) -> web.Application:
     window = Window()
 
     async def complete(request: web.Request) -> web.Response:
         window.received()
         body = await request.json()
-        await asyncio.sleep(latency)
+        if limit is not None and window.serving >= limit:
+            window.rejected += 1
+            window.replied()
+            return _error(429, "Too many concurrent requests")
+        window.serving += 1
+        try:
+            await asyncio.sleep(latency)
+        finally:
+            window.serving -= 1
+        if fail_every and window.count % fail_every == 0:
+            window.rejected += 1
+            window.replied()
+            return _error(500, "Internal error")
         response = web.Response(body=_completion(body.get("model", "bench")),
                                 content_type="application/json")
         window.replied()
@@ -90,8 +114,8 @@ def make_app(latency: float) -> web.Application:
     return app
 
 
-async def serve(latency: float) -> None:
-    runner = web.AppRunner(make_app(latency), access_log=None)
+async def serve(latency: float, limit: int | None = None, fail_every: int | None = None) -> None:
+    runner = web.AppRunner(make_app(latency, limit, fail_every), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
     await site.start()
@@ -105,7 +129,10 @@ async def serve(latency: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency", type=float, default=0.1, help="seconds per reply")
-    asyncio.run(serve(parser.parse_args().latency))
+    parser.add_argument("--limit", type=int, default=None, help="429 above N being served")
+    parser.add_argument("--fail-every", type=int, default=None, help="500 on every K-th request")
+    args = parser.parse_args()
+    asyncio.run(serve(args.latency, args.limit, args.fail_every))
 
 
 if __name__ == "__main__":

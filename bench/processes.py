@@ -24,9 +24,9 @@ STACK_IMPORT = "import prefect, litellm, pandas, pandera"
 class Loopback:
     """The loopback model server in its own process; `stats()` reads its busy window."""
 
-    def __init__(self, latency: float):
+    def __init__(self, latency: float, *faults: str):
         self.process = subprocess.Popen(
-            [PYTHON, str(BENCH / "loopback.py"), "--latency", str(latency)],
+            [PYTHON, str(BENCH / "loopback.py"), "--latency", str(latency), *faults],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.url = self.process.stdout.readline().strip()
         if not self.url.startswith("http://127.0.0.1:"):
@@ -137,13 +137,17 @@ def stack_import_seconds() -> float:
     return time.perf_counter() - started
 
 
-def bare_litellm(api_base: str, calls: int, concurrency: int) -> dict:
-    """A warm bare litellm batch in its own process; returns its CPU and wall seconds."""
+def bare_litellm(api_base: str, calls: int, concurrency: int, warmup: int = 200) -> dict:
+    """A bare litellm batch in its own process (warm unless `warmup` is 0); returns its CPU and
+    wall seconds over the timed batch, and `process_seconds`, the whole process's wall time
+    (interpreter start and imports included)."""
+    started = time.perf_counter()
     done = subprocess.run(
         [PYTHON, str(BENCH / "bare_litellm.py"), api_base, "--calls", str(calls),
-         "--concurrency", str(concurrency)],
+         "--concurrency", str(concurrency), "--warmup", str(warmup)],
         env=bench_env(), capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]),
+            "process_seconds": time.perf_counter() - started}
 
 
 def offline_calls(calls: int = 72) -> dict:

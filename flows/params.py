@@ -13,7 +13,7 @@ from pydantic import (
     model_validator,
 )
 
-from judges.model.settings import API_KEY_ENV_PATTERN, LLMSettings, Price
+from judges.model.settings import ADAPTIVE_MAX, API_KEY_ENV_PATTERN, LLMSettings, Price
 from judges.storage import check_storage_options, check_url
 from tasks.mlflow.source import is_mlflow_source, pinned
 
@@ -91,7 +91,11 @@ class JudgeModel(BaseModel):
         "OPENAI_API_KEY, which is never sent to a custom api_base unless named here",
     )
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
-    concurrency: int = Field(8, ge=1, le=512, description="Judge calls in flight at once")
+    concurrency: int | None = Field(
+        None, ge=1, le=512, description="Judge calls in flight at once (None: adaptive, "
+        "opening at 16 and growing while the provider answers without a 429)")
+    max_concurrency: int = Field(ADAPTIVE_MAX, ge=1, le=512,
+                                 description="Ceiling of the adaptive concurrency")
     rpm: int | None = Field(None, ge=1, description="Requests per minute cap (None: no cap)")
     tpm: int | None = Field(None, ge=1, description="Tokens per minute cap (None: no cap)")
     price_per_mtok: Price | None = Field(
@@ -120,7 +124,10 @@ class CandidateModel(BaseModel):
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
     max_tokens: int | None = Field(None, ge=1, description="Cap on response tokens")
     max_attempts: int = Field(5, ge=1, le=20, description="Attempts per call on 429/5xx/timeout")
-    concurrency: int = Field(8, ge=1, le=512, description="Generation calls in flight")
+    concurrency: int | None = Field(
+        None, ge=1, le=512, description="Generation calls in flight (None: adaptive)")
+    max_concurrency: int = Field(ADAPTIVE_MAX, ge=1, le=512,
+                                 description="Ceiling of the adaptive concurrency")
     rpm: int | None = Field(None, ge=1, description="Requests per minute cap")
     tpm: int | None = Field(None, ge=1, description="Tokens per minute cap")
     price_per_mtok: Price | None = Field(

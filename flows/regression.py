@@ -37,6 +37,7 @@ from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
 from flows.rejudge import rejudged_baseline
 from flows.run.common import batch_mode, run_location, run_summary
+from flows.run.outcome import kept
 from judges.model.usage import Usage
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
@@ -192,9 +193,9 @@ async def regression(params: RegressionParams) -> dict | State:
     for line in lines:
         (logger.info if verdict.outcome == "passed" else logger.error)(line)
     if verdict.outcome == "passed":
-        return summary
+        return kept(summary)
     _emit(params, DETECTED_EVENT if verdict.outcome == "failed" else INCOMPLETE_EVENT,
           location.run_id, urls, section)
     # A returned Failed state ends the run with this message (one line: the state's message is
     # shown as written) and no traceback in its log.
-    return Failed(message=" | ".join(lines), data=RegressionNotPassed(message, summary))
+    return kept(Failed(message=" | ".join(lines), data=RegressionNotPassed(message, summary)))

@@ -2,17 +2,20 @@
 
 Import the module-scoped fixture `mlflow_server` (the server's URL) into a test module with
 ``from tests.mlflow_server import mlflow_server_fixture``; the server starts with the first
-test that asks for it and stops after the module's last.
+test that asks for it and stops after the module's last. `running_mlflow_server(folder, env)`
+starts one with extra environment (webhook settings) for a fixture of a module's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,18 +35,22 @@ def healthy(url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="module", name="mlflow_server")
-def mlflow_server_fixture(tmp_path_factory):
-    """A real `mlflow server`: SQLite backend store, local artifact root, a loopback port."""
-    folder = tmp_path_factory.mktemp("mlflow")
+@contextlib.contextmanager
+def running_mlflow_server(folder: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start `mlflow server` with its files in `folder`, yield its URL, stop it.
+
+    `env` is added to the server's environment (e.g. the MLFLOW_WEBHOOK_* settings a test of
+    webhooks needs); the caller's own MLFLOW_* variables never reach the server.
+    """
     port = free_port()
     command = [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
                "--port", str(port), "--workers", "1",
                "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
                "--artifacts-destination", str(folder / "artifacts")]
     log = (folder / "server.log").open("wb")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    process = subprocess.Popen(command, cwd=folder, env=env, stdin=subprocess.DEVNULL,
+    server_env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    server_env.update(env or {})
+    process = subprocess.Popen(command, cwd=folder, env=server_env, stdin=subprocess.DEVNULL,
                                stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
@@ -53,11 +60,20 @@ def mlflow_server_fixture(tmp_path_factory):
             pytest.fail("mlflow server did not start: "
                         + (folder / "server.log").read_text(errors="replace")[-3000:])
         time.sleep(0.25)
-    yield url
-    process.terminate()
     try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    log.close()
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module", name="mlflow_server")
+def mlflow_server_fixture(tmp_path_factory):
+    """A real `mlflow server`: SQLite backend store, local artifact root, a loopback port."""
+    with running_mlflow_server(tmp_path_factory.mktemp("mlflow")) as url:
+        yield url

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -457,3 +458,72 @@ def test_a_deployment_run_s_parameters_cannot_reach_outside_the_operator_s_polic
     assert "chains filesystems" in messages["chained-url"]["message"]
     assert len(llm_server.requests) == requests_before
     assert not out.exists()
+
+
+def test_a_registry_event_through_the_mlflow_relay_starts_post_deploy_eval_once(
+        server, deployed, llm_server, tmp_path):
+    """`judgeflow mlflow-relay` -> model.deployed -> the deployment's own trigger -> one run.
+
+    The delivery is signed here as MLflow signs it (tests/test_mlflow_relay.py has a real
+    MLflow server deliver to the relay); sent twice, as MLflow's retry would, it starts one run.
+    """
+    from flows.relay.signature import sign
+
+    secret, port = "whsec-deployments-test", _free_port()
+    env = {**server.env, "JUDGEFLOW_MLFLOW_WEBHOOK_SECRET": secret, "PYTHONPATH": str(REPO)}
+    log = tmp_path / "relay.log"
+    with log.open("wb") as sink:
+        relay = subprocess.Popen(
+            [str(BIN / "python"), "-m", "flows.cli", "mlflow-relay", "--port", str(port),
+             "--model", "openai/{name}", "--endpoint", llm_server.api_base,
+             "--on", "model_version_alias.created"],
+            cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+
+        def listening() -> bool:
+            assert relay.poll() is None, _tail(log)
+            try:
+                return httpx.get(url, timeout=2).status_code == 405
+            except httpx.TransportError:
+                return False
+
+        _wait_for(listening, 120, f"relay on {url}\n{_tail(log)}")
+        body = json.dumps({"entity": "model_version_alias", "action": "created",
+                           "data": {"name": "relay-bot", "alias": "champion",
+                                    "version": "4"}}).encode()
+        stamp = str(int(time.time()))
+        headers = {"X-MLflow-Delivery-Id": "d-1", "X-MLflow-Timestamp": stamp,
+                   "X-MLflow-Signature": sign(secret, "d-1", stamp, body)}
+        codes = [httpx.post(url, content=body, headers=headers, timeout=30).status_code
+                 for _ in range(2)]
+        assert codes == [202, 200], _tail(log)
+
+        def relayed() -> list[dict]:
+            return [run for run in _flow_runs(server, deployed["post_deploy"]["id"])
+                    if run["parameters"]["params"]["candidate"]["model"] == "openai/relay-bot"]
+
+        [run] = _wait_for(relayed, 60, f"a post-deploy-eval run\n{_tail(server.log)}")
+        # A relay restarted between MLflow's retries no longer knows the delivery and emits
+        # it again, under the same event id (derived from the delivery id): no second run.
+        from flows.relay.app import EVENT_NAMESPACE
+
+        event_id = uuid.uuid5(EVENT_NAMESPACE, "d-1")
+        server.run(BIN / "python", "-c", (
+            "import uuid; from prefect.events import emit_event; "
+            f"emit_event('model.deployed', id=uuid.UUID('{event_id}'), "
+            "resource={'prefect.resource.id': 'model.relay-bot'}, "
+            f"payload={{'model': 'openai/relay-bot', 'endpoint': '{llm_server.api_base}'}})"))
+        time.sleep(5)  # a second run would have been created by now
+        assert [r["id"] for r in relayed()] == [run["id"]]
+        params = run["parameters"]["params"]
+        assert params["candidate"] == {"model": "openai/relay-bot",
+                                       "api_base": llm_server.api_base}
+        assert params["suite"] == "post-deploy"
+        RegressionParams.model_validate(params)
+        with server.client() as api:
+            api.delete(f"/flow_runs/{run['id']}").raise_for_status()  # not to be executed
+        assert secret not in log.read_text()
+    finally:
+        relay.terminate()
+        relay.wait(timeout=20)

@@ -10,7 +10,8 @@ import time
 import uuid
 
 from judges.model.llm import LLMClient
-from judges.model.settings import LLMSettings
+from judges.model.pacing import Congestion
+from judges.model.settings import ADAPTIVE_MAX, ADAPTIVE_START, LLMSettings
 from judges.model.usage import Usage
 from tests.fake_llm import Reply
 
@@ -140,3 +141,62 @@ def test_calls_overlap_but_requests_at_the_provider_never_exceed_the_window(fake
     assert usage.calls == 40 and len(recorder.arrivals) == 40
     assert max(recorder.in_flight_at_arrival) == 3, recorder.in_flight_at_arrival
     assert client._limits.hooked and not client._limits.hookless
+
+
+def test_the_default_window_opens_at_16_and_doubles_while_every_call_finds_it_full():
+    congestion = Congestion(ADAPTIVE_MAX, start=ADAPTIVE_START)
+    congestion.open()
+    assert congestion.window() == 16
+    for _ in range(100):
+        congestion.on_success(window_full=False)  # the run does not fill it: no evidence
+    assert congestion.window() == 16
+    for _ in range(16):  # one round trip of a full window
+        congestion.on_success(window_full=True)
+    assert congestion.window() == 32
+    for _ in range(1000):
+        congestion.on_success(window_full=True)
+    assert congestion.window() == ADAPTIVE_MAX  # never past the ceiling
+
+
+def test_after_its_first_429_the_default_window_steps_back_and_probes_one_call_per_window():
+    congestion = Congestion(ADAPTIVE_MAX, start=ADAPTIVE_START)
+    congestion.open()
+    for _ in range(16):
+        congestion.on_success()
+    congestion.on_rate_limited(congestion.epoch)
+    assert congestion.window() == 22  # 0.7 x 32
+    congestion.on_rate_limited(0)  # admitted before the decrease: the same event
+    assert congestion.window() == 22
+    for _ in range(22):  # one window of replies: one more call, no longer doubling
+        congestion.on_success()
+    assert congestion.window() == 23
+
+
+def test_at_default_settings_a_run_grows_its_window_past_the_start(fake_llm):
+    recorder = Recorder(lambda index: Reply(VERDICT), seconds=0.1)
+    fake_llm.script = recorder
+    usage = _run(_client(fake_llm), 300)
+    assert usage.calls == 300 and usage.failures == 0
+    seen = recorder.in_flight_at_arrival
+    assert max(seen[:17]) <= ADAPTIVE_START, seen[:17]  # opens at the start, not at the ceiling
+    assert max(seen) >= 2 * ADAPTIVE_START, max(seen)  # grew while the provider kept up
+
+
+def test_at_default_settings_a_run_settles_just_below_a_provider_s_concurrency_limit(fake_llm):
+    limit = 12
+    recorder = Recorder(lambda index: Reply(VERDICT), seconds=0.1)
+
+    def provider(body) -> Reply:
+        with recorder._lock:
+            over = recorder._in_flight >= limit
+        return Reply(status=429) if over else recorder(body)
+
+    fake_llm.script = provider
+    client = _client(fake_llm)
+    usage = _run(client, 400)
+    assert usage.calls == 400 and usage.failures == 0  # nothing lost
+    congestion = client._limits.congestion
+    assert congestion.decreases >= 1
+    # It ends probing just around the limit: not collapsed to a few calls, not far above it.
+    assert 0.6 * limit <= congestion.window() <= limit + 2, congestion.window()
+    assert usage.retries <= 40, usage.retries  # it found the limit, not a 429 per call

@@ -242,11 +242,13 @@ def test_a_sharded_run_equals_a_single_process_run(server, deployed, workers, fa
     for entry in shards["runs"]:
         assert entry["state"] == "COMPLETED" and entry["chunks_judged"] == 4
         assert children[entry["flow_run_id"]]["state"]["type"] == "COMPLETED"
-        assert children[entry["flow_run_id"]]["parameters"]["params"]["judge"]["concurrency"] == 4
-    # The limit was created at the run's concurrency, and every slot was given back.
+        judge = children[entry["flow_run_id"]]["parameters"]["params"]["judge"]
+        # An adaptive run (no --concurrency): each shard adapts within half the ceiling.
+        assert (judge["concurrency"], judge["max_concurrency"]) == (None, 64)
+    # The limit was created at the run's ceiling, and every slot was given back.
     with server.client() as api:
         limit = api.get("/v2/concurrency_limits/judgeflow-model-openai-shard-judge")
-    assert limit.raise_for_status().json()["limit"] == 8
+    assert limit.raise_for_status().json()["limit"] == 128
     assert limit.json()["active_slots"] == 0
     assert not (tmp_path / "sharded" / "s" / "two" / ".shards").exists()
 

@@ -245,6 +245,7 @@ def run_flow(flow_fn, params, progress: bool = True) -> dict:
     import asyncio
 
     from flows.preflight.checks import is_config_error
+    from flows.run.outcome import outcome_of
     from flows.run.progress import console_progress
 
     _warm_up()
@@ -255,9 +256,10 @@ def run_flow(flow_fn, params, progress: bool = True) -> dict:
     with console_progress(progress):
         state = asyncio.run(flow_fn(params, return_state=True))
     mark("flow run finished")
+    outcome = outcome_of(state)
     if state.is_completed():  # an incomplete run too: its state is Completed, named Incomplete
-        return state.result()
-    error = state.result(raise_on_failure=False)
+        return outcome
+    error = outcome
     fail(str(error), EXIT_INVALID if is_config_error(error) else EXIT_FAILED)
 
 

@@ -31,7 +31,10 @@ OPTIONS: dict[str, tuple] = {
     "api_base": _option(str | None, None, "Endpoint override for the judge model"),
     "api_key_env": _option(str | None, None, "Env variable holding the judge's API key"),
     "temperature": _option(float, 0.0, "Judge sampling temperature"),
-    "concurrency": _option(int, 8, "Model calls in flight"),
+    "concurrency": _option(int | None, None, "Model calls in flight (default: adaptive, "
+                           "opening at 16 and growing up to --max-concurrency while the provider "
+                           "answers without a 429)"),
+    "max_concurrency": _option(int, 128, "Ceiling of the adaptive concurrency"),
     "rpm": _option(int | None, None, "Requests per minute cap"),
     "tpm": _option(int | None, None, "Tokens per minute cap"),
     "max_attempts": _option(int, 5, "Attempts per judge call on 429/5xx/timeout/connection "
@@ -100,8 +103,8 @@ OPTIONS: dict[str, tuple] = {
                            "a terminal)", "--no-progress"),
 }
 
-JUDGE_OPTIONS = ("judge_model", "api_base", "api_key_env", "temperature", "concurrency", "rpm",
-                 "tpm", "max_attempts", "price_per_mtok")
+JUDGE_OPTIONS = ("judge_model", "api_base", "api_key_env", "temperature", "concurrency",
+                 "max_concurrency", "rpm", "tpm", "max_attempts", "price_per_mtok")
 CANDIDATE_OPTIONS = ("candidate_model", "candidate_api_base", "candidate_api_key_env",
                      "candidate_max_attempts", "candidate_price_per_mtok")
 EVALUATION_OPTIONS = ("judges", "custom_judges", "aspect", "strictness", "allow_extra_columns",
@@ -141,7 +144,8 @@ def judge_model_fields(options: Mapping[str, Any]) -> dict[str, Any]:
     """JudgeModel's fields from the judge options."""
     return {"model": options["judge_model"], "api_base": options["api_base"],
             "api_key_env": options["api_key_env"], "temperature": options["temperature"],
-            "concurrency": options["concurrency"], "rpm": options["rpm"], "tpm": options["tpm"],
+            "concurrency": options["concurrency"], "max_concurrency": options["max_concurrency"],
+            "rpm": options["rpm"], "tpm": options["tpm"],
             "max_attempts": options["max_attempts"],
             "price_per_mtok": parse_price(options["price_per_mtok"], "--price-per-mtok")}
 
@@ -171,7 +175,7 @@ def candidate_fields(options: Mapping[str, Any]) -> dict[str, Any] | None:
     attempts = options["candidate_max_attempts"] or options["max_attempts"]
     return {"model": options["candidate_model"], "api_base": options["candidate_api_base"],
             "api_key_env": options["candidate_api_key_env"], "max_attempts": attempts,
-            "concurrency": options["concurrency"],
+            "concurrency": options["concurrency"], "max_concurrency": options["max_concurrency"],
             "price_per_mtok": parse_price(options["candidate_price_per_mtok"],
                                           "--candidate-price-per-mtok")}
 

@@ -122,6 +122,7 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     from flows.commands.common import _attach_prefect_api
     from flows.preflight.checks import is_config_error
     from flows.regression import RegressionNotPassed, regression
+    from flows.run.outcome import outcome_of
     from flows.run.progress import console_progress
     from tasks.report.junit import junit_xml
     from tasks.report.plain_text import visible_lines
@@ -130,7 +131,7 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     _attach_prefect_api()  # the temporary API started before the checks, when no server is set
     with console_progress(progress):  # on a terminal only; stopped before the verdict prints
         state = asyncio.run(regression(params, return_state=True))
-    result = state.result(raise_on_failure=False)
+    result = outcome_of(state)
     if isinstance(result, RegressionNotPassed):
         result = result.summary
     if not isinstance(result, dict):  # the run raised before deciding

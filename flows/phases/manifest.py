@@ -39,7 +39,8 @@ def judge_section(settings: LLMSettings) -> dict:
         "api_key_env": settings.api_key_env,
         "offline": settings.is_offline,
         "temperature": settings.temperature,
-        "concurrency": settings.concurrency,
+        "concurrency": settings.concurrency,  # None: adaptive, up to max_concurrency
+        "max_concurrency": settings.max_concurrency,
         "rpm": settings.rpm,
         "max_attempts": settings.max_attempts,
     }

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from prefect.states import Completed
 
 from flows.run.completeness import INCOMPLETE
+from flows.run.outcome import kept
 from judges.model.batch.broker import BatchOptions, close_batches, current_batches, open_batches
 from tasks.report.plain_text import visible
 from tasks.storage.outputs import RunLocation
@@ -92,10 +93,10 @@ def final_state(summary: dict):
     the UI and Prefect emits `prefect.flow-run.Incomplete`, which an automation can alert on.
     """
     if summary["status"] != INCOMPLETE:
-        return summary
+        return kept(summary)
     # A reason names the judge model and quotes an error: no line of it may pass for ours.
     message = "incomplete: " + "; ".join(visible(r) for r in summary["incomplete_reasons"])
-    return Completed(name=INCOMPLETE_STATE_NAME, message=message, data=summary)
+    return kept(Completed(name=INCOMPLETE_STATE_NAME, message=message, data=summary))
 
 
 @contextlib.contextmanager

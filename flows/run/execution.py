@@ -222,7 +222,7 @@ async def judge_all(
         rows, kind,
         lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), cache_url,
                                          storage_options, return_state=True),
-        consume, chunk_size, settings.concurrency, store, progress)
+        consume, chunk_size, settings.window_ceiling, store, progress)
 
 
 async def generate_all(
@@ -244,7 +244,7 @@ async def generate_all(
         lambda index, chunk: generate_chunk(quote(chunk), settings, return_state=True),
         lambda index, chunk, result: keep(index, result.rows,
                                           in_phase(result.calls, "generation")),
-        chunk_size, settings.concurrency, store, progress)
+        chunk_size, settings.window_ceiling, store, progress)
 
 
 async def judge_all_pairs(
@@ -278,5 +278,5 @@ async def judge_all_pairs(
         pairs, kind,
         lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), cache_url,
                                          storage_options, return_state=True),
-        consume, chunk_size, settings.concurrency, store, progress)
+        consume, chunk_size, settings.window_ceiling, store, progress)
     return [v for index in sorted(by_chunk) for v in by_chunk[index]], usage

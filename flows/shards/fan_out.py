@@ -169,9 +169,9 @@ def write_inputs(params: RunOptions, location: RunLocation,
 async def _run_slots(params: RunOptions):
     settings = params.judge.settings()
     if settings.is_offline:  # answered in process: no provider to protect
-        yield None, settings.concurrency
+        yield None, settings.window_ceiling
         return
-    async with model_slots(settings.model, settings.concurrency) as taken:
+    async with model_slots(settings.model, settings.window_ceiling) as taken:
         yield limit_name(settings.model), taken
 
 
@@ -179,7 +179,9 @@ def shard_params(params: RunOptions, location: RunLocation, shard: ShardRange, s
                  chunk_size: int, concurrency: int, kind: str = "judge") -> ShardParams:
     """One shard's flow parameters: URLs, its chunk range and its share of the budget."""
     judge = params.judge.model_copy(update={
-        "concurrency": max(1, share(concurrency, shards, shard.index)),
+        # An adaptive run's shards adapt too, each up to its share of the slots taken.
+        ("concurrency" if params.judge.concurrency is not None else "max_concurrency"):
+            max(1, share(concurrency, shards, shard.index)),
         "rpm": share(params.judge.rpm, shards, shard.index),
         "tpm": share(params.judge.tpm, shards, shard.index),
     })
@@ -240,7 +242,7 @@ async def _in_shards(params: RunOptions, location: RunLocation, chunk_size: int,
     started = time.perf_counter()
     judge = params.judge
     ranges = split_shards(row_count, chunk_size, params.shards)
-    check_budget(len(ranges), judge.concurrency, judge.rpm, judge.tpm)
+    check_budget(len(ranges), judge.concurrency or judge.max_concurrency, judge.rpm, judge.tpm)
     pool = await shard_pool(params.shard_deployment)
     write(ranges)
     runs = [ShardRun(shard, len(ranges)) for shard in ranges]

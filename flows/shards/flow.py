@@ -121,9 +121,9 @@ async def _judge_rows(params: ShardParams, location: RunLocation, store: ShardSt
     if spec is None:
         raise FileNotFoundError(f"no plan.json under {shard_url(location.url())}")
     plan = rebuild_plan(spec)
-    get_run_logger().info("shard %d of %d: %d rows from chunk %d, concurrency %d",
+    get_run_logger().info("shard %d of %d: %d rows from chunk %d, concurrency %s",
                           params.shard + 1, params.shards, len(rows), params.first_chunk,
-                          params.judge.concurrency)
+                          params.judge.concurrency or "adaptive")
     staging, accumulator = ResultStaging(), MetricsAccumulator(plan)
     try:  # staged records are dropped: the parent builds the run's records from the store
         await judge_all(rows, plan, params.judge.settings(), params.chunk_size, params.cache,
@@ -143,9 +143,9 @@ async def _judge_pairs(params: ShardParams, location: RunLocation, store: ShardS
         raise FileNotFoundError(f"no plan.json under {shard_url(location.url())}")
     rubric = Rubric.model_validate(spec.rubric) if spec.rubric is not None else None
     pairwise = PairwiseOptions(rubric, spec.swap, spec.strict_ties)
-    get_run_logger().info("shard %d of %d: %d pairs from chunk %d, concurrency %d",
+    get_run_logger().info("shard %d of %d: %d pairs from chunk %d, concurrency %s",
                           params.shard + 1, params.shards, len(pairs), params.first_chunk,
-                          params.judge.concurrency)
+                          params.judge.concurrency or "adaptive")
     staging = ResultStaging()
     try:  # staged records are dropped: the parent builds the run's records from the store
         verdicts, _ = await judge_all_pairs(pairs, pairwise, params.judge.settings(),

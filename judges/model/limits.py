@@ -13,6 +13,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from judges.model.pacing import AdaptiveGate, Congestion, RatePacer
+from judges.model.settings import ADAPTIVE_MAX, ADAPTIVE_START
 
 # A judge's reply is short; the estimate is settled against the real usage after the call.
 ESTIMATED_REPLY_TOKENS = 200
@@ -115,13 +116,18 @@ _process_limits: dict[tuple, ProcessLimits] = {}
 
 
 def limits_for(
-    model: str, api_base: str | None, concurrency: int, rpm: int | None, tpm: int | None
+    model: str, api_base: str | None, concurrency: int | None, rpm: int | None, tpm: int | None,
+    max_concurrency: int = ADAPTIVE_MAX,
 ) -> ProcessLimits:
-    """The process-wide limits for one model endpoint (created on first use)."""
-    key = (model, api_base, concurrency, rpm, tpm)
+    """The process-wide limits for one model endpoint (created on first use).
+
+    Without a `concurrency`, the window adapts from ADAPTIVE_START up to `max_concurrency`.
+    """
+    key = (model, api_base, concurrency, rpm, tpm, max_concurrency)
     with _limits_lock:
         if key not in _process_limits:
-            congestion = Congestion(concurrency)
+            congestion = (Congestion(concurrency) if concurrency is not None else
+                          Congestion(max_concurrency, start=min(ADAPTIVE_START, max_concurrency)))
             # As many calls preparing a request or reading a reply as there are in flight.
             _process_limits[key] = ProcessLimits(
                 congestion, AdaptiveGate(congestion.window),

@@ -63,8 +63,8 @@ class LLMClient:
         self.settings = settings
         self._local = local_model(settings.model)
         self._limits = limits_for(
-            settings.model, settings.api_base, settings.concurrency, settings.rpm, settings.tpm
-        )
+            settings.model, settings.api_base, settings.concurrency, settings.rpm, settings.tpm,
+            settings.max_concurrency)
 
     async def complete(
         self,
@@ -182,7 +182,7 @@ class LLMClient:
             if not isinstance(error, BudgetReached):
                 self._observe_failure(error, call.epoch)
             raise
-        limits.congestion.on_success()
+        limits.congestion.on_success(window_full=limits.gate.full())
         limits.tokens.settle(call.reserved, completion.input_tokens + completion.output_tokens)
         completion = priced(self.settings, completion)
         if budget is not None:

@@ -3,6 +3,11 @@
 - A 429 halves the model's share of its configured concurrency and RPM; each success gives a
   little back (AIMD, as TCP does), so a run slows down under rate limiting and then recovers
   instead of retrying every call at the old pace.
+- Without a configured concurrency the window is adaptive: it opens at a modest start and,
+  like TCP's slow start, grows by one call per reply (doubling every round trip) while every
+  call finds the window full and no 429 has come, up to a ceiling. The first 429 ends that:
+  the window shrinks to ADAPTIVE_DECREASE of itself and from then on grows by one call per
+  window of replies, probing the provider's limit from just below it.
 - A Retry-After pauses the whole model: every call to it waits, not only the one that was told.
 - The first call to a model goes alone. It pays the one-time costs of reaching it (litellm's
   and the SDK's set-up, the first connection) and learns whether it answers at all, so the
@@ -23,6 +28,9 @@ from collections.abc import Callable
 # The share never falls below this: even a heavily limited model keeps one call in flight.
 MIN_SHARE = 1 / 64
 DECREASE_FACTOR = 0.5
+# An adaptive window found its limit by growing into it one call at a time: the limit is just
+# below, so it steps back less than a configured window does.
+ADAPTIVE_DECREASE = 0.7
 # Recovery takes at least this many successes per unit of share (32 from half to full), so
 # that a small window or an RPM-paced model does not rush back into the limit it just hit.
 MIN_STEPS = 64
@@ -35,9 +43,12 @@ class Congestion:
     only a call admitted after the last decrease can decrease again (`epoch`).
     """
 
-    def __init__(self, concurrency: int):
+    def __init__(self, concurrency: int, start: int | None = None):
+        """`concurrency` is the window's ceiling; a `start` below it makes the window adaptive."""
         self.concurrency = concurrency
-        self.share = 1.0
+        self.adaptive = start is not None
+        self.slow_start = self.adaptive
+        self.share = 1.0 if start is None else min(1.0, start / concurrency)
         self.epoch = 0
         self.decreases = 0
         self.opened = False
@@ -54,11 +65,18 @@ class Congestion:
         """The model's first call is over (answered or not): the whole window may be used."""
         self.opened = True
 
-    def on_success(self) -> None:
-        """Additive increase: at most one more call in flight per window of successes."""
-        if self.share >= 1.0:
+    def on_success(self, window_full: bool = True) -> None:
+        """Increase: one more call per success in slow start, else one per window of them.
+
+        An adaptive window grows only when `window_full` (calls were waiting for a slot): a
+        window the run does not fill says nothing about what the provider would take.
+        """
+        if self.share >= 1.0 or (self.adaptive and not window_full):
             return
         with self._lock:
+            if self.slow_start:
+                self.share = min(1.0, self.share + 1.0 / self.concurrency)
+                return
             steps = max(self.concurrency * self.window(), MIN_STEPS)
             self.share = min(1.0, self.share + 1.0 / steps)
 
@@ -67,7 +85,9 @@ class Congestion:
         with self._lock:
             if epoch != self.epoch:
                 return  # admitted before the last decrease: the same event
-            self.share = max(MIN_SHARE, self.share * DECREASE_FACTOR)
+            factor = ADAPTIVE_DECREASE if self.adaptive else DECREASE_FACTOR
+            self.share = max(MIN_SHARE, self.share * factor)
+            self.slow_start = False
             self.epoch += 1
             self.decreases += 1
 
@@ -95,6 +115,10 @@ class AdaptiveGate:
     def in_flight(self) -> int:
         """Calls holding a slot now."""
         return self._in_flight
+
+    def full(self) -> bool:
+        """Every slot is taken or calls are waiting for one."""
+        return bool(self._waiters) or self._in_flight >= self._window()
 
     async def acquire(self) -> None:
         """Wait for a slot (in arrival order); a cancelled waiter gives its slot back."""
