@@ -15,6 +15,7 @@ from pydantic import (
 
 from judges.model.settings import ADAPTIVE_MAX, API_KEY_ENV_PATTERN, LLMSettings, Price
 from judges.storage import check_storage_options, check_url
+from tasks.mlflow.source import is_mlflow_source, pinned
 
 # Run ids and suite names become path segments: nothing that could climb out of the prefix.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -32,6 +33,15 @@ StorageOptions = Annotated[
 
 # Every URL a run opens: a plain path or an s3:// URL (more only if the operator allows them).
 StorageURL = Annotated[str, AfterValidator(check_url)]
+
+
+def _data_source(value: str) -> str:
+    """A set's URL as checked, or an `mlflow:` source as the run records it (times pinned)."""
+    return pinned(value) if is_mlflow_source(value) else check_url(value)
+
+
+# An evaluation set: a URL as above, or a set kept in MLflow (tasks/mlflow/source.py).
+DataSource = Annotated[str, AfterValidator(_data_source)]
 
 
 def _no_parent_reference(value: str) -> str:
@@ -251,9 +261,12 @@ class EvaluateParams(RunOptions):
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("data", "rows")
     READ_FIELDS: ClassVar[tuple[str, ...]] = ("data", "labels", "custom_judges")
 
-    data: StorageURL | None = Field(
+    data: DataSource | None = Field(
         None, description="Evaluation set URL: local path, file://, s3://... (.jsonl .json .csv "
-        ".parquet)",
+        ".parquet); or a set in MLflow, read from mlflow_tracking_uri: mlflow:experiments/"
+        "<name>/traces?filter=<MLflow trace filter>&since=<time>&until=<time> (ISO 8601 or "
+        "-24h; the window ends when the run starts unless until is given) or mlflow:datasets/"
+        "<name or id>",
     )
     rows: list[dict[str, Any]] | None = Field(
         None, description="Rows given inline instead of a data URL (Databricks schema)"
@@ -298,6 +311,11 @@ class EvaluateParams(RunOptions):
         50, ge=1, description="Fewest labelled units with which a calibration can vouch for a "
         "judge at the floor; below it the judge is advisory",
     )
+
+    def locations(self) -> list[Location]:
+        """Every location a parameter names; a set in MLflow is none (its server is checked)."""
+        return [(name, url, access) for name, url, access in super().locations()
+                if not (name == "data" and is_mlflow_source(url))]
 
     @model_validator(mode="after")
     def _one_source(self) -> EvaluateParams:

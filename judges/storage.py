@@ -80,6 +80,9 @@ def check_url(url: str) -> str:
     """The URL unchanged if judgeflow may open it; StorageRefused naming why not."""
     if not isinstance(url, str) or not url:
         raise StorageRefused(f"expected a path or URL, got {url!r}")
+    if url.strip().lower().startswith("mlflow:"):
+        raise StorageRefused(f"{url!r} names a set kept in MLflow: only the evaluation set "
+                             "(data) can be read from MLflow; give a path or an s3:// URL")
     if "::" in url:
         raise StorageRefused(
             f"{url!r} chains filesystems ('::'); give a plain path or an s3:// URL"

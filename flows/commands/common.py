@@ -119,7 +119,8 @@ def build_params(factory, **fields):
     try:
         return factory(**fields)
     except ValidationError as error:
-        messages = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        messages = "; ".join(f"{'.'.join(map(str, e['loc']))}: "
+                             f"{e['msg'].removeprefix('Value error, ')}" for e in error.errors())
         fail(f"invalid options: {messages}")
 
 

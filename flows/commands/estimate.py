@@ -17,7 +17,9 @@ from flows.commands.options import REQUIRED, ROW_RUN_OPTIONS, evaluation_fields,
 
 @with_options(*ROW_RUN_OPTIONS, own={
     "data": (Annotated[str, typer.Argument(
-        help="Evaluation set: path or URL (.jsonl .json .csv .parquet)")], REQUIRED),
+        help="Evaluation set: path or URL (.jsonl .json .csv .parquet), or a set in MLflow "
+        "(with --mlflow-tracking-uri): mlflow:experiments/NAME/traces?filter=...&since=...&"
+        "until=... or mlflow:datasets/NAME")], REQUIRED),
 })
 def estimate_command(**options: Any) -> None:
     """Estimate a run's calls, tokens and cost (and its shortest time) without judging."""

@@ -44,7 +44,9 @@ def require_shared_server() -> None:
 
 @with_options(*ROW_RUN_OPTIONS, own={
     "data": (Annotated[str, typer.Argument(
-        help="Evaluation set: path or URL (.jsonl .json .csv .parquet)")], REQUIRED),
+        help="Evaluation set: path or URL (.jsonl .json .csv .parquet), or a set in MLflow "
+        "(with --mlflow-tracking-uri): mlflow:experiments/NAME/traces?filter=...&since=...&"
+        "until=... or mlflow:datasets/NAME")], REQUIRED),
 })
 def evaluate_command(**options: Any) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""

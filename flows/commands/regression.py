@@ -37,7 +37,9 @@ def _write_junit(path: str | None, text: str) -> None:
 
 
 @with_options(*ROW_RUN_OPTIONS, own={
-    "data": (Annotated[str, typer.Argument(help="Evaluation set: path or URL")], REQUIRED),
+    "data": (Annotated[str, typer.Argument(
+        help="Evaluation set: path or URL, or mlflow:experiments/NAME/traces?... or "
+        "mlflow:datasets/NAME (with --mlflow-tracking-uri)")], REQUIRED),
     "suite": (Annotated[str, typer.Option(
         help="Suite: its newest passed run is the baseline")], REQUIRED),
     "gates": (Annotated[str, typer.Option(help="YAML file of gates")], REQUIRED),

@@ -44,6 +44,8 @@ from tasks.dataset.row_spool import RowSpool
 from tasks.dataset.row_stream import RowSource, SetCheck, rejected_rows, valid_rows
 from tasks.dataset.validation import CheckOptions
 from tasks.load import check_dataset
+from tasks.mlflow.rows import expectations_note
+from tasks.mlflow.source import is_mlflow_source, manifest_section
 from tasks.publish import publish_run
 from tasks.regression.slices import with_slices
 from tasks.report.plain_text import visible
@@ -128,6 +130,8 @@ def prepare(params: EvaluateParams) -> PreparedSet:
     source, options = row_source(params), check_options(params)
     check = _checked_before(source, options) or check_dataset(quote(source), options)
     refuse_invalid(check, params.on_invalid, source.name)
+    if note := expectations_note(check.notes.get("expectations", {})):
+        get_run_logger().info("%s", visible(note))  # an MLflow dataset's other expectations
     open_budget(params.max_cost_usd)  # this run's ledger (none without a budget)
     estimate = check_run_budget(params, source, check, plan_run(
         params, rows_to_plan(check, params.candidate is not None)))
@@ -268,6 +272,9 @@ def publish(
         config=params.model_dump(mode="json", exclude={"rows", "storage_options"}),
         status=judged.completeness.status, incomplete_reasons=judged.completeness.reasons,
     )
+    if is_mlflow_source(params.data):  # where in MLflow the set was, to read it again
+        manifest["dataset"]["mlflow"] = manifest_section(
+            params.data, params.mlflow_tracking_uri, prepared.check.notes, prepared.check.total)
     manifest.update(extra_sections or {})
     manifest.update(judged.sections)
     manifest["integrity"] = integrity or integrity_section(

@@ -71,7 +71,8 @@ def _unreadable(name: str, error: Exception) -> DatasetReadError:
 def row_source(params: EvaluateParams) -> RowSource:
     """Where the run's rows come from: the set's URL or inline rows, and the labels file."""
     return RowSource(params.data, params.rows, params.storage_options, params.labels,
-                     published=getattr(params, "source_run", None) is not None)
+                     published=getattr(params, "source_run", None) is not None,
+                     tracking_uri=params.mlflow_tracking_uri)
 
 
 def check_options(params: EvaluateParams) -> CheckOptions:

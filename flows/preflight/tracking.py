@@ -15,6 +15,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
+from flows.preflight.mlflow_source import check_data_source, probe_data_source
 from judges.errors import ConfigError
 from tasks.mlflow.target import target_of
 
@@ -29,9 +30,14 @@ class TrackingServerError(ConfigError):
 def check_tracking_server(params: Any) -> None:
     """With a tracking URI: mlflow installed, and the server answering its health check.
 
+    With an `mlflow:` evaluation set, also a tracking URI, and the set there as named
+    (flows/preflight/mlflow_source.py).
+
     Raises:
         TrackingServerError: one sentence naming the server, what happened and the fix.
+        MLflowSourceError: the `mlflow:` set cannot be read as named (one sentence).
     """
+    check_data_source(params)  # a set read from MLflow needs the server, whether logged or not
     target = target_of(params)
     if target is None:
         return
@@ -44,6 +50,7 @@ def check_tracking_server(params: Any) -> None:
     if problem:
         raise TrackingServerError(
             f"the MLflow tracking server {target.tracking_uri} is unreachable ({problem}): {FIX}")
+    probe_data_source(params)
 
 
 def _health_problem(uri: str) -> str | None:

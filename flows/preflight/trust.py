@@ -15,7 +15,7 @@ must be one the operator allowed in the worker's environment:
   usual key, and a parameter may not pick another key variable.
 - `JUDGEFLOW_STORAGE_ENDPOINTS`: the S3 `endpoint_url`s a parameter may name.
 - `JUDGEFLOW_MLFLOW_TRACKING_URIS`: the MLflow tracking servers a run may be logged to (its
-  results leave for them); default: none.
+  results leave for them) and read an `mlflow:` evaluation set from; default: none.
 
 `JUDGEFLOW_UNTRUSTED_PARAMETERS=1` applies the same rules outside deployment runs (a service
 that passes its callers' parameters to the flows). The command line on a user's own machine is
@@ -159,8 +159,9 @@ class OperatorPolicy:
         if uri and uri.strip().rstrip("/") not in self.tracking_uris:
             raise ParameterRefused(
                 f"parameter 'mlflow_tracking_uri' names {uri!r}, which is not among the MLflow "
-                f"tracking servers this worker may log to ({TRACKING_URIS_ENV}: "
-                f"{', '.join(self.tracking_uris) or 'none'}); ask the operator to add it")
+                "tracking servers this worker may log to or read sets from "
+                f"({TRACKING_URIS_ENV}: {', '.join(self.tracking_uris) or 'none'}); ask the "
+                "operator to add it")
 
     def check_location(self, field: str, url: str, access: str) -> None:
         """Refuse a location outside the roots for `access` ("read" or "write")."""

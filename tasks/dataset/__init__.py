@@ -1,5 +1,6 @@
 """Reading and checking an evaluation set.
 
-Readers per format (streamed and bounded), Pandera validation, normalisation of requests and
-traces, row shapes for planning, the labels join and pair sets. May import judges/.
+Readers per format (streamed and bounded; a set kept in MLflow comes from tasks/mlflow/read.py
+as rows, batched and bounded here like inline rows), Pandera validation, normalisation of
+requests and traces, row shapes for planning, the labels join and pair sets. May import judges/.
 """

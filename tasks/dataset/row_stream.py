@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from judges.rows import EvalRow
+from tasks.dataset.input_limits import InputLimits, SetMeter
 from tasks.dataset.labels import LabelJoin
 from tasks.dataset.row_shapes import RowShapes
 from tasks.dataset.sources import batches_of_rows, iter_batches
 from tasks.dataset.table import DatasetReadError, RecordBatch, RowProblem
 from tasks.dataset.validation import CheckOptions, SetValidator, finished_problems, whole_set_broken
 from tasks.metric_fields import record_inputs
+from tasks.mlflow.read import MLflowSourceError, read_rows
+from tasks.mlflow.source import is_mlflow_source, parse_source
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class RowSource:
         labels: a labels file joined onto the set on request_id (tasks/dataset/labels.py).
         published: the set is a published run's results.jsonl: only its inputs are read
             (tasks/metric_fields.py `record_inputs`), never what its judges wrote.
+        tracking_uri: the MLflow tracking server an `mlflow:` set is read from
+            (tasks/mlflow/source.py).
     """
 
     data: str | None
@@ -39,22 +44,38 @@ class RowSource:
     storage_options: dict = field(default_factory=dict)
     labels: str | None = None
     published: bool = False
+    tracking_uri: str | None = None
 
     @property
     def name(self) -> str:
         """The set's URL, or "inline rows"."""
         return self.data if self.data is not None else "inline rows"
 
-    def batches(self, join: LabelJoin | None) -> Iterator[RecordBatch]:
-        """The set's records in batches, the labels file joined on when there is one."""
+    def batches(self, join: LabelJoin | None,
+                notes: dict[str, Any] | None = None) -> Iterator[RecordBatch]:
+        """The set's records in batches, the labels file joined on when there is one.
+
+        `notes` receives what the source says of itself (an MLflow set's ids, see
+        tasks/mlflow/read.py); a file says nothing.
+        """
         if self.data is None:
             raw = batches_of_rows(self.rows or [])
+        elif is_mlflow_source(self.data):
+            raw = self._mlflow_batches({} if notes is None else notes)
         else:
             raw = iter_batches(self.data, self.storage_options)
         for batch in raw:
             if self.published:
                 batch = batch._replace(records=[record_inputs(r) for r in batch.records])
             yield batch._replace(records=join.apply(batch.records)) if join else batch
+
+    def _mlflow_batches(self, notes: dict[str, Any]) -> Iterator[RecordBatch]:
+        meter = SetMeter(InputLimits.from_env(), self.data)
+        try:
+            rows = read_rows(parse_source(self.data), self.data, self.tracking_uri, notes)
+            yield from batches_of_rows(rows, meter=meter)
+        except MLflowSourceError as error:  # the set is wrong: no retry will mend it
+            raise DatasetReadError(str(error)) from None
 
     def label_join(self) -> LabelJoin | None:
         """A fresh join of the labels file (one per pass), None without one."""
@@ -68,6 +89,7 @@ class SetCheck:
     problems: list[RowProblem]
     total: int
     sample: list[EvalRow]
+    notes: dict[str, Any] = field(default_factory=dict)  # what the source said of itself
 
     @property
     def rejected_indices(self) -> list[int]:
@@ -90,7 +112,8 @@ def scan_set(source: RowSource, options: CheckOptions) -> SetCheck:
     """
     validator, join, shapes = SetValidator(options), source.label_join(), RowShapes()
     row_problems: list[RowProblem] = []
-    for batch in source.batches(join):
+    notes: dict[str, Any] = {}
+    for batch in source.batches(join, notes):
         rows, problems = validator.check(batch)
         row_problems += problems
         shapes.add(rows)
@@ -98,7 +121,7 @@ def scan_set(source: RowSource, options: CheckOptions) -> SetCheck:
         join.check_all_joined()
     problems = finished_problems(validator, row_problems)
     rejected = {p.row_index for p in problems}
-    return SetCheck(problems, validator.total, shapes.rows(rejected))
+    return SetCheck(problems, validator.total, shapes.rows(rejected), notes)
 
 
 def valid_rows(source: RowSource, check: SetCheck, options: CheckOptions) -> Iterator[EvalRow]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import pandas as pd
@@ -120,12 +120,15 @@ def _open_error(url: str, error: OSError) -> DatasetReadError:
     return DatasetReadError(f"cannot read {url!r}: permission denied ({error})")
 
 
-def batches_of_rows(rows: list[Any], size: int = BATCH_ROWS,
+def batches_of_rows(rows: Iterable[Any], size: int = BATCH_ROWS,
                     meter: SetMeter | None = None) -> Iterator[RecordBatch]:
-    """Rows given inline (a flow parameter) in batches, checked like a file's.
+    """Rows given inline (a flow parameter), or read from elsewhere, in batches.
+
+    They are checked like a file's rows. An iterator is taken a row at a time (rows read from
+    MLflow page by page) and never held whole: a batch holds `size` rows or about BATCH_BYTES.
 
     Args:
-        rows: the rows.
+        rows: the rows: a list, or an iterator of them.
         size: rows a batch.
         meter: what holds them to the input limits (a .json file's); inline rows by default.
 
@@ -133,19 +136,22 @@ def batches_of_rows(rows: list[Any], size: int = BATCH_ROWS,
         InputTooLarge: the rows pass one of the input limits (JUDGEFLOW_MAX_*).
     """
     meter = meter or SetMeter(InputLimits.from_env(), None)
-    if len(rows) > meter.limits.rows:
+    if isinstance(rows, list) and len(rows) > meter.limits.rows:
         raise meter.too_many_rows(len(rows))
-    for start in range(0, len(rows), size):
-        records, problems = [], []
-        for index, row in enumerate(rows[start : start + size], start):
-            meter.record(index, row if isinstance(row, dict) else {"(row)": row})
-            if isinstance(row, dict):
-                records.append(dict(row))
-            else:
-                records.append({})
-                problems.append(RowProblem(index, None, "(row)",
-                                           f"expected an object, got {row!r}"))
-        yield RecordBatch(start, records, problems)
+    batch, held = RecordBatch(0, [], []), meter.bytes
+    for index, row in enumerate(rows):
+        meter.record(index, row if isinstance(row, dict) else {"(row)": row})
+        if isinstance(row, dict):
+            batch.records.append(dict(row))
+        else:
+            batch.records.append({})
+            batch.problems.append(RowProblem(index, None, "(row)",
+                                             f"expected an object, got {row!r}"))
+        if len(batch.records) >= size or meter.bytes - held >= BATCH_BYTES:
+            yield batch
+            batch, held = RecordBatch(index + 1, [], []), meter.bytes
+    if batch.records:
+        yield batch
 
 
 def table_from_rows(rows: list[dict[str, Any]]) -> RawTable:

@@ -1,0 +1,145 @@
+"""Whether an `mlflow:` evaluation set can be read, asked before anything is read or judged.
+
+A set named by `mlflow:` (tasks/mlflow/source.py) needs a tracking server, the mlflow package,
+an experiment (or dataset) that exists and a filter the server accepts. Reading it imports
+mlflow (seconds) and reads every page; a typo should cost about a second instead. So this asks
+the server's REST API directly, in two small requests: the experiment by name and one trace
+through the filter (or the dataset by id or name). It sends the credentials MLflow's client
+would (MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and _PASSWORD); a server that answers
+anything but yes, "no such thing" or "bad request" (it wants other credentials, say) is left to
+the reader, which reports what it meets in the same words.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import urlencode
+
+from flows.params import EvaluateParams
+from tasks.mlflow.read import (
+    missing_mlflow,
+    missing_server,
+    no_dataset,
+    no_experiment,
+    refused,
+)
+from tasks.mlflow.source import MLflowSource, is_mlflow_source, parse_source
+
+TIMEOUT_SECONDS = 2.0
+SETTLED = (200, 400, 404)  # answers that settle the question; others are left to the reader
+
+
+def check_data_source(params: Any) -> None:
+    """With an `mlflow:` set: a tracking server, mlflow, and the set there as named.
+
+    Raises:
+        MLflowSourceError: one sentence: no server given, no mlflow, no such experiment or
+            dataset, or a filter the server refuses.
+    """
+    if not isinstance(params, EvaluateParams) or not is_mlflow_source(params.data):
+        return
+    text, uri = params.data, (params.mlflow_tracking_uri or "").strip().rstrip("/")
+    if not uri:
+        raise missing_server(text)
+    if importlib.util.find_spec("mlflow") is None:
+        raise missing_mlflow(text)
+
+
+def probe_data_source(params: Any) -> None:
+    """Ask the (answering) server whether the `mlflow:` set is there; see `check_data_source`."""
+    if not isinstance(params, EvaluateParams) or not is_mlflow_source(params.data):
+        return
+    source = parse_source(params.data)
+    probe = _Probe((params.mlflow_tracking_uri or "").strip().rstrip("/"), params.data)
+    if source.kind == "traces":
+        experiment_id = probe.experiment_id(source)
+        if experiment_id is not None:
+            probe.traces(experiment_id, source)
+    else:
+        probe.dataset(source)
+
+
+class _Probe:
+    """REST requests to one tracking server about one source."""
+
+    def __init__(self, uri: str, text: str):
+        self.uri, self.text = uri, text
+
+    def experiment_id(self, source: MLflowSource) -> str | None:
+        status, body = self._call("GET", "/api/2.0/mlflow/experiments/get-by-name?"
+                                  + urlencode({"experiment_name": source.name}))
+        if status == 404 and _missing(body):
+            raise no_experiment(source.name, "does not exist", self.uri, self.text)
+        experiment = (body or {}).get("experiment") or {}
+        if status == 200 and experiment.get("lifecycle_stage", "active") != "active":
+            raise no_experiment(source.name, "is deleted", self.uri, self.text)
+        return experiment.get("experiment_id") if status == 200 else None
+
+    def traces(self, experiment_id: str, source: MLflowSource) -> None:
+        location = {"type": "MLFLOW_EXPERIMENT",
+                    "mlflow_experiment": {"experiment_id": experiment_id}}
+        status, body = self._call("POST", "/api/3.0/mlflow/traces/search", {
+            "locations": [location], "filter": source.search_filter() or "",
+            "max_results": 1, "order_by": ["timestamp_ms ASC"]})
+        if status == 400:
+            raise refused(self.uri, self.text, (body or {}).get("message", f"HTTP {status}"))
+
+    def dataset(self, source: MLflowSource) -> None:
+        if source.dataset_id:
+            status, body = self._call("GET", f"/api/3.0/mlflow/datasets/{source.dataset_id}")
+            if status == 404 and _missing(body):
+                raise no_dataset(source.name, self.uri, self.text)
+            return
+        quote = "'" if '"' in source.name else '"'
+        name = source.name.replace(quote, quote * 2) if quote == "'" else source.name
+        status, body = self._call("POST", "/api/3.0/mlflow/datasets/search", {
+            "filter_string": f"name = {quote}{name}{quote}", "max_results": 2})
+        if status == 200 and not (body or {}).get("datasets"):
+            raise no_dataset(source.name, self.uri, self.text)
+
+    def _call(self, method: str, path: str, payload: dict | None = None
+              ) -> tuple[int | None, dict | None]:
+        """The status and JSON body of one request; (None, None) when it did not settle."""
+        data = json.dumps(payload).encode() if payload is not None else None
+        request = urllib.request.Request(self.uri + path, data=data, method=method,
+                                         headers=_headers(payload is not None))
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as reply:
+                return reply.status, _json(reply.read())
+        except urllib.error.HTTPError as error:
+            if error.code not in SETTLED:
+                return None, None
+            return error.code, _json(error.read())
+        except (OSError, ValueError):
+            return None, None
+
+
+def _headers(has_body: bool) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"} if has_body else {}
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    user, password = (os.environ.get(f"MLFLOW_TRACKING_{k}") for k in ("USERNAME", "PASSWORD"))
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    elif user and password:
+        basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+        headers["Authorization"] = f"Basic {basic}"
+    return headers
+
+
+def _missing(body: dict | None) -> bool:
+    """Whether a 404 is MLflow's "no such thing" (not a proxy's, or an unknown endpoint's)."""
+    return (body or {}).get("error_code") == "RESOURCE_DOES_NOT_EXIST"
+
+
+def _json(data: bytes) -> dict | None:
+    try:
+        value = json.loads(data or b"null")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
