@@ -1,14 +1,15 @@
-# syntax=docker/dockerfile:1
 # The judgeflow worker image: what a Docker or Kubernetes worker runs a flow run in (the shard
 # deployment of deployments/docker.yaml). Build from the repository root:
 #
-#   docker build -t registry.example.com/judgeflow:0.1.0 .
-#   docker build --build-arg EXTRAS="--extra mlflow" -t registry.example.com/judgeflow:0.1.0-mlflow .
+#   DOCKER_BUILDKIT=1 docker build -t registry.example.com/judgeflow:0.1.0 .
+#   DOCKER_BUILDKIT=1 docker build --build-arg EXTRAS="--extra mlflow" -t registry.example.com/judgeflow:0.1.0-mlflow .
 #
 # Everything is installed from uv.lock, exactly (--frozen), and only from wheels (--no-build):
 # no compiler in either stage. The final stage holds the interpreter of the base image, the
 # virtualenv and the project; it runs as an unprivileged user. tests/test_worker_image.py runs
 # the builder's install commands in a fresh virtualenv and checks the rest of this file.
+# BuildKit (the default since Docker 23; DOCKER_BUILDKIT=1 with Debian's docker.io 20.10) keeps
+# uv's download cache between builds (the RUN --mount lines); no frontend image is pulled.
 
 # Both stages share the interpreter: the virtualenv points at the base image's python.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm

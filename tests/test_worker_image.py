@@ -345,7 +345,7 @@ def test_the_image_builds_and_runs_judgeflow_as_a_non_root_user():
         pytest.skip(reason)
     tag = f"judgeflow-worker-test:{uuid.uuid4().hex[:12]}"
     built = subprocess.run(["docker", "build", "-t", tag, str(REPO)], capture_output=True,
-                           text=True, timeout=1800)
+                           text=True, timeout=1800, env={**os.environ, "DOCKER_BUILDKIT": "1"})
     assert built.returncode == 0, built.stderr[-4000:]
     try:
         def run(*command: str) -> str:
