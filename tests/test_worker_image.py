@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -278,6 +279,17 @@ def _save_secrets(server: Server, secrets: dict[str, str]) -> None:
     server.run(BIN / "python", "-c", code, json.dumps(secrets))
 
 
+def _deploy(env: dict[str, str]) -> None:
+    """`prefect deploy` of deployments/docker.yaml, with `{{ $NAME }}` values from `env`."""
+    done = subprocess.run([BIN / "prefect", "--no-prompt", "deploy", "--all", "--prefect-file",
+                           DOCKER_YAML], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=180)
+    output = done.stdout + done.stderr
+    # prefect deploy skips a deployment that fails validation with only a yellow warning.
+    assert done.returncode == 0 and "validation errors" not in output, output[-4000:]
+    assert output.count("successfully created") == 1, output[-4000:]
+
+
 def test_the_docker_deployment_deploys_and_its_containers_get_the_secrets_by_reference(
         server: Server):
     pool_env = yaml.safe_load(DOCKER_YAML.read_text())["definitions"]["pool_env"]
@@ -290,13 +302,7 @@ def test_the_docker_deployment_deploys_and_its_containers_get_the_secrets_by_ref
                                        "base_job_template": base_job_template(pool_env)},
                  ).raise_for_status()
     image, roots = "registry.example.com/judgeflow:test", "s3://eval-results/judgeflow"
-    env = {**server.env, "JUDGEFLOW_IMAGE": image, WRITE_ROOTS_ENV: roots}
-    done = subprocess.run([BIN / "prefect", "--no-prompt", "deploy", "--all", "--prefect-file",
-                           DOCKER_YAML], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=180)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0 and "validation errors" not in output, output[-4000:]
-    assert output.count("successfully created") == 1, output[-4000:]
+    _deploy({**server.env, "JUDGEFLOW_IMAGE": image, WRITE_ROOTS_ENV: roots})
 
     with server.client() as api:
         deployment = api.get(f"/deployments/name/{SHARD}/{SHARD}").raise_for_status().json()
@@ -339,10 +345,14 @@ def _no_daemon_reason() -> str | None:
     return f"`docker info` failed ({said}): {daemon}, {hub}"
 
 
-def test_the_image_builds_and_runs_judgeflow_as_a_non_root_user():
-    """Where a daemon answers (DOCKER_HOST is honoured). JUDGEFLOW_TEST_PYTHON_IMAGE names a
-    stand-in for python:3.11-slim where no registry is reachable, JUDGEFLOW_TEST_DOCKER_NETWORK
-    the network the build's installs use (e.g. host, for a daemon without a bridge)."""
+@pytest.fixture(scope="module")
+def image() -> Iterator[str]:
+    """The image, built where a daemon answers (DOCKER_HOST is honoured), removed afterwards.
+
+    JUDGEFLOW_TEST_PYTHON_IMAGE names a stand-in for python:3.11-slim where no registry is
+    reachable, JUDGEFLOW_TEST_DOCKER_NETWORK the network the build's installs use (e.g. host,
+    for a daemon without a bridge).
+    """
     reason = _no_daemon_reason()
     if reason:
         pytest.skip(reason)
@@ -356,20 +366,85 @@ def test_the_image_builds_and_runs_judgeflow_as_a_non_root_user():
                            env={**os.environ, "DOCKER_BUILDKIT": "1"})
     assert built.returncode == 0, built.stderr[-4000:]
     try:
-        def run(*command: str) -> str:
-            # No network at all: the offline judge and the temporary Prefect API need none.
-            done = subprocess.run(["docker", "run", "--rm", "--network", "none", tag, *command],
-                                  capture_output=True, text=True, timeout=600)
-            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            return done.stdout
-
-        assert "evaluate" in run("judgeflow", "--help")
-        assert run("id", "-u").strip() == "10001"
-        assert run("sh", "-c", "command -v gcc cc make pip3 uv || true").strip() in (
-            "", "/usr/local/bin/pip3", "/usr/bin/pip3")  # the base image's pip, no more
-        judged = run("sh", "-c", "judgeflow evaluate examples/rag_eval.jsonl --judge-model "
-                     "judgeflow/offline --output ./results --suite image >/dev/null && "
-                     "cat results/image/*/manifest.json")
-        assert json.loads(judged)["status"] == "complete"
+        yield tag
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, timeout=120)
+
+
+def test_the_image_runs_judgeflow_offline_as_a_non_root_user_without_a_compiler(image: str):
+    def run(*command: str) -> str:
+        # No network at all: the offline judge and the temporary Prefect API need none.
+        done = subprocess.run(["docker", "run", "--rm", "--network", "none", image, *command],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    assert "evaluate" in run("judgeflow", "--help")
+    assert run("id", "-u").strip() == "10001"
+    assert run("sh", "-c", "command -v gcc cc make uv || true").strip() == ""
+    judged = run("sh", "-c", "judgeflow evaluate examples/rag_eval.jsonl --judge-model "
+                 "judgeflow/offline --output ./results --suite image >/dev/null && "
+                 "cat results/image/*/manifest.json")
+    assert json.loads(judged)["status"] == "complete"
+
+
+def _docker_worker_prefect() -> Path:
+    """The `prefect` of an environment with prefect-docker (not a judgeflow dependency)."""
+    found = os.environ.get("JUDGEFLOW_TEST_DOCKER_WORKER")
+    if not found:
+        pytest.skip("no Docker worker: set JUDGEFLOW_TEST_DOCKER_WORKER to the prefect "
+                    "command of an environment with prefect-docker installed")
+    return Path(found)
+
+
+def test_docker_workers_run_a_sharded_run_s_shards_in_the_image(server: Server, image: str,
+                                                                 tmp_path):
+    worker_prefect = _docker_worker_prefect()
+    config = yaml.safe_load(DOCKER_YAML.read_text())
+    pool = config["deployments"][0]["work_pool"]["name"]
+    pool_env = config["definitions"]["pool_env"]
+    signing_key = f"docker-signing-{uuid.uuid4().hex}"
+    _save_secrets(server, {ref.split(".")[-1].removesuffix(" }}"):
+                           signing_key if "signing" in ref else "unused-in-this-test"
+                           for ref in pool_env.values()})
+    # The pool as `prefect work-pool create --type docker` makes it, with the operator's env
+    # default (the secret references) and the run's folder mounted at the same path.
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o777)  # the container's user is 10001
+    template = json.loads(server.run(worker_prefect, "work-pool",
+                                     "get-default-base-job-template", "--type", "docker").stdout)
+    template["variables"]["properties"]["env"]["default"] = pool_env
+    template["variables"]["properties"]["volumes"]["default"] = [f"{out}:{out}"]
+    with server.client() as api:
+        if api.post("/work_pools/", json={"name": pool, "type": "docker",
+                                          "base_job_template": template}).status_code == 409:
+            api.patch(f"/work_pools/{pool}", json={"base_job_template": template}
+                      ).raise_for_status()
+    env = {**server.env, "JUDGEFLOW_IMAGE": image, WRITE_ROOTS_ENV: str(out)}
+    _deploy(env)
+    workers = [subprocess.Popen([worker_prefect, "worker", "start", "--pool", pool, "--type",
+                                 "docker", "--limit", "1", "--name", f"docker-worker-{n}"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for n in (1, 2)]
+    try:
+        done = subprocess.run(
+            [BIN / "judgeflow", "evaluate", "examples/rag_eval.jsonl", "--judge-model",
+             "judgeflow/offline", "--output", str(out), "--suite", "docker", "--shards", "2",
+             "--chunk-size", "3"], cwd=REPO, env={**env, SIGNING_KEY_ENV: signing_key},
+            capture_output=True, text=True, timeout=900, preexec_fn=lambda: os.umask(0))
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(timeout=60)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [manifest] = [json.loads(p.read_text()) for p in out.glob("docker/*/manifest.json")]
+    assert manifest["status"] == "complete"
+    assert manifest["shards"]["work_pool"] == pool
+    assert {run["state"] for run in manifest["shards"]["runs"]} == {"COMPLETED"}
+    assert {run["worker"] for run in manifest["shards"]["runs"]} == {
+        "docker-worker-1", "docker-worker-2"}
+    # The shards signed their chunks with the key the workers resolved from the pool's
+    # secret reference: the parent accepted every one.
+    assert manifest["integrity"]["signing"] == "hmac-sha256"
+    assert manifest["integrity"]["rejected_chunks"] == 0
