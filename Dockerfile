@@ -26,11 +26,12 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/venv \
     UV_LINK_MODE=copy
 WORKDIR /opt/judgeflow
 # The dependencies first, in a layer of their own: a code change does not reinstall them.
-COPY pyproject.toml uv.lock README.md ./
+COPY pyproject.toml uv.lock ./
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-build --no-install-project --python /usr/local/bin/python3 $EXTRAS
 # The project itself, installed editable: /opt/judgeflow is the checkout a run sees, the same
 # path in both stages (relative paths of the deployments' parameters resolve there).
+COPY README.md ./
 COPY flows ./flows
 COPY tasks ./tasks
 COPY judges ./judges

@@ -6,7 +6,9 @@ runs here: the builder stage's install commands, run for real into a fresh virtu
 judges the bundled example offline (marked `image`: it needs uv and a package registry or a
 warm uv cache), the final stage read instruction by instruction, and the deployment file
 deployed to a real Prefect server on a pool of type docker, then resolved as a Docker worker
-would resolve it before starting a container.
+would resolve it before starting a container. Where a daemon answers, the image is built and
+run, and (given a prefect with prefect-docker) two Docker workers run a sharded run's shards
+in it; README "Workers on other machines" says how they were run without a registry.
 """
 
 from __future__ import annotations
@@ -279,6 +281,18 @@ def _save_secrets(server: Server, secrets: dict[str, str]) -> None:
     server.run(BIN / "python", "-c", code, json.dumps(secrets))
 
 
+def _put_pool(server: Server, pool: str, template: dict) -> None:
+    """Create the work pool of type docker, or give the existing one this template."""
+    with server.client() as api:
+        created = api.post("/work_pools/", json={"name": pool, "type": "docker",
+                                                 "base_job_template": template})
+        if created.status_code == 409:
+            api.patch(f"/work_pools/{pool}", json={"base_job_template": template}
+                      ).raise_for_status()
+        else:
+            created.raise_for_status()
+
+
 def _deploy(env: dict[str, str]) -> None:
     """`prefect deploy` of deployments/docker.yaml, with `{{ $NAME }}` values from `env`."""
     done = subprocess.run([BIN / "prefect", "--no-prompt", "deploy", "--all", "--prefect-file",
@@ -297,10 +311,7 @@ def test_the_docker_deployment_deploys_and_its_containers_get_the_secrets_by_ref
                for ref in pool_env.values()}
     _save_secrets(server, secrets)
     pool = yaml.safe_load(DOCKER_YAML.read_text())["deployments"][0]["work_pool"]["name"]
-    with server.client() as api:
-        api.post("/work_pools/", json={"name": pool, "type": "docker",
-                                       "base_job_template": base_job_template(pool_env)},
-                 ).raise_for_status()
+    _put_pool(server, pool, base_job_template(pool_env))
     image, roots = "registry.example.com/judgeflow:test", "s3://eval-results/judgeflow"
     _deploy({**server.env, "JUDGEFLOW_IMAGE": image, WRITE_ROOTS_ENV: roots})
 
@@ -416,11 +427,7 @@ def test_docker_workers_run_a_sharded_run_s_shards_in_the_image(server: Server, 
                                      "get-default-base-job-template", "--type", "docker").stdout)
     template["variables"]["properties"]["env"]["default"] = pool_env
     template["variables"]["properties"]["volumes"]["default"] = [f"{out}:{out}"]
-    with server.client() as api:
-        if api.post("/work_pools/", json={"name": pool, "type": "docker",
-                                          "base_job_template": template}).status_code == 409:
-            api.patch(f"/work_pools/{pool}", json={"base_job_template": template}
-                      ).raise_for_status()
+    _put_pool(server, pool, template)
     env = {**server.env, "JUDGEFLOW_IMAGE": image, WRITE_ROOTS_ENV: str(out)}
     _deploy(env)
     workers = [subprocess.Popen([worker_prefect, "worker", "start", "--pool", pool, "--type",
