@@ -41,6 +41,25 @@ def _loopback_only(self, address):
 socket.socket.connect = _loopback_only
 
 
+@pytest.fixture(scope="module", autouse=True)
+def mlflow_state_stays_in_its_module():
+    """MLflow's fluent API keeps process-wide state and writes MLFLOW_TRACKING_URI into the
+    environment (its default, a local SQLite file, when a test puts "the previous" URI back);
+    the command line reads that variable, so a later module's runs would try to log there."""
+    import sys
+
+    saved = {k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}
+    yield
+    if "mlflow" in sys.modules:
+        import mlflow
+
+        mlflow.set_tracking_uri(None)
+        mlflow.tracking.fluent._active_experiment_id = None
+    for key in [k for k in os.environ if k.startswith("MLFLOW_")]:
+        del os.environ[key]
+    os.environ.update(saved)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def prefect_api():
     """One real (ephemeral) Prefect API for the whole session."""

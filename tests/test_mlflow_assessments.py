@@ -3,6 +3,7 @@
 import hashlib
 import html
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,9 @@ QUESTIONS = ("What is the API rate limit on the Pro plan?", "How do I rotate an 
 
 def _trace(server: str, question: str) -> str:
     """A real trace in the server: an agent span around a RETRIEVER span; its JSON."""
-    previous = mlflow.get_tracking_uri()
+    # What was set, not get_tracking_uri(): that resolves to MLflow's default, a SQLite file,
+    # which set_tracking_uri would then write into MLFLOW_TRACKING_URI for the command line.
+    previous = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(server)
     try:
         mlflow.set_experiment("agent-traces")
