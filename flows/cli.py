@@ -24,6 +24,7 @@ from flows.commands.common import (  # noqa: E402, F401 - re-exported for caller
     EXIT_INVALID,
     console,
 )
+from flows.commands.automations import install_automations_command  # noqa: E402
 from flows.commands.compare import compare_command  # noqa: E402
 from flows.commands.estimate import estimate_command  # noqa: E402
 from flows.commands.evaluate import evaluate_command  # noqa: E402
@@ -54,6 +55,7 @@ app.command(name="compare")(compare_command)
 app.command(name="regression")(regression_command)
 app.command(name="rejudge")(rejudge_command)
 app.command(name="estimate")(estimate_command)
+app.command(name="install-automations")(install_automations_command)
 
 
 def main() -> None:
