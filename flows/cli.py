@@ -18,13 +18,13 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 # Only light modules here: Prefect, litellm and the flows load when a run really starts.
 import typer  # noqa: E402
 
+from flows.commands.automations import install_automations_command  # noqa: E402
 from flows.commands.common import (  # noqa: E402, F401 - re-exported for callers of flows.cli
     EXIT_FAILED,
     EXIT_INCOMPLETE,
     EXIT_INVALID,
     console,
 )
-from flows.commands.automations import install_automations_command  # noqa: E402
 from flows.commands.compare import compare_command  # noqa: E402
 from flows.commands.estimate import estimate_command  # noqa: E402
 from flows.commands.evaluate import evaluate_command  # noqa: E402

@@ -30,11 +30,26 @@ AUTOMATION_NAME = "judgeflow: re-run a crashed night"
 RESUME_TAG = "resume-on-crash"
 DEFAULT_MAX_RETRIES = 2
 MAX_RETRIES_CAP = 20
+DEFAULT_DELAY_SECONDS = 60
+MIN_DELAY_SECONDS = 10  # Prefect's least `within` for a proactive trigger
 CRASHED_EVENT = "prefect.flow-run.Crashed"
+# Any of these after the crash means someone (the UI's Retry, a person) already moved the run.
+MOVED_ON_EVENTS = frozenset(f"prefect.flow-run.{state}" for state in (
+    "Scheduled", "AwaitingRetry", "Pending", "Running", "Cancelling", "Cancelled", "Completed",
+    "Failed"))
 
 
-def crash_retry_automation(max_retries: int = DEFAULT_MAX_RETRIES, tag: str = RESUME_TAG):
-    """The automation's spec: Crashed (run count 1..max_retries) → AwaitingRetry, same run."""
+def crash_retry_automation(max_retries: int = DEFAULT_MAX_RETRIES, tag: str = RESUME_TAG,
+                           delay_seconds: int = DEFAULT_DELAY_SECONDS):
+    """The automation's spec: Crashed (run count 1..max_retries) → AwaitingRetry, same run.
+
+    Proactive, `delay_seconds` after the crash, unless the run moved on meanwhile: the worker
+    that reported the crash still holds the run's slot for a moment, and a worker handed the
+    same flow run again at once dies of it (Prefect 3.8: "this borrower is already holding
+    one of this CapacityLimiter's tokens").
+    """
+    from datetime import timedelta
+
     from prefect.automations import AutomationCore
     from prefect.events.actions import ChangeFlowRunState
     from prefect.events.schemas.automations import EventTrigger, Posture
@@ -42,21 +57,25 @@ def crash_retry_automation(max_retries: int = DEFAULT_MAX_RETRIES, tag: str = RE
 
     if not 1 <= max_retries <= MAX_RETRIES_CAP:
         raise ValueError(f"max_retries must be 1 to {MAX_RETRIES_CAP}, not {max_retries!r}")
+    if delay_seconds < MIN_DELAY_SECONDS:
+        raise ValueError(f"delay_seconds must be at least {MIN_DELAY_SECONDS}, not "
+                         f"{delay_seconds!r}")
     return AutomationCore(
         name=AUTOMATION_NAME,
         description=(
             f"A flow run tagged {tag!r} whose process died is scheduled again, as the same "
-            f"flow run (same run id: it resumes from its stored chunks), at most "
-            f"{max_retries} time(s); then it stays Crashed. Installed by `judgeflow "
-            "install-automations`."),
+            f"flow run (same run id: it resumes from its stored chunks), {delay_seconds} s "
+            f"after the crash, at most {max_retries} time(s); then it stays Crashed. "
+            "Installed by `judgeflow install-automations`."),
         enabled=True,
         trigger=EventTrigger(
-            expect={CRASHED_EVENT},
+            after={CRASHED_EVENT}, expect=set(MOVED_ON_EVENTS),
+            for_each={"prefect.resource.id"},  # one flow run at a time, the one that crashed
             match={"prefect.resource.id": "prefect.flow-run.*",
                    "prefect.run-count": [str(n) for n in range(1, max_retries + 1)]},
             match_related={"prefect.resource.role": "tag",
                            "prefect.resource.id": f"prefect.tag.{tag}"},
-            posture=Posture.Reactive, threshold=1, within=0),
+            posture=Posture.Proactive, threshold=1, within=timedelta(seconds=delay_seconds)),
         actions=[ChangeFlowRunState(
             state=StateType.SCHEDULED, name="AwaitingRetry",
             message=f"Crashed; re-run by the automation {AUTOMATION_NAME!r} to resume its "
@@ -84,6 +103,9 @@ def install_automations_command(
     ] = DEFAULT_MAX_RETRIES,
     tag: Annotated[str, typer.Option(
         help="Flow runs with this tag are re-run when they crash")] = RESUME_TAG,
+    delay: Annotated[int, typer.Option(
+        help="Seconds after the crash (at least 10; Prefect checks every 5 s)")
+    ] = DEFAULT_DELAY_SECONDS,
 ) -> None:
     """Install (or update) the automation that re-runs a crashed night on the Prefect server."""
     import asyncio
@@ -96,9 +118,9 @@ def install_automations_command(
             fail("no Prefect server is configured (PREFECT_API_URL): the automation belongs "
                  "on the server your workers use; set PREFECT_API_URL and run this again")
     try:
-        spec = crash_retry_automation(max_retries, tag)
+        spec = crash_retry_automation(max_retries, tag, delay)
     except ValueError as error:
         fail(str(error))
     outcome, automation_id = asyncio.run(install_automation(spec))
     print(f"{outcome} automation {AUTOMATION_NAME!r} ({automation_id}): a crashed flow run "
-          f"tagged {tag!r} is re-run at most {max_retries} time(s)")
+          f"tagged {tag!r} is re-run {delay} s after it crashed, at most {max_retries} time(s)")
