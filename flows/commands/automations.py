@@ -43,10 +43,11 @@ def crash_retry_automation(max_retries: int = DEFAULT_MAX_RETRIES, tag: str = RE
                            delay_seconds: int = DEFAULT_DELAY_SECONDS):
     """The automation's spec: Crashed (run count 1..max_retries) → AwaitingRetry, same run.
 
-    Proactive, `delay_seconds` after the crash, unless the run moved on meanwhile: the worker
-    that reported the crash still holds the run's slot for a moment, and a worker handed the
-    same flow run again at once dies of it (Prefect 3.8: "this borrower is already holding
-    one of this CapacityLimiter's tokens").
+    Proactive: `delay_seconds` after the crash, unless the run moved on meanwhile (the UI's
+    Retry, a cancel). The worker that reported the crash holds the run's slot until it has run
+    the flow's on_crashed hooks, in a subprocess that imports the flow (~20 s on two busy
+    cores); handed the same flow run before then, a Prefect 3.8 worker stops ("this borrower
+    is already holding one of this CapacityLimiter's tokens").
     """
     from datetime import timedelta
 
