@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -88,6 +89,19 @@ def test_the_automation_retries_a_bounded_number_of_crashes_of_tagged_runs():
         crash_retry_automation(max_retries=0)
     with pytest.raises(ValueError, match="delay_seconds"):
         crash_retry_automation(delay_seconds=5)
+
+
+def test_installing_without_a_server_says_what_is_missing(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([str(JUDGEFLOW), "install-automations"], env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 2 and "PREFECT_API_URL" in done.stderr, done.stderr
+    env["PREFECT_API_URL"] = "http://127.0.0.1:9/api"  # nothing listens there
+    done = subprocess.run([str(JUDGEFLOW), "install-automations"], env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 2 and "could not install" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 # ---- on a Prefect server with a worker ----------------------------------------------------------

@@ -110,18 +110,20 @@ def install_automations_command(
 ) -> None:
     """Install (or update) the automation that re-runs a crashed night on the Prefect server."""
     import asyncio
-    import os
 
-    if not os.environ.get("PREFECT_API_URL"):
-        from prefect.settings import PREFECT_API_URL
+    from prefect.settings import PREFECT_API_URL
 
-        if not PREFECT_API_URL.value():
-            fail("no Prefect server is configured (PREFECT_API_URL): the automation belongs "
-                 "on the server your workers use; set PREFECT_API_URL and run this again")
+    if not PREFECT_API_URL.value():  # an ephemeral API would keep it nowhere
+        fail("no Prefect server is configured (PREFECT_API_URL): the automation belongs on "
+             "the server your workers use; set PREFECT_API_URL and run this again")
     try:
         spec = crash_retry_automation(max_retries, tag, delay)
     except ValueError as error:
         fail(str(error))
-    outcome, automation_id = asyncio.run(install_automation(spec))
+    try:
+        outcome, automation_id = asyncio.run(install_automation(spec))
+    except Exception as error:  # noqa: BLE001 - one sentence instead of a traceback
+        fail(f"could not install the automation on {PREFECT_API_URL.value()!r}: "
+             f"{type(error).__name__}: {error}")
     print(f"{outcome} automation {AUTOMATION_NAME!r} ({automation_id}): a crashed flow run "
           f"tagged {tag!r} is re-run {delay} s after it crashed, at most {max_retries} time(s)")
