@@ -66,7 +66,8 @@ def test_a_flow_run_s_run_id_is_stable_and_sorts_by_its_night():
     again = _flow_run(nights[1].expected_start_time, created + timedelta(days=2), nights[1].id)
     assert flow_run_run_id(again) == ids[1]
     # Two flow runs of the same slot (a manual run next to the scheduled one) do not collide.
-    twin = _flow_run(nights[1].expected_start_time, created)
+    twin = _flow_run(nights[1].expected_start_time, created,
+                     uuid.UUID(int=nights[1].id.int ^ (1 << 127)))  # another first hex digit
     assert flow_run_run_id(twin) != ids[1]
     # Without an expected start time (not yet scheduled): its creation time.
     assert flow_run_run_id(_flow_run(None, created)).startswith("20261120T010000Z-")
