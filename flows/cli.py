@@ -50,12 +50,13 @@ def _root(
     """judgeflow: LLM-as-a-judge evaluations as Prefect flows."""
 
 
+# The server side of a deployment: the automation that re-runs a crashed night.
+app.command(name="install-automations")(install_automations_command)
 app.command(name="evaluate")(evaluate_command)
 app.command(name="compare")(compare_command)
 app.command(name="regression")(regression_command)
 app.command(name="rejudge")(rejudge_command)
 app.command(name="estimate")(estimate_command)
-app.command(name="install-automations")(install_automations_command)
 
 
 def main() -> None:
