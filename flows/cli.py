@@ -18,6 +18,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 # Only light modules here: Prefect, litellm and the flows load when a run really starts.
 import typer  # noqa: E402
 
+from flows.commands.automations import install_automations_command  # noqa: E402
 from flows.commands.common import (  # noqa: E402, F401 - re-exported for callers of flows.cli
     EXIT_FAILED,
     EXIT_INCOMPLETE,
@@ -50,6 +51,8 @@ def _root(
     """judgeflow: LLM-as-a-judge evaluations as Prefect flows."""
 
 
+# The server side of a deployment: the automation that re-runs a crashed night.
+app.command(name="install-automations")(install_automations_command)
 app.command(name="evaluate")(evaluate_command)
 app.command(name="compare")(compare_command)
 app.command(name="regression")(regression_command)

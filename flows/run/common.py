@@ -44,22 +44,36 @@ def new_run_id(now: datetime) -> str:
 def run_location(params: RunParams, started_at: datetime) -> RunLocation:
     """Where this run publishes: `{output}/{suite}/{run_id}`.
 
-    Without a run id, a flow run's is named after the flow run itself (its creation time and
-    id), so that Prefect retrying or restarting the same flow run resumes what it had done
-    (its stored chunks and submitted batches) instead of starting over under a new id.
+    Without a run id, a flow run's is named after the flow run itself (`flow_run_run_id`), so
+    that Prefect retrying or re-scheduling the same flow run (the crash automation, README
+    "A night that survives its worker") resumes what it had done (its stored chunks and
+    submitted batches) instead of starting over under a new id.
     """
-    run_id = params.run_id or _flow_run_id() or new_run_id(started_at)
+    run_id = params.run_id or _current_flow_run_id() or new_run_id(started_at)
     return RunLocation(params.output, params.suite, run_id, params.storage_options)
 
 
-def _flow_run_id() -> str | None:
+def flow_run_run_id(flow_run: Any) -> str | None:
+    """The run id of a flow run given none: its expected start time (UTC) and 4 hex of its id.
+
+    The same for every attempt of one flow run, whoever re-runs it: the server sets the
+    expected start time once (a scheduled run's is its slot, 03:00 on the night it judges)
+    and keeps it when the run is retried or re-scheduled. Not the creation time: the scheduler
+    creates a deployment's next nights together, seconds apart, so their ids would not sort
+    by night. The shape is `new_run_id`'s, so ids of every origin sort by time together.
+    """
+    started = getattr(flow_run, "expected_start_time", None) or getattr(flow_run, "created", None)
+    if started is None:
+        return None
+    return f"{started.astimezone(UTC):%Y%m%dT%H%M%SZ}-{flow_run.id.hex[:4]}"
+
+
+def _current_flow_run_id() -> str | None:
     from prefect.context import FlowRunContext
 
     context = FlowRunContext.get()
     flow_run = getattr(context, "flow_run", None)
-    if flow_run is None or flow_run.created is None:
-        return None
-    return f"{flow_run.created.astimezone(UTC):%Y%m%dT%H%M%SZ}-{flow_run.id.hex[:4]}"
+    return None if flow_run is None else flow_run_run_id(flow_run)
 
 
 def cache_url(params: RunParams) -> str | None:

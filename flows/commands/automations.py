@@ -1,0 +1,129 @@
+"""`judgeflow install-automations`: the automation that re-runs a night whose process died.
+
+When a worker's flow run process is killed (OOM, a deploy restarting the worker, the machine
+going down), nobody is left to run the flow's own `retries`: the worker (or Prefect's zombie
+detection) reports the flow run Crashed. This automation answers `prefect.flow-run.Crashed` of
+a flow run tagged `resume-on-crash` (the nightly and post-deploy deployments in
+deployments/prefect.yaml) by setting that same flow run back to Scheduled ("AwaitingRetry"),
+as the UI's Retry button does. The same flow run keeps its run id (flows/run/common.py
+`flow_run_run_id`), so the new attempt resumes from the chunks the dead one stored and
+publishes once.
+
+Bounded by the flow run's run count, which the Crashed event carries as the label
+`prefect.run-count`: only crashes of a run's first `max_retries` attempts that got to run are
+retried. After that the flow run stays Crashed, unpublished (fail closed), and its last
+`prefect.flow-run.Crashed` event is the one to alert on. A run that crashes before it ever
+started (run count 0: its code or checkout is broken) is not retried.
+
+Installing is idempotent: the automation is found by its name and updated in place.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from flows.commands.common import fail
+
+AUTOMATION_NAME = "judgeflow: re-run a crashed night"
+RESUME_TAG = "resume-on-crash"
+DEFAULT_MAX_RETRIES = 2
+MAX_RETRIES_CAP = 20
+DEFAULT_DELAY_SECONDS = 60
+MIN_DELAY_SECONDS = 10  # Prefect's least `within` for a proactive trigger
+CRASHED_EVENT = "prefect.flow-run.Crashed"
+# Any of these after the crash means someone (the UI's Retry, a person) already moved the run.
+MOVED_ON_EVENTS = frozenset(f"prefect.flow-run.{state}" for state in (
+    "Scheduled", "AwaitingRetry", "Pending", "Running", "Cancelling", "Cancelled", "Completed",
+    "Failed"))
+
+
+def crash_retry_automation(max_retries: int = DEFAULT_MAX_RETRIES, tag: str = RESUME_TAG,
+                           delay_seconds: int = DEFAULT_DELAY_SECONDS):
+    """The automation's spec: Crashed (run count 1..max_retries) → AwaitingRetry, same run.
+
+    Proactive: `delay_seconds` after the crash, unless the run moved on meanwhile (the UI's
+    Retry, a cancel). The worker that reported the crash holds the run's slot until it has run
+    the flow's on_crashed hooks, in a subprocess that imports the flow (~20 s on two busy
+    cores); handed the same flow run before then, a Prefect 3.8 worker stops ("this borrower
+    is already holding one of this CapacityLimiter's tokens").
+    """
+    from datetime import timedelta
+
+    from prefect.automations import AutomationCore
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.states import StateType
+
+    if not 1 <= max_retries <= MAX_RETRIES_CAP:
+        raise ValueError(f"max_retries must be 1 to {MAX_RETRIES_CAP}, not {max_retries!r}")
+    if delay_seconds < MIN_DELAY_SECONDS:
+        raise ValueError(f"delay_seconds must be at least {MIN_DELAY_SECONDS}, not "
+                         f"{delay_seconds!r}")
+    return AutomationCore(
+        name=AUTOMATION_NAME,
+        description=(
+            f"A flow run tagged {tag!r} whose process died is scheduled again, as the same "
+            f"flow run (same run id: it resumes from its stored chunks), {delay_seconds} s "
+            f"after the crash, at most {max_retries} time(s); then it stays Crashed. "
+            "Installed by `judgeflow install-automations`."),
+        enabled=True,
+        trigger=EventTrigger(
+            after={CRASHED_EVENT}, expect=set(MOVED_ON_EVENTS),
+            for_each={"prefect.resource.id"},  # one flow run at a time, the one that crashed
+            match={"prefect.resource.id": "prefect.flow-run.*",
+                   "prefect.run-count": [str(n) for n in range(1, max_retries + 1)]},
+            match_related={"prefect.resource.role": "tag",
+                           "prefect.resource.id": f"prefect.tag.{tag}"},
+            posture=Posture.Proactive, threshold=1, within=timedelta(seconds=delay_seconds)),
+        actions=[ChangeFlowRunState(
+            state=StateType.SCHEDULED, name="AwaitingRetry",
+            message=f"Crashed; re-run by the automation {AUTOMATION_NAME!r} to resume its "
+                    "stored chunks")],
+    )
+
+
+async def install_automation(spec: Any) -> tuple[str, Any]:
+    """Create the automation, or update the one of the same name; ("created"|"updated", id)."""
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        found = await client.read_automations_by_name(spec.name)
+        if not found:
+            return "created", await client.create_automation(spec)
+        for extra in found[1:]:  # an earlier, racing install: keep one
+            await client.delete_automation(extra.id)
+        await client.update_automation(found[0].id, spec)
+        return "updated", found[0].id
+
+
+def install_automations_command(
+    max_retries: Annotated[int, typer.Option(
+        help="Re-runs of one crashed flow run at most (attempts that got to run)")
+    ] = DEFAULT_MAX_RETRIES,
+    tag: Annotated[str, typer.Option(
+        help="Flow runs with this tag are re-run when they crash")] = RESUME_TAG,
+    delay: Annotated[int, typer.Option(
+        help="Seconds after the crash (at least 10; Prefect checks every 5 s)")
+    ] = DEFAULT_DELAY_SECONDS,
+) -> None:
+    """Install (or update) the automation that re-runs a crashed night on the Prefect server."""
+    import asyncio
+
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():  # an ephemeral API would keep it nowhere
+        fail("no Prefect server is configured (PREFECT_API_URL): the automation belongs on "
+             "the server your workers use; set PREFECT_API_URL and run this again")
+    try:
+        spec = crash_retry_automation(max_retries, tag, delay)
+    except ValueError as error:
+        fail(str(error))
+    try:
+        outcome, automation_id = asyncio.run(install_automation(spec))
+    except Exception as error:  # noqa: BLE001 - one sentence instead of a traceback
+        fail(f"could not install the automation on {PREFECT_API_URL.value()!r}: "
+             f"{type(error).__name__}: {error}")
+    print(f"{outcome} automation {AUTOMATION_NAME!r} ({automation_id}): a crashed flow run "
+          f"tagged {tag!r} is re-run {delay} s after it crashed, at most {max_retries} time(s)")

@@ -1,0 +1,275 @@
+"""A night that survives its worker: a killed nightly flow run runs again, resumes, publishes once.
+
+On a real Prefect server (tests/test_deployments.py's fixtures: `prefect server start`, whose
+triggers service runs automations, and `prefect deploy --all`), with one process worker and the
+automation installed as a user would (`judgeflow install-automations`). A flow run of the
+nightly deployment is created as its schedule creates one, with no run id; its process is
+killed with SIGKILL once some chunks are stored. The loopback judge counts what it is asked:
+a call made twice shows there.
+
+Slow (a server, a deploy, a worker, two attempts of a flow run: about a minute and a half on
+two busy cores); marked `shards` with the other worker tests (`-m "not shards"` leaves it out).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from prefect.client.schemas.objects import FlowRun
+
+from flows.commands.automations import AUTOMATION_NAME, RESUME_TAG, crash_retry_automation
+from flows.run.common import flow_run_run_id, new_run_id
+from tests import test_deployments
+from tests.fake_llm import Reply, prompt_text
+from tests.test_deployments import BIN, Server, _tail, _wait_for
+from tests.test_shards import _flow_run_pid, process_workers
+
+server = test_deployments.server
+deployed = test_deployments.deployed
+JUDGEFLOW = BIN / "judgeflow"
+ROWS = 24
+CHUNK_SIZE = 3  # 8 chunks
+KILL_AFTER_CHUNKS = 3
+SUITE = "night"
+# Longer than the worker takes to let go of the killed run (it first runs the flow's on_crashed
+# hooks in a subprocess that imports the flow: ~20 s here); see flows/commands/automations.py.
+DELAY = "40"
+
+
+# ---- the run id of a flow run given none (no server) -----------------------------------------
+
+def _flow_run(expected: datetime | None, created: datetime, run_id: uuid.UUID | None = None
+              ) -> FlowRun:
+    return FlowRun(id=run_id or uuid.uuid4(), flow_id=uuid.uuid4(), name="night",
+                   expected_start_time=expected, created=created)
+
+
+def test_a_flow_run_s_run_id_is_stable_and_sorts_by_its_night():
+    created = datetime(2026, 11, 20, 1, 0, 0, 123456, tzinfo=UTC)  # the scheduler's one pass
+    nights = [_flow_run(datetime(2026, 11, 21 + n, 2, 0, tzinfo=UTC), created) for n in range(3)]
+    ids = [flow_run_run_id(run) for run in nights]
+    assert ids[0] == f"20261121T020000Z-{nights[0].id.hex[:4]}"
+    assert sorted(reversed(ids)) == ids  # by night, though created in the same second
+    # Every attempt of a flow run has the same id: the same run, read again after a retry.
+    again = _flow_run(nights[1].expected_start_time, created + timedelta(days=2), nights[1].id)
+    assert flow_run_run_id(again) == ids[1]
+    # Two flow runs of the same slot (a manual run next to the scheduled one) do not collide.
+    twin = _flow_run(nights[1].expected_start_time, created,
+                     uuid.UUID(int=nights[1].id.int ^ (1 << 127)))  # another first hex digit
+    assert flow_run_run_id(twin) != ids[1]
+    # Without an expected start time (not yet scheduled): its creation time.
+    assert flow_run_run_id(_flow_run(None, created)).startswith("20261120T010000Z-")
+    # The shape of a command-line run id: they sort together.
+    assert len(new_run_id(created)) == len(ids[0]) and new_run_id(created) < ids[0]
+
+
+def test_the_automation_retries_a_bounded_number_of_crashes_of_tagged_runs():
+    spec = crash_retry_automation(max_retries=3)
+    trigger = spec.trigger
+    assert trigger.after == {"prefect.flow-run.Crashed"}
+    assert "prefect.flow-run.Crashed" not in trigger.expect  # a crash is not a move on
+    assert trigger.posture == "Proactive" and trigger.for_each == {"prefect.resource.id"}
+    assert trigger.match.root["prefect.run-count"] == ["1", "2", "3"]
+    assert trigger.match_related.root["prefect.resource.id"] == f"prefect.tag.{RESUME_TAG}"
+    [action] = spec.actions
+    assert action.type == "change-flow-run-state"
+    assert (action.state.value, action.name) == ("SCHEDULED", "AwaitingRetry")
+    with pytest.raises(ValueError, match="max_retries"):
+        crash_retry_automation(max_retries=0)
+    with pytest.raises(ValueError, match="delay_seconds"):
+        crash_retry_automation(delay_seconds=5)
+
+
+def test_installing_without_a_server_says_what_is_missing(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([str(JUDGEFLOW), "install-automations"], env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 2 and "PREFECT_API_URL" in done.stderr, done.stderr
+    env["PREFECT_API_URL"] = "http://127.0.0.1:9/api"  # nothing listens there
+    done = subprocess.run([str(JUDGEFLOW), "install-automations"], env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 2 and "could not install" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# ---- on a Prefect server with a worker ----------------------------------------------------------
+
+def _rows_file(folder: Path) -> Path:
+    path = folder / "night.jsonl"
+    path.write_text("".join(json.dumps({
+        "request_id": f"n{i:03d}", "request": f"What is night item {i}?",
+        "response": f"Night item {i} is number {i}.", "expected_response": f"number {i}",
+    }) + "\n" for i in range(ROWS)))
+    return path
+
+
+class NightJudge:
+    """The loopback judge's script: a verdict per prompt, slow, counting what it answered.
+
+    Before the kill it holds new requests (`hold`) until the calls in progress are answered,
+    so that no call is half-made when the process dies: a request held then is answered 503
+    after the kill (never a verdict, never paid) and asked again by the next attempt.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.answered: Counter[str] = Counter()
+        self.in_progress = 0
+        self.holding, self.released = threading.Event(), threading.Event()
+
+    def __call__(self, body: dict) -> Reply:
+        text = prompt_text(body)
+        with self.lock:
+            held = self.holding.is_set()
+            self.in_progress += 0 if held else 1
+        if held:
+            self.released.wait(60)
+            return Reply(status=503, content="held while the process was killed")
+        time.sleep(0.3)
+        digest = int(hashlib.sha256(text.encode()).hexdigest(), 16)
+        with self.lock:
+            self.in_progress -= 1
+            self.answered[text] += 1
+        return Reply(content=json.dumps({"rationale": f"because {digest % 97}",
+                                         "rating": "no" if digest % 5 == 0 else "yes"}))
+
+    def quiet(self) -> bool:
+        with self.lock:
+            return self.in_progress == 0
+
+
+class FlowRunKiller(threading.Thread):
+    """SIGKILLs the flow run's process once, when `chunks` of its chunks are stored."""
+
+    def __init__(self, flow_run_id: str, suite_dir: Path, chunks: int, judge: NightJudge):
+        super().__init__(daemon=True)
+        self.flow_run_id, self.suite_dir, self.chunks = flow_run_id, suite_dir, chunks
+        self.judge = judge
+        self.killed_pid: int | None = None
+        self.stored_at_kill: list[Path] = []
+        self.stop = threading.Event()
+
+    def _stored(self) -> list[Path]:
+        return sorted(self.suite_dir.glob("*/.chunks/judge/*.json"))
+
+    def run(self) -> None:
+        pid = None
+        try:
+            while self.killed_pid is None and not self.stop.wait(0.05):
+                pid = pid or _flow_run_pid(self.flow_run_id)
+                if pid is not None and len(self._stored()) >= self.chunks:
+                    self._kill(pid)
+        finally:
+            self.judge.holding.clear()
+            self.judge.released.set()
+
+    def _kill(self, pid: int) -> None:
+        self.judge.holding.set()
+        while not self.judge.quiet() and not self.stop.wait(0.02):
+            pass
+        time.sleep(0.2)  # a chunk whose last call was just answered: let it be stored, or not
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended first: the test fails on killed_pid
+            self.stop.set()
+            return
+        self.killed_pid = pid
+        self.stored_at_kill = self._stored()
+
+
+def _states(api: httpx.Client, flow_run_id: str) -> list[tuple[str, str]]:
+    found = api.get("/flow_run_states/", params={"flow_run_id": flow_run_id})
+    ordered = sorted(found.raise_for_status().json(), key=lambda s: s["timestamp"])
+    return [(s["type"], s["name"]) for s in ordered]
+
+
+def _install(server: Server) -> str:
+    done = server.run(JUDGEFLOW, "install-automations", "--max-retries", "2", "--delay", DELAY)
+    return done.stdout
+
+
+def test_a_killed_night_is_run_again_as_the_same_run_and_published_once(
+        server, deployed, fake_llm, tmp_path):
+    # Installed as the README says; installing again updates it, never a second one.
+    assert "created automation" in _install(server)
+    assert "updated automation" in _install(server)
+    with server.client() as api:
+        found = api.post("/automations/filter", json={}).raise_for_status().json()
+    assert [a["name"] for a in found].count(AUTOMATION_NAME) == 1
+
+    judge = NightJudge()
+    fake_llm.reset(judge)
+    out = tmp_path / "out"
+    params = {**deployed["nightly"]["parameters"]["params"],
+              "data": str(_rows_file(tmp_path)), "output": str(out), "suite": SUITE,
+              "judge": {"model": "openai/night-judge", "api_base": fake_llm.api_base,
+                        "concurrency": 2},
+              "judges": ["safety"], "chunk_size": CHUNK_SIZE,
+              "gates": None, "pairwise": False, "canary_rows": 0}
+    assert "run_id" not in params
+    with server.client() as api:  # what the scheduler does: a flow run with the defaults
+        created = api.post(f"/deployments/{deployed['nightly']['id']}/create_flow_run",
+                           json={"parameters": {"params": params}})
+    flow_run = created.raise_for_status().json()
+    assert RESUME_TAG in flow_run["tags"]
+
+    killer = FlowRunKiller(flow_run["id"], out / SUITE, KILL_AFTER_CHUNKS, judge)
+    killer.start()
+    worker_log = server.home / "night-worker.log"
+    try:
+        with process_workers(server, ("night-worker",), server.env):
+            def finished() -> dict | None:
+                with server.client() as api:
+                    now = api.get(f"/flow_runs/{flow_run['id']}").raise_for_status().json()
+                return now if now["state"]["type"] in ("COMPLETED", "FAILED") else None
+
+            final = _wait_for(finished, 240, f"the night's end\n{_tail(worker_log)}"
+                              f"\n{_tail(server.log)}", every=1)
+    finally:
+        killer.stop.set()
+        killer.join()
+
+    assert killer.killed_pid is not None, _tail(worker_log)
+    assert final["state"]["type"] == "COMPLETED", (final["state"], _tail(worker_log, 6000))
+    # The same flow run, crashed, re-scheduled by the automation, run a second time.
+    assert final["run_count"] == 2
+    with server.client() as api:
+        states = _states(api, flow_run["id"])
+    crashed = states.index(("CRASHED", "Crashed"))
+    assert states[crashed + 1] == ("SCHEDULED", "AwaitingRetry"), states
+    assert states[-1][0] == "COMPLETED"
+
+    # One run folder, named after the flow run: the second attempt found the first's chunks.
+    run_id = flow_run_run_id(FlowRun.model_validate(final))
+    run_dirs = [p.name for p in (out / SUITE).iterdir() if p.is_dir() and p.name != "history"]
+    assert run_dirs == [run_id]
+    manifest = json.loads((out / SUITE / run_id / "manifest.json").read_text())
+    assert manifest["status"] == "passed" and manifest["dataset"]["rows_judged"] == ROWS
+    assert json.loads((out / SUITE / "latest.json").read_text())["run_id"] == run_id
+    history = json.loads((out / SUITE / "history.json").read_text())
+    assert [entry["run_id"] for entry in history["entries"]] == [run_id]
+
+    # Every judge call answered once (a chunk cut short at the kill had its answers kept in the
+    # reply cache, on by default); the chunks stored before the kill were taken from the run's
+    # chunk store, not even looked up in the cache.
+    assert len(judge.answered) == ROWS and set(judge.answered.values()) == {1}, (
+        judge.answered.most_common(3))
+    stored = killer.stored_at_kill
+    assert KILL_AFTER_CHUNKS <= len(stored) < ROWS // CHUNK_SIZE  # killed part-way
+    assert {path.parents[2].name for path in stored} == {run_id}
+    usage = manifest["usage"]
+    assert usage["calls"] + usage["cache_hits"] == ROWS  # the cut chunk's answers: cache hits
+    assert usage["cache_hits"] <= ROWS - len(stored) * CHUNK_SIZE, usage
