@@ -164,12 +164,12 @@ def test_after_its_first_429_the_default_window_steps_back_and_probes_one_call_p
     for _ in range(16):
         congestion.on_success()
     congestion.on_rate_limited(congestion.epoch)
-    assert congestion.window() == 22  # 0.7 x 32
+    assert congestion.window() == 27  # 0.85 x 32
     congestion.on_rate_limited(0)  # admitted before the decrease: the same event
-    assert congestion.window() == 22
-    for _ in range(22):  # one window of replies: one more call, no longer doubling
+    assert congestion.window() == 27
+    for _ in range(27):  # one window of replies: one more call, no longer doubling
         congestion.on_success()
-    assert congestion.window() == 23
+    assert congestion.window() == 28
 
 
 def test_at_default_settings_a_run_grows_its_window_past_the_start(fake_llm):

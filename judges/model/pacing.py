@@ -30,7 +30,7 @@ MIN_SHARE = 1 / 64
 DECREASE_FACTOR = 0.5
 # An adaptive window found its limit by growing into it one call at a time: the limit is just
 # below, so it steps back less than a configured window does.
-ADAPTIVE_DECREASE = 0.7
+ADAPTIVE_DECREASE = 0.85
 # Recovery takes at least this many successes per unit of share (32 from half to full), so
 # that a small window or an RPM-paced model does not rush back into the limit it just hit.
 MIN_STEPS = 64
