@@ -9,6 +9,8 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from judges.model.llm import LLMClient
 from judges.model.pacing import Congestion
 from judges.model.settings import ADAPTIVE_MAX, ADAPTIVE_START, LLMSettings
@@ -200,3 +202,26 @@ def test_at_default_settings_a_run_settles_just_below_a_provider_s_concurrency_l
     # It ends probing just around the limit: not collapsed to a few calls, not far above it.
     assert 0.6 * limit <= congestion.window() <= limit + 2, congestion.window()
     assert usage.retries <= 40, usage.retries  # it found the limit, not a 429 per call
+
+
+def test_an_adaptive_window_paces_at_the_whole_rpm_until_a_429():
+    congestion = Congestion(ADAPTIVE_MAX, start=ADAPTIVE_START)
+    congestion.open()
+    assert congestion.rate_share == 1.0  # a small opening window is no reason to slow the RPM
+    for _ in range(16):
+        congestion.on_success()
+    congestion.on_rate_limited(congestion.epoch)
+    assert congestion.rate_share == pytest.approx(0.85)  # as a configured window's would
+    for _ in range(200):
+        congestion.on_success()
+    assert congestion.rate_share == 1.0
+
+
+def test_at_default_settings_an_rpm_cap_is_paced_in_full_from_the_start(fake_llm):
+    recorder = Recorder(lambda index: Reply(VERDICT), seconds=0.0)
+    fake_llm.script = recorder
+    _run(_client(fake_llm, rpm=1200), 21)  # one start every 0.05 s
+    starts = recorder.arrivals[1:]  # the first call goes alone, before the window opens
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    # At an eighth of the cap (16 of 128 slots) a gap would be 0.4 s.
+    assert statistics.median(gaps) < 0.15, gaps

@@ -99,7 +99,7 @@ class ProcessLimits:
         await self.gate.acquire()
         try:
             await self.congestion.wait_pause()
-            await self.pacer.wait_turn(self.congestion.share)
+            await self.pacer.wait_turn(self.congestion.rate_share)
         except BaseException:
             self.leave()
             raise

@@ -49,11 +49,26 @@ class Congestion:
         self.adaptive = start is not None
         self.slow_start = self.adaptive
         self.share = 1.0 if start is None else min(1.0, start / concurrency)
+        # An adaptive window's share at its first 429: the RPM pace is measured against it.
+        self._peak: float | None = None
         self.epoch = 0
         self.decreases = 0
         self.opened = False
         self._pause_until = 0.0
         self._lock = threading.Lock()
+
+    @property
+    def rate_share(self) -> float:
+        """The share of the configured RPM to pace at now.
+
+        A configured window's share. An adaptive window's opens small for the concurrency only:
+        its RPM share is whole until a 429, then the window's share of the one it had then.
+        """
+        if not self.adaptive:
+            return self.share
+        if self._peak is None:
+            return 1.0
+        return min(1.0, self.share / self._peak)
 
     def window(self) -> int:
         """Calls that may be in flight now: at least one, and only one until `open()`."""
@@ -86,6 +101,8 @@ class Congestion:
             if epoch != self.epoch:
                 return  # admitted before the last decrease: the same event
             factor = ADAPTIVE_DECREASE if self.adaptive else DECREASE_FACTOR
+            if self.adaptive and self._peak is None:
+                self._peak = self.share
             self.share = max(MIN_SHARE, self.share * factor)
             self.slow_start = False
             self.epoch += 1
