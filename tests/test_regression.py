@@ -12,6 +12,7 @@ from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
 from flows.phases.regression import DETECTED_EVENT, INCOMPLETE_EVENT
 from flows.regression import RegressionNotPassed, RegressionParams, regression
+from flows.run.outcome import outcome_of
 from tasks.regression.paired_stats import two_proportion_p_value
 from tests.planted import PlantedJudge
 
@@ -155,7 +156,7 @@ def test_paired_test_breaches_where_an_unpaired_one_would_not(fake_llm, tmp_path
     worse = rows(220, set(range(12)))
     state = run(params(fake_llm, tmp_path, worse, "cand"))
     assert state.is_failed()
-    gate = state.result(raise_on_failure=False).summary["regression"]["gates"][0]
+    gate = outcome_of(state).summary["regression"]["gates"][0]
     assert gate["outcome"] == "breached" and gate["n_paired"] == 220
     assert gate["p"] == pytest.approx(1 / 128)  # exact McNemar, one-sided
     unpaired = two_proportion_p_value(215 / 220, 220, 208 / 220, 220)
@@ -203,7 +204,7 @@ def test_tags_slice_every_aggregate_and_a_tag_gate_fires(fake_llm, tmp_path):
     state = run(params(fake_llm, tmp_path, rows(40, set(range(6)), tags), "tagged",
                        gates=gates))
     assert state.is_failed()
-    overall, billing = state.result(raise_on_failure=False).summary["regression"]["gates"]
+    overall, billing = outcome_of(state).summary["regression"]["gates"]
     assert overall["outcome"] == "held" and overall["worst_slice"]["tag"] == "billing"
     assert billing["outcome"] == "breached" and billing["delta"] == pytest.approx(-0.3)
     metrics = json.loads((tmp_path / "out/nightly/tagged/metrics.json").read_text())
@@ -294,5 +295,5 @@ def test_a_failed_head_to_head_does_not_lose_the_evaluation(tmp_path):
     section = manifest(tmp_path, "r2", "ph")["regression"]
     assert "results.jsonl" in section["baseline_rows_error"]
     assert section["gates"][0]["outcome"] == "undecidable"
-    summary = state.result(raise_on_failure=False).summary
+    summary = outcome_of(state).summary
     assert summary["metrics"]["response/llm_judged/relevance_to_query/rated_count"] == 8
