@@ -2,8 +2,9 @@
 
 evaluate the candidate (the evaluate flow's phases, with every evaluate parameter: custom
 judges, aspects, strictness) → pair its rows with the baseline's published results → paired
-deltas, per tag, and the head-to-head (in memory) → decide the gates → publish once → end
-Completed (passed) or Failed (failed / incomplete) with the verdict as the run's message.
+deltas, per tag, and the head-to-head (its chunks in the run's chunk store, as judged rows'
+are) → decide the gates → publish once → end Completed (passed) or Failed (failed /
+incomplete) with the verdict as the run's message.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ async def regression(params: RegressionParams) -> dict | State:
             rejudged_from = None if rejudge_error else original.run_id
             if rejudge_error:
                 logger.warning("%s", visible(rejudge_error))
-        comparison = await compare_with_baseline(params, baseline, prepared, judged)
+        comparison = await compare_with_baseline(params, baseline, prepared, judged, store)
         canary = await run_canary(params, baseline, judged)
     verdict = decide_run(params, gates, baseline, judged, comparison, canary)
     section = regression_section(params, gates, baseline, comparison, verdict, judged, canary)

@@ -14,6 +14,8 @@ average of a per-row field, so it has no `MetricField` (published, not paired or
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
@@ -30,10 +32,12 @@ from judges.result_names import (
 __all__ = [
     "MetricField", "RowData", "advisory_key", "calibrated_keys", "is_calibration",
     "is_pairwise", "judge_failed", "metric_field", "metric_fields", "record_inputs", "row_data",
-    "row_tags", "stats_of", "yes_no_verdict", "PublishedVerdict", "published_verdict",
-    "published_trace_id",
+    "row_tags", "same_value_key", "stats_of", "yes_no_verdict", "PublishedVerdict",
+    "published_verdict", "published_trace_id",
 ]
 
+# One empty set shared by every row without an error (most rows; a regression keeps them all).
+NO_ERRORS: frozenset[str] = frozenset()
 RATE_SUFFIXES = ("/rating/percentage", "/rating/average")
 PRECISION_SUFFIX = "/precision/average"
 MEAN_SUFFIX = "/average"
@@ -60,15 +64,24 @@ class MetricField(NamedTuple):
 
 
 class RowData(NamedTuple):
-    """One row's values by metric name (1.0/0.0 for yes/no), its errors and its tags."""
+    """One row's values by metric name (1.0/0.0 for yes/no), its errors and its tags.
 
-    request: Any
-    response: Any
+    The request and the ground truth are kept as digests (`same_value_key`): pairing only asks
+    whether two runs' rows are the same question with the same expected answer, and a run's
+    worth of digests fits in memory where a run's worth of text need not.
+    """
+
+    request: bytes
     tags: tuple[str, ...]
     values: dict[str, float]
     errors: frozenset[str]
-    expected: Any = None  # the ground truth (expected_response, expected_facts) it was judged on
-    trajectory: Any = None  # the agent run as published ({"steps": [...]}), if the row had one
+    expected: bytes  # of the ground truth (expected_response, expected_facts) it was judged on
+
+
+def same_value_key(value: Any) -> bytes:
+    """A digest equal for two values exactly when their sorted-key JSON is (collisions aside)."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
 def metric_field(metric: str) -> MetricField | None:
@@ -137,10 +150,10 @@ def row_data(record: Mapping[str, Any], specs: Iterable[MetricField]) -> RowData
             values[spec.metric] = value
         elif _errored(record, spec):
             errors.add(spec.metric)
-    return RowData(record.get("request"), record.get("response"), row_tags(record.get("tags")),
-                   values, frozenset(errors),
-                   (record.get("expected_response"), record.get("expected_facts")),
-                   record.get("trajectory"))
+    return RowData(same_value_key(record.get("request")), row_tags(record.get("tags")),
+                   values, frozenset(errors) if errors else NO_ERRORS,
+                   same_value_key((record.get("expected_response"),
+                                   record.get("expected_facts"))))
 
 
 def yes_no_verdict(record: Mapping[str, Any], prefix: str) -> str | None:

@@ -1,37 +1,43 @@
-"""The head-to-head phase of a regression run, in memory: baseline vs candidate responses.
+"""The head-to-head phase of a regression run: baseline vs candidate responses, streamed.
 
-The candidate's rows are already validated and judged; the baseline's responses come from
-its published results. Each row both runs answered becomes a pair (A = baseline, B =
-candidate) judged in both orders by the pairwise rubric judge, chunk by chunk as the compare
-flow does; nothing is written to a file for another flow to re-read, and the verdicts join
-the candidate's own result records (one record per row, published once).
+The candidate's rows are already validated and judged; the baseline's answers come from its
+published results (tasks/regression/baseline_rows.py). Each row both runs answered becomes a
+pair (A = baseline, B = candidate) judged in both orders by the pairwise rubric judge, chunk by
+chunk through the run's chunk store as the compare flow does, so that a rerun of a crashed run
+resumes the chunks it finished without a call. Nothing held grows with the set but one tally
+per pair (judges/pairwise/metrics.py): the pairs wait in a spool on local disk, each chunk's
+fields for the candidate's records are staged as it finishes and joined to them in input
+order, and only the pairs the report's drill-down shows are kept whole.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
 from flows.run.common import cache_url
-from flows.run.execution import auto_chunk_size, judge_all_pairs
+from flows.run.execution import auto_chunk_size, in_phase, judge_pair_chunks
 from flows.run.progress import PhaseProgress
-from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, compare_summary
+from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, tallied_summary
 from judges.model.usage import Usage
-from judges.pairwise.metrics import PairwiseSummary
+from judges.pairwise.metrics import PairTally, PairwiseSummary
 from judges.result_names import head_to_head_fields, pairwise_metric_fields
 from judges.rows import EvalRow
 from judges.trajectory.model import Trajectory
 from judges.trajectory.render import render_for_judge
 from tasks.dataset.pairs import read_rubric
-from tasks.metric_fields import RowData
+from tasks.regression.baseline_rows import BaselineRows
+from tasks.storage.chunk_kinds import PairChunkResult
+from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.staging import ResultStaging
 
 BOOTSTRAP_SEED = 0
 HEAD_TO_HEAD_RESAMPLES = 1000
+SPOOLED_PAIRS_PER_FILE = 1000
 
 
 class HeadToHead(NamedTuple):
@@ -39,38 +45,69 @@ class HeadToHead(NamedTuple):
 
     metrics: dict[str, Any]
     summary: PairwiseSummary
-    fields: dict[str, dict[str, Any]]  # by request_id
-    pairs: dict[str, PairResult]  # by request_id, typed (the report's drill-down reads these)
+    # One record per pair in input order, {"request_id", "fields"}; the pairs' audit entries
+    # (calls.jsonl) beside them, for the run's staging.
+    fields: ResultStaging
+    pairs: dict[str, PairResult]  # the drill-down's rows only, by request_id, typed
     usage: Usage
     not_compared: int  # paired rows without a response on one side
-    calls: ResultStaging  # the pairs' audit entries (calls.jsonl), for the run's staging
 
 
-def build_pairs(rows: Iterable[EvalRow], baseline: Mapping[str, RowData],
-                paired: set[str]) -> tuple[list[Pair], int]:
-    """One pair per row both runs answered; the count of paired rows lacking a response.
+class PairSpool:
+    """The pairs to judge, on local disk in input order, and the paired rows left without one."""
 
-    The rows are read as a stream: a pair keeps only the prompt and the two responses, not
-    the row's context, expected facts or trace.
-    """
-    pairs, missing = [], 0
-    for row in rows:
-        if row.request_id not in paired:
-            continue
-        before = baseline[row.request_id].response
-        before_run = _agent_run(baseline[row.request_id].trajectory)
-        if before_run is not None and row.is_agent_run:
-            # Two agent runs are compared whole, as `judgeflow compare` does: a run that
-            # reached the same answer through a failed or redundant call can lose.
-            before, after = render_for_judge(before_run), render_for_judge(row.trajectory)
-        elif not isinstance(before, str) or row.response is None:
-            missing += 1
-            continue
-        else:
-            after = row.response
-        pairs.append(Pair(row_index=row.row_index, pair_id=row.request_id,
-                          prompt=row.request_text, response_A=before, response_B=after))
-    return pairs, missing
+    def __init__(self) -> None:
+        self.staging = ResultStaging()
+        self.count = self.missing = 0
+
+    def pairs(self) -> Iterator[Pair]:
+        """Every spooled pair, in order, read as asked for."""
+        return (Pair.model_validate(record) for record in self.staging.iter_records())
+
+    def cleanup(self) -> None:
+        """Delete the spooled pairs."""
+        self.staging.cleanup()
+
+
+def pair_of(row: EvalRow, baseline: BaselineRows) -> Pair | None:
+    """The pair of a row both runs answered (the prompt and the two responses only); else None."""
+    before, trajectory = baseline.answer(row.request_id)
+    before_run = _agent_run(trajectory)
+    if before_run is not None and row.is_agent_run:
+        # Two agent runs are compared whole, as `judgeflow compare` does: a run that
+        # reached the same answer through a failed or redundant call can lose.
+        before, after = render_for_judge(before_run), render_for_judge(row.trajectory)
+    elif not isinstance(before, str) or row.response is None:
+        return None
+    else:
+        after = row.response
+    return Pair(row_index=row.row_index, pair_id=row.request_id, prompt=row.request_text,
+                response_A=before, response_B=after)
+
+
+def spool_pairs(rows: Iterable[EvalRow], baseline: BaselineRows, paired: Container[str]
+                ) -> PairSpool:
+    """One pair per paired row both runs answered, spooled; the rows are read as a stream."""
+    spool, batch = PairSpool(), []
+    try:
+        for row in rows:
+            if row.request_id not in paired:
+                continue
+            pair = pair_of(row, baseline)
+            if pair is None:
+                spool.missing += 1
+                continue
+            batch.append(pair.model_dump(mode="json"))
+            if len(batch) == SPOOLED_PAIRS_PER_FILE:
+                spool.staging.write_chunk(spool.count // SPOOLED_PAIRS_PER_FILE, batch)
+                spool.count, batch = spool.count + len(batch), []
+        if batch:
+            spool.staging.write_chunk(spool.count // SPOOLED_PAIRS_PER_FILE, batch)
+            spool.count += len(batch)
+    except BaseException:
+        spool.cleanup()
+        raise
+    return spool
 
 
 def _agent_run(published: Any) -> Trajectory | None:
@@ -84,50 +121,80 @@ def _agent_run(published: Any) -> Trajectory | None:
     return run if run.is_agent_run() else None
 
 
-async def head_to_head(params: Any, rows: Iterable[EvalRow], baseline: Mapping[str, RowData],
-                       paired: set[str]) -> HeadToHead:
+async def head_to_head(params: Any, rows: Iterable[EvalRow], baseline: BaselineRows,
+                       paired: Container[str], store: ChunkStore | None = None,
+                       shown: Container[str] = ()) -> HeadToHead:
     """Judge every paired row's two responses head to head, in both orders.
 
     Args:
         params: the regression parameters (judge, rubric, strict_ties, cache, chunk size).
         rows: the candidate's rows in input order (read once), responses generated if a
             candidate model answered.
-        baseline: the baseline's rows by request_id.
+        baseline: the baseline's rows and answers by request_id.
         paired: request_ids paired between the runs (same request in both).
+        store: the run's chunk store: chunks an earlier attempt finished are not judged again.
+        shown: request_ids of the rows the report's drill-down shows (their pairs are kept).
     """
-    pairs, missing = build_pairs(rows, baseline, paired)
+    spool = spool_pairs(rows, baseline, paired)
+    try:
+        return await _judge(params, spool, store, shown)
+    finally:
+        spool.cleanup()
+
+
+async def _judge(params: Any, spool: PairSpool, store: ChunkStore | None,
+                 shown: Container[str]) -> HeadToHead:
     rubric = read_rubric(params.rubric, params.storage_options) if params.rubric else None
     options = PairwiseOptions(rubric, swap=True, strict_ties=params.strict_ties)
-    staging = ResultStaging()
-    progress = await PhaseProgress.start("judging head to head", len(pairs), 2.0)
+    fields, tallies, kept = ResultStaging(), {}, {}
+
+    def consume(index: int, chunk: list[Pair], result: PairChunkResult) -> None:
+        judged = [PairResult(p, v) for p, v in zip(chunk, result.verdicts, strict=True)]
+        fields.write_chunk(index, [{"request_id": r.pair.pair_id,
+                                    "fields": head_to_head_fields(r)} for r in judged],
+                           in_phase(result.calls, "head_to_head"))
+        tallies[index] = [PairTally.of(r.verdict) for r in judged]
+        kept.update((r.pair.pair_id, r) for r in judged if r.pair.pair_id in shown)
+
+    progress = await PhaseProgress.start("judging head to head", spool.count, 2.0)
     try:
-        verdicts, usage = await judge_all_pairs(
-            pairs, options, params.judge.settings(),
-            params.chunk_size or auto_chunk_size(len(pairs)), cache_url(params),
-            params.storage_options, staging, progress=progress, phase="head_to_head")
+        usage = await judge_pair_chunks(
+            spool.pairs(), options, params.judge.settings(),
+            params.chunk_size or auto_chunk_size(spool.count), cache_url(params),
+            params.storage_options, consume, store, progress)
     except BaseException:
-        staging.cleanup()
+        fields.cleanup()
         raise
     finally:
         await progress.finish()
-    results = {p.pair_id: PairResult(p, v) for p, v in zip(pairs, verdicts, strict=True)}
-    fields = {pair_id: head_to_head_fields(r) for pair_id, r in results.items()}
-    summary = compare_summary(verdicts, options, seed=BOOTSTRAP_SEED,
-                              resamples=HEAD_TO_HEAD_RESAMPLES)
-    return HeadToHead(pairwise_metric_fields(summary), summary, fields, results, usage, missing,
-                      staging)
+    summary = tallied_summary([t for index in sorted(tallies) for t in tallies[index]],
+                              options, seed=BOOTSTRAP_SEED, resamples=HEAD_TO_HEAD_RESAMPLES)
+    return HeadToHead(pairwise_metric_fields(summary), summary, fields, kept, usage,
+                      spool.missing)
 
 
-def merge_fields(staging: ResultStaging, fields: Mapping[str, Mapping[str, Any]]) -> ResultStaging:
+def merge_fields(staging: ResultStaging, fields: ResultStaging) -> ResultStaging:
     """A new staging whose records carry the pair fields of their request_id (chunk by chunk).
 
-    The audit entries move with them; the old staging is removed; only one chunk is in memory
-    at a time.
+    Both stagings are in input order (the pairs were made from the rows in order, skipping
+    those without a pair), so they are joined as two streams: one chunk of each in memory at
+    a time. The audit entries move with the records; the old staging is removed.
     """
     merged = ResultStaging()
+    pending = iter(fields.iter_records())
+    waiting = next(pending, None)
     try:
         for index, path in enumerate(staging.chunk_files()):
-            merged.write_chunk(index, [_merge(r, fields) for r in _read(path)])
+            records = []
+            for record in _read(path):
+                if waiting is not None and str(record.get("request_id")) == waiting["request_id"]:
+                    record = {**record, **waiting["fields"]}
+                    waiting = next(pending, None)
+                records.append(record)
+            merged.write_chunk(index, records)
+        if waiting is not None:  # a wiring bug: the pairs were not made in the rows' order
+            raise RuntimeError(f"the head-to-head of {waiting['request_id']!r} matches no "
+                               "candidate row in input order")
         merged.adopt_calls(staging)
     except BaseException:
         merged.cleanup()
@@ -139,8 +206,3 @@ def merge_fields(staging: ResultStaging, fields: Mapping[str, Mapping[str, Any]]
 def _read(path: Path) -> list[dict]:
     with path.open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
-
-
-def _merge(record: dict, fields: Mapping[str, Mapping[str, Any]]) -> dict:
-    extra = fields.get(str(record.get("request_id")))
-    return {**record, **extra} if extra else record

@@ -22,11 +22,13 @@ from judges.fingerprint import differences, fingerprint, recorded_judges
 from judges.model.budget import current_budget
 from judges.model.usage import Usage
 from tasks.metric_fields import RowData, metric_fields, row_data
+from tasks.regression.baseline_rows import BaselineRows
 from tasks.regression.decide import Context, RunVerdict, decide
 from tasks.regression.deltas import DeltaLine, join_rows, paired_deltas
 from tasks.regression.slices import slice_metrics
 from tasks.report.plain_text import visible
-from tasks.storage.baseline import BaselineRefused, BaselineRun, read_baseline_rows
+from tasks.storage.baseline import BaselineRefused, BaselineRun
+from tasks.storage.chunk_store import ChunkStore
 
 INCOMPLETE_EVENT = "judgeflow.regression.incomplete"
 DETECTED_EVENT = "judgeflow.regression.detected"
@@ -54,24 +56,24 @@ def candidate_rows(judged: JudgedRun) -> dict[str, RowData]:
 
 
 def _baseline_rows(baseline: BaselineRun, judged: JudgedRun, params: Any,
-                   comparison: Comparison) -> dict[str, RowData]:
+                   comparison: Comparison) -> BaselineRows:
     try:
-        return read_baseline_rows(baseline, metric_fields(judged.metrics), params.storage_options)
+        return BaselineRows.read(baseline, metric_fields(judged.metrics), params.storage_options)
     except BaselineRefused as error:
         comparison.baseline_refused = str(error)
         get_run_logger().warning("%s", visible(error))
-        return {}
     except (OSError, ValueError) as error:  # missing or unreadable results: nothing pairs
         comparison.baseline_rows_error = f"{type(error).__name__}: {error}"
         get_run_logger().warning("cannot read the baseline's results: %s", visible(error))
-        return {}
+    return BaselineRows()
 
 
 async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
-                    baseline: dict[str, RowData], paired: set[str],
-                    comparison: Comparison) -> None:
+                    baseline: BaselineRows, paired: set[str], comparison: Comparison,
+                    store: ChunkStore | None) -> None:
     try:
-        result = await head_to_head(params, prepared.row_stream(), baseline, paired)
+        result = await head_to_head(params, prepared.row_stream(), baseline, paired, store,
+                                    judged.report.rows.request_ids())
     except Exception as error:  # noqa: BLE001 - the evaluation is still worth publishing
         comparison.pairwise_error = f"{type(error).__name__}: {error}"
         comparison.pairwise_unavailable = f"the head-to-head failed: {comparison.pairwise_error}"
@@ -85,15 +87,19 @@ async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
     comparison.pairing["no_response"] = result.not_compared  # paired, but nothing to compare
     try:
         judged.staging = merge_fields(judged.staging, result.fields)
-        judged.staging.adopt_calls(result.calls, "head_to_head")  # calls.jsonl holds them too
+        judged.staging.adopt_calls(result.fields, "head_to_head")  # calls.jsonl holds them too
     finally:
-        result.calls.cleanup()
+        result.fields.cleanup()
     judged.metrics = judged.metrics.with_pairwise(result.metrics)
 
 
 async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
-                                prepared: PreparedSet, judged: JudgedRun) -> Comparison:
-    """Slices, paired deltas and head-to-head; adds slices and pairwise metrics to the run's."""
+                                prepared: PreparedSet, judged: JudgedRun,
+                                store: ChunkStore | None = None) -> Comparison:
+    """Slices, paired deltas and head-to-head; adds slices and pairwise metrics to the run's.
+
+    The head-to-head's chunks go through `store`, the run's chunk store, when given.
+    """
     comparison = Comparison()
     candidate = candidate_rows(judged)
     specs = metric_fields(judged.metrics)
@@ -105,23 +111,27 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
     if baseline.refused is not None:
         get_run_logger().warning("%s", visible(baseline.refused))
         comparison.baseline_refused = baseline.refused
-    rows = {} if baseline.refused else _baseline_rows(baseline, judged, params, comparison)
-    if comparison.baseline_refused is not None:  # found so, or its results.jsonl was
-        comparison.pairwise_unavailable = comparison.baseline_refused
-        return comparison
-    join = join_rows(rows, candidate)
-    comparison.pairing = {"paired": len(join.paired), "only_baseline": len(join.only_baseline),
-                          "only_candidate": len(join.only_candidate),
-                          "request_changed": len(join.request_changed),
-                          "expectation_changed": len(join.expectation_changed)}
-    shared = [s for s in specs if s.metric in baseline.metrics]
-    comparison.deltas = paired_deltas(shared, rows, candidate, baseline.metrics, judged.metrics)
-    if not params.pairwise:
-        comparison.pairwise_unavailable = "the head-to-head is disabled (pairwise: false)"
-    elif not join.paired:
-        comparison.pairwise_unavailable = "no row pairs with the baseline: nothing to compare"
-    else:
-        await _pairwise(params, prepared, judged, rows, set(join.paired), comparison)
+    rows = BaselineRows() if baseline.refused else _baseline_rows(baseline, judged, params,
+                                                                 comparison)
+    with rows:
+        if comparison.baseline_refused is not None:  # found so, or its results.jsonl was
+            comparison.pairwise_unavailable = comparison.baseline_refused
+            return comparison
+        join = join_rows(rows.rows, candidate)
+        comparison.pairing = {
+            "paired": len(join.paired), "only_baseline": len(join.only_baseline),
+            "only_candidate": len(join.only_candidate),
+            "request_changed": len(join.request_changed),
+            "expectation_changed": len(join.expectation_changed)}
+        shared = [s for s in specs if s.metric in baseline.metrics]
+        comparison.deltas = paired_deltas(shared, rows.rows, candidate, baseline.metrics,
+                                          judged.metrics)
+        if not params.pairwise:
+            comparison.pairwise_unavailable = "the head-to-head is disabled (pairwise: false)"
+        elif not join.paired:
+            comparison.pairwise_unavailable = "no row pairs with the baseline: nothing to compare"
+        else:
+            await _pairwise(params, prepared, judged, rows, set(join.paired), comparison, store)
     return comparison
 
 

@@ -247,6 +247,30 @@ async def generate_all(
         chunk_size, settings.window_ceiling, store, progress)
 
 
+async def judge_pair_chunks(
+    pairs: Iterable[Pair],
+    options: PairwiseOptions,
+    settings: LLMSettings,
+    chunk_size: int,
+    cache_url: str | None,
+    storage_options: dict,
+    consume: Callable[[int, list[Pair], PairChunkResult], None],
+    store: ChunkStore | None = None,
+    progress: PhaseProgress | None = None,
+) -> Usage:
+    """Judge every chunk of pairs (both orders of each), giving each result to `consume`.
+
+    `pairs` is read a chunk at a time, as `drive` reads rows: only the chunks in flight are
+    held, and chunks finish in any order (`consume` gets each chunk's index).
+    """
+    kind = JudgedPairChunks(options, settings)
+    return await drive(
+        pairs, kind,
+        lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), cache_url,
+                                         storage_options, return_state=True),
+        consume, chunk_size, settings.window_ceiling, store, progress)
+
+
 async def judge_all_pairs(
     pairs: list[Pair],
     options: PairwiseOptions,
@@ -261,8 +285,7 @@ async def judge_all_pairs(
 ) -> tuple[list[PairVerdict], Usage]:
     """Judge every chunk of pairs (both orders of each), staging each chunk's records.
 
-    Their audit entries are staged too, each naming its `phase` (a regression's head-to-head
-    judges pairs as well).
+    Their audit entries are staged too, each naming its `phase`.
 
     Returns:
         One verdict per pair in input order, and the calls and tokens spent.
@@ -273,10 +296,6 @@ async def judge_all_pairs(
         staging.write_chunk(index, result.records, in_phase(result.calls, phase))
         by_chunk[index] = result.verdicts
 
-    kind = JudgedPairChunks(options, settings)
-    usage = await drive(
-        pairs, kind,
-        lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), cache_url,
-                                         storage_options, return_state=True),
-        consume, chunk_size, settings.window_ceiling, store, progress)
+    usage = await judge_pair_chunks(pairs, options, settings, chunk_size, cache_url,
+                                    storage_options, consume, store, progress)
     return [v for index in sorted(by_chunk) for v in by_chunk[index]], usage

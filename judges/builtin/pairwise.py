@@ -9,6 +9,7 @@ failed: its placeholder is never counted as an inference error.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from judges.base import prompt_environment, template_hash
 from judges.calls import JudgeContext, judged_call
 from judges.pairwise.metrics import (
+    PairTally,
     PairwiseSummary,
     PassCounts,
     judgment_block,
@@ -210,15 +212,15 @@ class PairResult(NamedTuple):
         return self.verdict.verdict in ("A", "error") or any(p.error for p in passes)
 
 
-def position_1_rate(verdicts: list[PairVerdict]) -> float | None:
+def position_1_rate(tallies: Sequence[PairTally]) -> float | None:
     """Share of decided passes that prefer whichever response sat in position 1.
 
     An unbiased judge on a swapped run is at 0.5 whatever the responses; above 0.5 is a
     first-position bias.
     """
-    passes = [p.judgment for v in verdicts for p in (v.forward, v.backward) if p.judgment]
-    ones = sum(j.preference == "1" for j in passes)
-    decided = ones + sum(j.preference == "2" for j in passes)
+    passes = [p for t in tallies for p in t.positions if p is not None]
+    ones = sum(p == "1" for p in passes)
+    decided = ones + sum(p == "2" for p in passes)
     return ones / decided if decided else None
 
 
@@ -230,16 +232,27 @@ def compare_summary(
     Without the swap, the Nova block counts forward passes only: the absent backward pass is
     not an error.
     """
-    summary = pairwise_summary(verdicts, seed=seed, resamples=resamples)
+    return tallied_summary([PairTally.of(v) for v in verdicts], options, seed=seed,
+                           resamples=resamples)
+
+
+def tallied_summary(
+    tallies: Sequence[PairTally], options: PairwiseOptions, *, seed: int, resamples: int
+) -> PairwiseSummary:
+    """`compare_summary` from the pairs' tallies, one per pair in input order.
+
+    A run that judged its pairs chunk by chunk keeps only these (judges/pairwise/metrics.py).
+    """
+    summary = pairwise_summary(tallies, seed=seed, resamples=resamples)
     if not options.swap:
-        preferences = [v.forward_preference for v in verdicts]
+        preferences = [t.forward_preference for t in tallies]
         counts = PassCounts(*(
             np.array([p == outcome for p in preferences], dtype=np.int64)
             for outcome in ("A", "B", "tie", None)
         ))
         summary = PairwiseSummary(
-            judgment_block(verdicts, counts, seed=seed, resamples=resamples), pair_block(verdicts))
-    return summary._replace(position_1_rate=position_1_rate(verdicts),
+            judgment_block(tallies, counts, seed=seed, resamples=resamples), pair_block(tallies))
+    return summary._replace(position_1_rate=position_1_rate(tallies),
                             swap_disabled=not options.swap)
 
 

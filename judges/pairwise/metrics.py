@@ -15,6 +15,42 @@ import numpy as np
 from judges.pairwise.reconcile import PairVerdict
 
 
+class PairTally(NamedTuple):
+    """What the aggregates read of one pair's verdict, without its replies or criteria.
+
+    A run keeps one per pair until its aggregates are computed: about a hundred bytes, where a
+    `PairVerdict` holds both passes' replies, rationales and criteria. Every aggregate below
+    reads a tally and a verdict alike.
+
+    Attributes:
+        positions: each pass's preference in prompt positions ("1", "2", "tie"), forward then
+            backward; None for a pass without a judgment.
+    """
+
+    verdict: str
+    forward_preference: str | None
+    backward_preference: str | None
+    weighted_score_A: float | None
+    weighted_score_B: float | None
+    score_margin: float | None
+    consistent: bool | None
+    position_flip: bool
+    single_pass: bool
+    positions: tuple[str | None, str | None]
+
+    @classmethod
+    def of(cls, verdict: PairVerdict) -> PairTally:
+        """The tally of a reconciled verdict."""
+        return cls(verdict.verdict, verdict.forward_preference, verdict.backward_preference,
+                   verdict.weighted_score_A, verdict.weighted_score_B, verdict.score_margin,
+                   verdict.consistent, verdict.position_flip, verdict.single_pass,
+                   tuple(p.judgment.preference if p.judgment else None
+                         for p in (verdict.forward, verdict.backward)))
+
+
+Tallied = PairVerdict | PairTally
+
+
 class PassCounts(NamedTuple):
     """Per-pair counts (0, 1 or 2) of passes in each outcome, one array entry per pair."""
 
@@ -24,7 +60,7 @@ class PassCounts(NamedTuple):
     error: np.ndarray
 
 
-def pass_counts(verdicts: Sequence[PairVerdict]) -> PassCounts:
+def pass_counts(verdicts: Sequence[Tallied]) -> PassCounts:
     """Count, for every pair, the passes preferring A, B, tie, and the failed passes."""
     pairs = [(v.forward_preference, v.backward_preference) for v in verdicts]
 
@@ -149,7 +185,7 @@ class PairwiseSummary(NamedTuple):
 
 
 def judgment_block(
-    verdicts: Sequence[PairVerdict], counts: PassCounts, *, seed: int = 0, resamples: int = 1000
+    verdicts: Sequence[Tallied], counts: PassCounts, *, seed: int = 0, resamples: int = 1000
 ) -> JudgmentBlock:
     """The Nova block from per-pair pass counts (both passes, or the forward pass alone)."""
     prefer_a, prefer_b, ties, errors = (
@@ -166,7 +202,7 @@ def judgment_block(
     )
 
 
-def pair_block(verdicts: Sequence[PairVerdict]) -> PairBlock:
+def pair_block(verdicts: Sequence[Tallied]) -> PairBlock:
     """The reconciled block: one verdict per pair, position flips and consistency."""
     both_valid = [v.consistent for v in verdicts if v.consistent is not None]
     return PairBlock(
@@ -182,12 +218,12 @@ def pair_block(verdicts: Sequence[PairVerdict]) -> PairBlock:
 
 
 def pairwise_summary(
-    verdicts: Sequence[PairVerdict], *, seed: int = 0, resamples: int = 1000
+    verdicts: Sequence[Tallied], *, seed: int = 0, resamples: int = 1000
 ) -> PairwiseSummary:
     """All pairwise aggregates: the Nova block over both passes, then the reconciled block.
 
     Args:
-        verdicts: one reconciled verdict per pair.
+        verdicts: one reconciled verdict (or its tally) per pair.
         seed: seed of the bootstrap generator, so a rerun reports the same interval.
         resamples: number of bootstrap resamples of the pairs.
     """

@@ -8,7 +8,6 @@ smaller than the rows paired (a judge that skipped or errored on a row leaves it
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -58,10 +57,6 @@ class Join(NamedTuple):
     expectation_changed: list[str]
 
 
-def _same_request(a: Any, b: Any) -> bool:
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
-
-
 def join_rows(baseline: Mapping[str, RowData], candidate: Mapping[str, RowData]) -> Join:
     """Pair rows on request_id; a changed request, or a changed ground truth, is no pair.
 
@@ -72,9 +67,9 @@ def join_rows(baseline: Mapping[str, RowData], candidate: Mapping[str, RowData])
         other = baseline.get(request_id)
         if other is None:
             continue
-        if not _same_request(other.request, row.request):
+        if other.request != row.request:  # digests of the sorted-key JSON
             changed.append(request_id)
-        elif not _same_request(other.expected, row.expected):
+        elif other.expected != row.expected:
             expectation.append(request_id)
         else:
             paired.append(request_id)

@@ -126,6 +126,10 @@ class RowSample:
             row = row._replace(result=self._shown(row.result))
         return (*entry[:3], row)
 
+    def request_ids(self) -> set[str]:
+        """The request_ids of the kept rows (a regression keeps only their head-to-heads)."""
+        return {entry[3].request_id for entry in self._heap}
+
     def attach_pairs(self, pairs: Mapping[str, PairResult]) -> None:
         """Give kept rows their head-to-head verdicts (a regression run), by request_id."""
         self._heap = [(*entry[:3], entry[3]._replace(pair=pairs.get(entry[3].request_id)))

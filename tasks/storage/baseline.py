@@ -9,9 +9,9 @@ becomes the default baseline (a regression that failed twice fails twice).
 Whoever can write the suite's folder is not trusted to decide the gates. The pointer's run id
 must be a single safe path segment. With a signing key (judges/integrity.py) the baseline's
 manifest MAC, bound to its suite and run id, and the digests of the files read from it
-(metrics.json here, results.jsonl in `read_baseline_rows`) must verify, and a run the pointer names
-must have passed by its signed manifest; otherwise the baseline is *refused*: the run cannot
-be compared, so its regression ends incomplete, saying why.
+(metrics.json here, results.jsonl in `iter_baseline_records`) must verify, and a run the
+pointer names must have passed by its signed manifest; otherwise the baseline is *refused*: the
+run cannot be compared, so its regression ends incomplete, saying why.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Any, NamedTuple
 from judges.errors import ConfigError
 from judges.integrity import SigningKey, signing_key
 from judges.storage import open_url
-from tasks.metric_fields import MetricField, RowData, row_data
 from tasks.storage.outputs import RunLocation
 from tasks.storage.run_integrity import (
     REFUSED,
@@ -155,19 +154,6 @@ def find_baseline(
         return _verified(run, manifest, from_pointer, options, key)
     return BaselineRun(run_id, run.url(), manifest, read_json(run.url("metrics.json"), options)
                        or {})
-
-
-def read_baseline_rows(
-    baseline: BaselineRun, specs: list[MetricField], storage_options: dict | None = None
-) -> dict[str, RowData]:
-    """The baseline's per-row values by request_id, from its results.jsonl.
-
-    Raises:
-        FileNotFoundError: the run has no results.jsonl.
-        BaselineRefused: a verified baseline's results.jsonl is not the one it published.
-    """
-    return {str(record.get("request_id")): row_data(record, specs)
-            for record in iter_baseline_records(baseline, storage_options)}
 
 
 def iter_baseline_records(baseline: BaselineRun, storage_options: dict | None = None
