@@ -49,6 +49,7 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "help": scenarios.help_command,
         "memory": scenarios.memory,
         "memory-loopback": lambda: scenarios.memory("loopback"),
+        "memory-regression": scenarios.memory_regression,
         "sharded": lambda: scenarios.sharded(calls(12000)),
         "history": scenarios.history_page,
         "batch": scenarios.batch_overhead,

@@ -329,6 +329,25 @@ def memory(judge: str = "offline") -> list[Measure]:
     ]
 
 
+def memory_regression() -> list[Measure]:
+    """A regression's peak RSS at 40,000 rows, every pair judged head to head, and its growth
+    over 5,000 rows (bench/memory.py; each size against its own baseline, offline judge)."""
+    small, large = bench_memory.measure_regression((bench_memory.SMALL_ROWS,
+                                                     bench_memory.LARGE_ROWS))
+    growth = large.command.peak_rss_mb - small.command.peak_rss_mb
+    common = dict(calls=large.rows, wall_seconds=large.command.wall_seconds, rate=None,
+                  cpu_ms_per_call=None, peak_rss_mb=large.command.peak_rss_mb)
+    return [
+        Measure(f"memory, regression, {large.rows} rows: peak RSS", **common,
+                limit=bench_memory.PEAK_LIMIT_MB, limit_label="1 GiB (MB)",
+                ratio=large.command.peak_rss_mb / bench_memory.PEAK_LIMIT_MB, target="< 1"),
+        Measure(f"memory, regression, {small.rows} -> {large.rows} rows: growth", **common,
+                limit=bench_memory.GROWTH_LIMIT_MB, limit_label="150 MB",
+                ratio=growth / bench_memory.GROWTH_LIMIT_MB, target="< 1",
+                note=f"peak RSS {small.command.peak_rss_mb:.0f} MB at {small.rows} rows"),
+    ]
+
+
 def sharded(calls: int, shards: int = 2, latency: float = 0.005,
             concurrency: int = 64) -> list[Measure]:
     """`--shards N` on N process workers against one process, on the CPU-bound case."""
