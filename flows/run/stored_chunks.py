@@ -2,9 +2,10 @@
 
 The result comes from the run's chunk store (tasks/storage/chunk_store.py).
 
-Judging, generation and compare's pairs resume the same way: a chunk whose fingerprint finds a
-stored result of the right size is not submitted; a chunk whose task completes is saved as it
-finishes. Each caller says only how to fingerprint, load and save its kind of result.
+Judging, generation and pairs (a compare run's, a regression's head-to-head) resume alike: a
+chunk whose fingerprint finds a stored result of the right size is not submitted; a chunk whose
+task completes is saved as it finishes. Each caller says only how to fingerprint, load and save
+its kind of result.
 """
 
 from __future__ import annotations
