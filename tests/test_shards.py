@@ -168,15 +168,20 @@ def test_without_a_worker_the_command_names_the_pool(server, deployed, fake_llm,
 
 
 @contextlib.contextmanager
-def process_workers(server: Server, names: tuple[str, ...],
-                    env: dict[str, str]) -> Iterator[tuple[str, ...]]:
-    """Process workers on the pool, one flow run at a time each, until they are all online."""
+def process_workers(server: Server, names: tuple[str, ...], env: dict[str, str],
+                    warm: bool = False) -> Iterator[tuple[str, ...]]:
+    """Process workers on the pool, one flow run at a time each, until they are all online.
+
+    `warm`: `judgeflow worker` (shards forked from its warm process); else Prefect's own
+    `prefect worker start --type process` (every shard a fresh process).
+    """
     processes = []
     for name in names:
         log = (server.home / f"{name}.log").open("w")
+        command = ([str(JUDGEFLOW), "worker"] if warm
+                   else [str(BIN / "prefect"), "worker", "start", "--type", "process"])
         processes.append(subprocess.Popen(
-            [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process",
-             "--name", name, "--limit", "1"],
+            [*command, "--pool", POOL, "--name", name, "--limit", "1"],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
 
     def online() -> bool:
@@ -200,8 +205,9 @@ def process_workers(server: Server, names: tuple[str, ...],
 
 @pytest.fixture(scope="module")
 def workers(server, deployed) -> Iterator[tuple[str, ...]]:
-    """Two process workers on the pool, one flow run at a time each."""
-    with process_workers(server, WORKERS, server.env) as names:
+    """Two `judgeflow worker`s on the pool, one flow run at a time each (test_shards_s3 runs
+    Prefect's own process workers)."""
+    with process_workers(server, WORKERS, server.env, warm=True) as names:
         yield names
 
 
@@ -241,6 +247,7 @@ def test_a_sharded_run_equals_a_single_process_run(server, deployed, workers, fa
     children = {run["id"]: run for run in _shard_runs(server, deployed, "two")}
     for entry in shards["runs"]:
         assert entry["state"] == "COMPLETED" and entry["chunks_judged"] == 4
+        assert entry["warm_start"] is True  # forked from its worker's warm process
         assert children[entry["flow_run_id"]]["state"]["type"] == "COMPLETED"
         judge = children[entry["flow_run_id"]]["parameters"]["params"]["judge"]
         # An adaptive run (no --concurrency): each shard adapts within half the ceiling.

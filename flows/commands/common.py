@@ -222,8 +222,10 @@ def _warm_up() -> None:
     import prefect.flow_engine  # noqa: F401
     import prefect.task_engine  # noqa: F401
 
+    from flows.run.tls_contexts import share_prefect_tls_contexts
     from tasks.report.page import load_template
 
+    share_prefect_tls_contexts()
     load_template()
 
 

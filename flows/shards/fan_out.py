@@ -108,6 +108,7 @@ class ShardRun:
             "chunks_reused": len(outcome.chunks_reused) if outcome else None,
             "seconds": outcome.seconds if outcome else None,
             "cpu_seconds": outcome.cpu_seconds if outcome else None,
+            "warm_start": outcome.warm_start if outcome else None,
         }
 
 

@@ -37,7 +37,9 @@ from flows.params import (
 from flows.preflight.trust import guard_parameters
 from flows.run.execution import drive
 from flows.shards.plan import rebuild_plan
+from flows.run.tls_contexts import share_prefect_tls_contexts
 from flows.shards.store import ShardStoreView
+from flows.shards.warm_start import WARM_STARTED_ENV
 from judges.builtin.pairwise import Pair, PairwiseOptions
 from judges.pairwise.models import Rubric
 from tasks.judge import judge_chunk
@@ -60,6 +62,8 @@ from tasks.storage.shard_inputs import (
 )
 
 SHARD_FLOW_NAME = "judge-shard"
+# A cold shard's later API clients share one TLS context (a warm one's all do).
+share_prefect_tls_contexts()
 
 
 class ShardParams(BaseModel):
@@ -113,6 +117,7 @@ async def judge_shard(params: ShardParams) -> dict:
         chunks_unfinished=[i for i in chunks if i not in store.saved | store.reused],
         first_errors=first_errors, seconds=round(time.perf_counter() - started, 3),
         cpu_seconds=round(_cpu_seconds(), 3),
+        warm_start=os.environ.get(WARM_STARTED_ENV) == "1",
     )
     write_model(shard_url(location.url(), params.shard, "outcome.json"), outcome, options)
     return outcome.model_dump(mode="json")

@@ -32,11 +32,30 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flows.shards.warm_start import STREAMS
+from flows.shards.warm_start import STREAMS, WARM_STARTED_ENV
 
-# What a shard's flow run imports, made once here (litellm alone is seconds of CPU).
-PRELOAD = ("prefect.engine", "prefect.flow_engine", "flows.shards.flow",
-           "judges.model.litellm_door")
+# What a shard's flow run imports, made once here: litellm alone is seconds of CPU, and a
+# first call imports hundreds of modules more (the OpenAI SDK's resources and types, Prefect's
+# task engine and runner). Listed from what a warm child still imported (issue 27's profile).
+PRELOAD = (
+    "prefect.engine", "prefect.flow_engine", "prefect.task_engine", "prefect.runner",
+    "prefect.deployments.steps", "prefect.concurrency._asyncio", "prefect.concurrency.services",
+    "prefect.utilities.visualization", "prefect.bundles", "prefect._internal.observers",
+    "prefect._internal.installation", "flows.shards.flow", "judges.model.litellm_door",
+    "openai.resources", "openai.types", "openai.lib.streaming.chat",
+    "litellm.llms.litellm_proxy.chat.transformation", "litellm.llms.openai_like.dynamic_config",
+    "litellm.proxy._types", "litellm.proxy.types_utils.utils",
+    "litellm.integrations.prometheus_services", "litellm._service_logger",
+    "anyio._backends._asyncio", "anyio.streams.tls", "jiter", "packaging.tags",
+    "packaging.requirements", "fsspec.implementations.chained", "rich._emoji_codes",
+    # What litellm's first completion looks up across providers.
+    "litellm.llms.edenai.chat.transformation", "litellm.llms.fal_ai.chat.transformation",
+    "litellm.llms.fal_ai.image_generation", "litellm.llms.openai.chat.gpt_audio_transformation",
+    "litellm.llms.vertex_ai.vertex_ai_partner_models.anthropic.transformation",
+    "litellm.proxy.openai_files_endpoints.common_utils",
+)
+# A model name no run uses: preparing it loads what looking any model up loads.
+WARM_UP_MODEL = "openai/judgeflow-warm-up"
 CHECKOUT = Path(__file__).resolve().parents[2]
 MAX_REQUEST_BYTES = 4 << 20
 
@@ -56,10 +75,13 @@ def preload() -> None:
     import importlib
 
     for module in PRELOAD:
-        importlib.import_module(module)
-    from judges.model.litellm_door import litellm
+        with contextlib.suppress(ImportError):  # another version's layout: imported later
+            importlib.import_module(module)
+    from flows.run.tls_contexts import share_prefect_tls_contexts
+    from judges.model.litellm_door import prepare
 
-    litellm()
+    prepare(WARM_UP_MODEL)
+    share_prefect_tls_contexts()
     if threading.active_count() != 1:  # a thread would be lost (and its locks held) in a fork
         raise RuntimeError(f"the warm process has threads after its imports: "
                            f"{[t.name for t in threading.enumerate()]}")
@@ -98,6 +120,7 @@ def _run_child(request: dict, streams: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ[WARM_STARTED_ENV] = "1"
         from prefect.context import refresh_global_settings_context
 
         refresh_global_settings_context()  # settings were read from the warm process's env

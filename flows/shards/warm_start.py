@@ -27,6 +27,7 @@ import struct
 import sys
 
 WARM_SOCKET_ENV = "JUDGEFLOW_WARM_SOCKET"
+WARM_STARTED_ENV = "JUDGEFLOW_WARM_STARTED"  # set in a child the warm process forked
 ENGINE = ("-m", "prefect.engine")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STREAMS = (0, 1, 2)
