@@ -36,6 +36,7 @@ from flows.shards.plan import ShardRange, check_budget, plan_spec, share, split_
 from flows.shards.store import MergeView
 from judges.builtin.custom import fields_present
 from judges.builtin.pairwise import Pair, PairwiseOptions
+from judges.model.pricing import adopt_reported_prices
 from judges.plan import JudgePlan
 from judges.rows import EvalRow
 from judges.storage import url_to_fs
@@ -263,5 +264,8 @@ async def _in_shards(params: RunOptions, location: RunLocation, chunk_size: int,
     for run in (run for run in runs if run.completed):
         run.outcome = read_model(shard_url(location.url(), run.range.index, "outcome.json"),
                                  ShardOutcome, params.storage_options)
+        for model, fields in (run.outcome.prices.items() if run.outcome else ()):
+            if model == params.judge.model:
+                adopt_reported_prices(model, fields)
     return ShardedJudging(runs, params.shard_deployment, pool, chunk_size, limit, slots,
                           time.perf_counter() - started)

@@ -36,11 +36,13 @@ from flows.params import (
 )
 from flows.preflight.trust import guard_parameters
 from flows.run.execution import drive
-from flows.shards.plan import rebuild_plan
 from flows.run.tls_contexts import share_prefect_tls_contexts
+from flows.shards.plan import rebuild_plan
 from flows.shards.store import ShardStoreView
 from flows.shards.warm_start import WARM_STARTED_ENV
 from judges.builtin.pairwise import Pair, PairwiseOptions
+from judges.model.local_models import is_local_model
+from judges.model.pricing import map_price_fields
 from judges.pairwise.models import Rubric
 from tasks.judge import judge_chunk
 from tasks.storage.chunk_kinds import (
@@ -90,6 +92,11 @@ class ShardParams(BaseModel):
         return locations_of(self, (), ("output", "cache"))
 
 
+def _map_prices(model: str) -> dict[str, dict[str, float | None] | None]:
+    """The judge's prices in litellm's map, for the parent; none for a local model."""
+    return {} if is_local_model(model) else {model: map_price_fields(model)}
+
+
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -118,6 +125,7 @@ async def judge_shard(params: ShardParams) -> dict:
         first_errors=first_errors, seconds=round(time.perf_counter() - started, 3),
         cpu_seconds=round(_cpu_seconds(), 3),
         warm_start=os.environ.get(WARM_STARTED_ENV) == "1",
+        prices=_map_prices(params.judge.model),
     )
     write_model(shard_url(location.url(), params.shard, "outcome.json"), outcome, options)
     return outcome.model_dump(mode="json")
