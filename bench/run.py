@@ -50,6 +50,7 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "memory": scenarios.memory,
         "memory-loopback": lambda: scenarios.memory("loopback"),
         "sharded": lambda: scenarios.sharded(calls(12000)),
+        "scale": lambda: scenarios.scale_out((calls(2000), calls(8000))),
         "history": scenarios.history_page,
         "batch": scenarios.batch_overhead,
         "prompt-cache": scenarios.prompt_cache,

@@ -27,6 +27,7 @@ from bench.processes import Loopback
 from bench.sharded import PrefectStack, cpu_seconds, judged_rate
 
 SIZES = (2000, 8000)
+IDLE_SECONDS = 20.0
 LATENCY = 0.005
 CONCURRENCY = 64
 # The targets of issue 27, as ratios to one process's CPU per call (or its fixed CPU).
@@ -61,6 +62,13 @@ def _run_size(stack: PrefectStack, server: Loopback, calls: int, shards: int) ->
                    single_wall=single["wall_seconds"])
 
 
+def _idle_server_rate(stack: PrefectStack, seconds: float = IDLE_SECONDS) -> float:
+    """The server's CPU seconds per second with its workers polling and no run."""
+    before, started = stack.cpu()["prefect server"], time.monotonic()
+    time.sleep(seconds)
+    return (stack.cpu()["prefect server"] - before) / (time.monotonic() - started)
+
+
 def _slope(small: float, large: float, calls: int) -> float:
     return (large - small) / calls
 
@@ -70,6 +78,7 @@ def measure(sizes: tuple[int, int] = SIZES, shards: int = 2) -> dict:
     load = os.getloadavg()[0]
     with Loopback(LATENCY) as server, PrefectStack(shards, server.url) as stack:
         judged_rate(server, stack.env, 200, CONCURRENCY)  # warm the files and the database
+        idle = _idle_server_rate(stack)
         small, large = (_run_size(stack, server, calls, shards) for calls in sizes)
         server_pid_cpu = cpu_seconds(stack.processes[0].pid)
     more = large.calls - small.calls
@@ -85,9 +94,54 @@ def measure(sizes: tuple[int, int] = SIZES, shards: int = 2) -> dict:
         "central_per_call_ratio": central / single,
         "fixed_seconds": {kind: round(value, 2) for kind, value in fixed.items()},
         "fixed_seconds_per_shard": round(fixed["shards"] / shards, 2),
+        "server_idle_cpu_per_second": round(idle, 4),
         "runs": [run._asdict() for run in (small, large)],
         "server_cpu_total": round(server_pid_cpu, 1),
     }
+
+
+# What the projection assumes of the provider and of the machines (README "Scaling out").
+LATENCY_ASSUMED = 1.0  # s per judge call
+SHARDS_PER_MACHINE = 2  # one per core of a 2-core worker machine
+MACHINES = (1, 2, 4, 8, 16, 64)
+
+
+def projection(result: dict, max_concurrency: int = 128,
+               latency: float = LATENCY_ASSUMED) -> list[dict]:
+    """Expected calls/s of one run on N worker machines, from the measured costs.
+
+    Each shard is bound by its concurrency over the latency, or by one core over its CPU per
+    call; the centre by one core each for the Prefect server (per call, and per second for
+    its polling workers) and for the parent (per call). The provider's own limit is left out:
+    the table says where judgeflow stops scaling, whatever the provider allows.
+    """
+    per_call = result["ms_per_call"]
+    shard_rate = min(max_concurrency / latency, 1000.0 / per_call["shards"])
+    parent_limit = 1000.0 / per_call["parent"] if per_call["parent"] > 0 else float("inf")
+    rows = []
+    for machines in MACHINES:
+        workers_rate = machines * SHARDS_PER_MACHINE * shard_rate
+        idle = result["server_idle_cpu_per_second"] / result["shards"] * machines
+        server_limit = (max(0.0, 1.0 - idle) * 1000.0 / per_call["server"]
+                        if per_call["server"] > 0 else float("inf"))
+        rate = min(workers_rate, server_limit, parent_limit)
+        bound = ("workers" if rate == workers_rate else
+                 "Prefect server" if rate == server_limit else "parent")
+        rows.append({"machines": machines, "calls_per_second": round(rate),
+                     "bound_by": bound, "server_busy": round(rate * per_call["server"] / 1000
+                                                             + idle, 2)})
+    return rows
+
+
+def projection_table(result: dict) -> str:
+    """The projection as the README's Markdown table."""
+    lines = ["| worker machines | shards | calls/s | bound by | Prefect server busy |",
+             "|--:|--:|--:|---|--:|"]
+    for row in projection(result):
+        lines.append(f"| {row['machines']} | {row['machines'] * SHARDS_PER_MACHINE} "
+                     f"| {row['calls_per_second']:,} | {row['bound_by']} "
+                     f"| {row['server_busy']:.0%} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
@@ -95,4 +149,6 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, nargs=2, default=list(SIZES))
     parser.add_argument("--shards", type=int, default=2)
     args = parser.parse_args()
-    print(json.dumps(measure(tuple(args.calls), args.shards), indent=1))
+    measured = measure(tuple(args.calls), args.shards)
+    print(json.dumps(measured, indent=1))
+    print(projection_table(measured))
