@@ -274,6 +274,32 @@ def _flow_run_pid(flow_run_id: str) -> int | None:
     return None
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+                for child in (task / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _engine_pids(pid: int) -> list[int]:
+    """The flow run's process and, for a warm start, the forked engine that runs it.
+
+    A `judgeflow worker` runs `flows.shards.warm_start`, which hands the run to its worker's
+    warm process; with one flow run per worker, that process's one child is this run's engine.
+    """
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        worker = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except OSError:
+        return [pid]
+    if b"flows.shards.warm_start" not in command:
+        return [pid]
+    warm = [child for child in _children(worker)
+            if b"flows.shards.warm_server" in Path(f"/proc/{child}/cmdline").read_bytes()]
+    return [pid, *(engine for server in warm for engine in _children(server))]
+
+
 class ShardKiller(threading.Thread):
     """Kills the second shard's process once one of its chunks is stored, `times` times.
 
@@ -307,10 +333,13 @@ class ShardKiller(threading.Thread):
         while len(self.killed) < self.times and not self.stop.wait(0.05):
             target = target or self._running_second_shard()
             if target is not None and self.stored.exists():
+                # A stop freezes the engine too (a killed warm_start takes its engine along).
+                pids = _engine_pids(target[1]) if self.sent == signal.SIGSTOP else [target[1]]
                 try:
-                    os.kill(target[1], self.sent)
+                    for pid in pids:
+                        os.kill(pid, self.sent)
                     self.killed.append(target[0])
-                    self.pids.append(target[1])
+                    self.pids.extend(pids)
                 except ProcessLookupError:  # it ended before it could be killed
                     pass
                 target = None
