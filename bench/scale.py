@@ -27,6 +27,7 @@ from bench.processes import Loopback
 from bench.sharded import PrefectStack, cpu_seconds, judged_rate
 
 SIZES = (2000, 8000)
+STARTUP_CALLS = 40
 IDLE_SECONDS = 20.0
 LATENCY = 0.005
 CONCURRENCY = 64
@@ -62,6 +63,19 @@ def _run_size(stack: PrefectStack, server: Loopback, calls: int, shards: int) ->
                    single_wall=single["wall_seconds"])
 
 
+def _start_cost(stack: PrefectStack, server: Loopback, shards: int) -> float:
+    """CPU seconds of the shard side of a sharded run of STARTUP_CALLS calls, per shard.
+
+    With so few calls this is what starting a shard costs (the worker's part, the shard's
+    process and its flow run), measured directly rather than as the slope's intercept.
+    """
+    before = stack.cpu()
+    judged_rate(server, stack.env, STARTUP_CALLS, CONCURRENCY, "--shards", str(shards))
+    time.sleep(2)  # the shards' processes are reaped
+    after = stack.cpu()
+    return sum(after[name] - before[name] for name in after if name != "prefect server") / shards
+
+
 def _idle_server_rate(stack: PrefectStack, seconds: float = IDLE_SECONDS) -> float:
     """The server's CPU seconds per second with its workers polling and no run."""
     before, started = stack.cpu()["prefect server"], time.monotonic()
@@ -79,6 +93,7 @@ def measure(sizes: tuple[int, int] = SIZES, shards: int = 2) -> dict:
     with Loopback(LATENCY) as server, PrefectStack(shards, server.url) as stack:
         judged_rate(server, stack.env, 200, CONCURRENCY)  # warm the files and the database
         idle = _idle_server_rate(stack)
+        start = _start_cost(stack, server, shards)
         small, large = (_run_size(stack, server, calls, shards) for calls in sizes)
         server_pid_cpu = cpu_seconds(stack.processes[0].pid)
     more = large.calls - small.calls
@@ -94,12 +109,19 @@ def measure(sizes: tuple[int, int] = SIZES, shards: int = 2) -> dict:
         "central_per_call_ratio": central / single,
         "fixed_seconds": {kind: round(value, 2) for kind, value in fixed.items()},
         "fixed_seconds_per_shard": round(fixed["shards"] / shards, 2),
+        # Direct: a 40-call sharded run, less its calls at the slope's CPU per call.
+        "shard_start_seconds": round(start - per_call["shards"] * STARTUP_CALLS / shards, 2),
         "server_idle_cpu_per_second": round(idle, 4),
         "runs": [run._asdict() for run in (small, large)],
         "server_cpu_total": round(server_pid_cpu, 1),
     }
 
 
+# The Prefect server's CPU when no run is going (measured here: bench.scale's stack without
+# workers, then with 2 workers at Prefect's default PREFECT_WORKER_QUERY_SECONDS of 10 s):
+# its own services, and each polling worker. Workers polling every second cost 0.047 each.
+SERVER_IDLE_BASE = 0.020  # CPU s per s
+SERVER_IDLE_PER_WORKER = 0.005
 # What the projection assumes of the provider and of the machines (README "Scaling out").
 LATENCY_ASSUMED = 1.0  # s per judge call
 SHARDS_PER_MACHINE = 2  # one per core of a 2-core worker machine
@@ -121,10 +143,10 @@ def projection(result: dict, max_concurrency: int = 128,
     rows = []
     for machines in MACHINES:
         workers_rate = machines * SHARDS_PER_MACHINE * shard_rate
-        idle = result["server_idle_cpu_per_second"] / result["shards"] * machines
+        idle = SERVER_IDLE_BASE + SERVER_IDLE_PER_WORKER * machines
         server_limit = (max(0.0, 1.0 - idle) * 1000.0 / per_call["server"]
                         if per_call["server"] > 0 else float("inf"))
-        rate = min(workers_rate, server_limit, parent_limit)
+        rate = max(0.0, min(workers_rate, server_limit, parent_limit))
         bound = ("workers" if rate == workers_rate else
                  "Prefect server" if rate == server_limit else "parent")
         rows.append({"machines": machines, "calls_per_second": round(rate),
