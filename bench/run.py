@@ -51,6 +51,7 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "memory-loopback": lambda: scenarios.memory("loopback"),
         "memory-regression": scenarios.memory_regression,
         "sharded": lambda: scenarios.sharded(calls(12000)),
+        "scale": lambda: scenarios.scale_out((calls(2000), calls(8000))),
         "history": scenarios.history_page,
         "batch": scenarios.batch_overhead,
         "prompt-cache": scenarios.prompt_cache,

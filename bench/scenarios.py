@@ -16,6 +16,7 @@ from bench import history as bench_history
 from bench import memory as bench_memory
 from bench import prompt_cache as bench_prompt_cache
 from bench import rows as bench_rows
+from bench import scale as bench_scale
 from bench.processes import (
     ROOT,
     CommandRun,
@@ -363,6 +364,41 @@ def sharded(calls: int, shards: int = 2, latency: float = 0.005,
              f"{result['single'][0]['rate']:.0f} and {result['single'][1]['rate']:.0f} req/s "
              f"before and after; CPU ms per call: {per_call}",
     )]
+
+
+def scale_out(sizes: tuple[int, int] = bench_scale.SIZES, shards: int = 2) -> list[Measure]:
+    """What scale-out costs per judge call and to start, at the margin (bench/scale.py): the
+    inputs of the README's scaling projection, each against issue 27's target."""
+    result = bench_scale.measure(sizes, shards)
+    per_call, fixed = result["ms_per_call"], result["fixed_seconds"]
+    single = per_call["single"]
+    common = dict(calls=result["sizes"][1], wall_seconds=result["runs"][1]["sharded_wall"],
+                  rate=None, peak_rss_mb=None)
+    note = (f"load average {result['load_average']:.1f}; {result['sizes'][0]} and "
+            f"{result['sizes'][1]} calls; idle Prefect server "
+            f"{result['server_idle_cpu_per_second']:.3f} CPU s/s with {shards} workers")
+    return [
+        Measure("scale-out: shard processes' CPU per call / one process's", **common,
+                limit=single, limit_label="one process's CPU ms per call",
+                ratio=result["shards_per_call_ratio"], cpu_ms_per_call=per_call["shards"],
+                target="<= 1.05", note=note),
+        Measure("scale-out: central CPU per call (Prefect server + parent) / one process's",
+                **common, limit=single, limit_label="one process's CPU ms per call",
+                ratio=result["central_per_call_ratio"],
+                cpu_ms_per_call=per_call["server"] + per_call["parent"], target="<= 0.05",
+                note=f"server {per_call['server']:.3f} ms, parent {per_call['parent']:.3f} ms"),
+        Measure("scale-out: fixed CPU to start one shard", **common,
+                limit=bench_scale.SHARD_START_TARGET_SECONDS, limit_label="1.5 s",
+                ratio=result["shard_start_seconds"] / bench_scale.SHARD_START_TARGET_SECONDS,
+                cpu_ms_per_call=None, target="<= 1",
+                note=f"{result['shard_start_seconds']:.2f} s per shard (worker + its warm "
+                     f"process's child) from a {bench_scale.STARTUP_CALLS}-call run; "
+                     f"{result['fixed_seconds_per_shard']:.2f} s as the slope's intercept"),
+        Measure("scale-out: parent's fixed CPU / a single run's", **common,
+                limit=fixed["single"], limit_label="a single run's fixed CPU (s)",
+                ratio=fixed["parent"] / fixed["single"], cpu_ms_per_call=None, target="<= 1",
+                note=f"parent {fixed['parent']:.2f} s, single run {fixed['single']:.2f} s"),
+    ]
 
 
 def history_page(runs: int = bench_history.RUNS) -> list[Measure]:

@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.processes import BENCH, PYTHON, ROOT, Loopback, bench_env
+from flows.preflight.trust import MODEL_ENDPOINTS_ENV, READ_ROOTS_ENV, WRITE_ROOTS_ENV
 from flows.run.timeline import TIMELINE_ENV
 from flows.run.timeline import read as read_timeline
 
@@ -34,6 +35,21 @@ def cpu_seconds(pid: int) -> float:
     """A process's CPU seconds, with those of the children it has reaped (/proc/PID/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return sum(int(value) for value in fields[11:15]) / TICKS  # utime stime cutime cstime
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """`cpu_seconds` of a process and of every live descendant (a warm worker's warm process
+    reaps its shards, so their CPU is in its count, not yet in the worker's)."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(c) for c in (task / "children").read_text().split()]
+    total = cpu_seconds(pid)
+    for child in children:
+        try:
+            total += tree_cpu_seconds(child)
+        except (FileNotFoundError, ProcessLookupError):  # ended meanwhile: in `pid`'s count
+            pass
+    return total
 
 
 def _free_port() -> int:
@@ -63,9 +79,13 @@ def _wait(probe, what: str) -> None:
 
 
 class PrefectStack:
-    """A Prefect server with the shard deployment and `workers` process workers."""
+    """A Prefect server with the shard deployment and `workers` process workers.
 
-    def __init__(self, workers: int):
+    The workers allow what the benchmark's runs name: temporary folders, and the loopback
+    model at `model_url` (a deployment run may call only the endpoints its worker lists).
+    """
+
+    def __init__(self, workers: int, model_url: str, warm: bool = True):
         self.home = Path(tempfile.mkdtemp(prefix="judgeflow-bench-shards-"))
         # Every process of the stack marks its phases here (the shards' flow runs too).
         self.timeline = self.home / "timeline"
@@ -74,14 +94,17 @@ class PrefectStack:
                     "PREFECT_API_DATABASE_CONNECTION_URL":
                         f"sqlite+aiosqlite:///{self.home / 'prefect.db'}",
                     "PREFECT_SERVER_UI_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
-                    TIMELINE_ENV: str(self.timeline)}
+                    TIMELINE_ENV: str(self.timeline),
+                    # The runs read and write in temporary folders: the workers must allow them.
+                    READ_ROOTS_ENV: tempfile.gettempdir(), WRITE_ROOTS_ENV: tempfile.gettempdir(),
+                    MODEL_ENDPOINTS_ENV: f"{model_url}/v1"}
         self.processes: list[subprocess.Popen] = []
-        self.workers = workers
+        self.workers, self.warm = workers, warm
 
-    def _start(self, *args: str, log: str) -> None:
+    def _start(self, *args: str, log: str, program: str = str(BIN / "prefect")) -> None:
         with (self.home / log).open("w") as sink:
             self.processes.append(subprocess.Popen(
-                [str(BIN / "prefect"), *args], cwd=ROOT, env=self.env, stdout=sink,
+                [program, *args], cwd=ROOT, env=self.env, stdout=sink,
                 stderr=subprocess.STDOUT))
 
     def __enter__(self) -> PrefectStack:
@@ -97,8 +120,13 @@ class PrefectStack:
                         "deployments/prefect.yaml", "--name", "judge-shard"],
                        cwd=ROOT, env=self.env, check=True, capture_output=True)
         for index in range(self.workers):
-            self._start("worker", "start", "--pool", POOL, "--type", "process", "--name",
-                        f"bench-worker-{index + 1}", "--limit", "1", log=f"worker-{index}.log")
+            name = f"bench-worker-{index + 1}"
+            if self.warm:  # `judgeflow worker`: shards forked from its warm process
+                self._start("-m", "flows.cli", "worker", "--pool", POOL, "--name", name,
+                            "--limit", "1", log=f"worker-{index}.log", program=PYTHON)
+            else:
+                self._start("worker", "start", "--pool", POOL, "--type", "process", "--name",
+                            name, "--limit", "1", log=f"worker-{index}.log")
         online = {"workers": {"status": {"any_": ["ONLINE"]}}}
         _wait(lambda: len(_api(self.url, f"/work_pools/{POOL}/workers/filter", online))
               >= self.workers, "process workers")
@@ -108,7 +136,7 @@ class PrefectStack:
         """CPU seconds so far of the server and of each worker (with its finished flow runs)."""
         server, *workers = self.processes
         return {"prefect server": cpu_seconds(server.pid),
-                **{f"worker {i + 1} + its shards": cpu_seconds(w.pid)
+                **{f"worker {i + 1} + its shards": tree_cpu_seconds(w.pid)
                    for i, w in enumerate(workers)}}
 
     def __exit__(self, *exc) -> None:
@@ -161,7 +189,7 @@ def measure(calls: int, shards: int = 2, latency: float = 0.005, concurrency: in
     process measured 166-254 req/s in five runs in a row).
     """
     load = os.getloadavg()[0]
-    with PrefectStack(shards) as stack, Loopback(latency) as server:
+    with Loopback(latency) as server, PrefectStack(shards, server.url) as stack:
         first = judged_rate(server, stack.env, calls, concurrency)
         stack.timeline.write_text("")
         before = {**stack.cpu(), "loopback server": cpu_seconds(server.process.pid)}

@@ -31,6 +31,7 @@ from flows.commands.evaluate import evaluate_command  # noqa: E402
 from flows.commands.mlflow_relay import mlflow_relay_command  # noqa: E402
 from flows.commands.regression import regression_command  # noqa: E402
 from flows.commands.rejudge import rejudge_command  # noqa: E402
+from flows.commands.worker import worker_command  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
@@ -59,6 +60,7 @@ app.command(name="regression")(regression_command)
 app.command(name="rejudge")(rejudge_command)
 app.command(name="estimate")(estimate_command)
 app.command(name="mlflow-relay")(mlflow_relay_command)
+app.command(name="worker")(worker_command)
 
 
 def main() -> None:

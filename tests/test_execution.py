@@ -17,6 +17,14 @@ def test_chunk_sizing_gives_tens_to_hundreds_of_tasks():
     assert chunks_in_flight(concurrency=64, chunk_size=50) == 3
 
 
+def test_a_sharded_run_has_a_few_chunks_per_shard_whatever_its_size():
+    # Each chunk costs the shared Prefect server a task run: a shard's count stays put.
+    assert auto_chunk_size(40, shards=2) == 5
+    assert auto_chunk_size(8_000, shards=2) == 1_000  # 4 chunks a shard
+    assert auto_chunk_size(80_000, shards=8) == 2_000  # at most 2,000 rows a chunk
+    assert auto_chunk_size(1_000_000, shards=2) == 5_000  # then the run's 200 task runs
+
+
 def test_window_bounds_chunks_in_flight_and_refills_without_draining():
     running, peak, finished = 0, 0, {}
 

@@ -168,15 +168,20 @@ def test_without_a_worker_the_command_names_the_pool(server, deployed, fake_llm,
 
 
 @contextlib.contextmanager
-def process_workers(server: Server, names: tuple[str, ...],
-                    env: dict[str, str]) -> Iterator[tuple[str, ...]]:
-    """Process workers on the pool, one flow run at a time each, until they are all online."""
+def process_workers(server: Server, names: tuple[str, ...], env: dict[str, str],
+                    warm: bool = False) -> Iterator[tuple[str, ...]]:
+    """Process workers on the pool, one flow run at a time each, until they are all online.
+
+    `warm`: `judgeflow worker` (shards forked from its warm process); else Prefect's own
+    `prefect worker start --type process` (every shard a fresh process).
+    """
     processes = []
     for name in names:
         log = (server.home / f"{name}.log").open("w")
+        command = ([str(JUDGEFLOW), "worker"] if warm
+                   else [str(BIN / "prefect"), "worker", "start", "--type", "process"])
         processes.append(subprocess.Popen(
-            [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process",
-             "--name", name, "--limit", "1"],
+            [*command, "--pool", POOL, "--name", name, "--limit", "1"],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
 
     def online() -> bool:
@@ -200,8 +205,9 @@ def process_workers(server: Server, names: tuple[str, ...],
 
 @pytest.fixture(scope="module")
 def workers(server, deployed) -> Iterator[tuple[str, ...]]:
-    """Two process workers on the pool, one flow run at a time each."""
-    with process_workers(server, WORKERS, server.env) as names:
+    """Two `judgeflow worker`s on the pool, one flow run at a time each (test_shards_s3 runs
+    Prefect's own process workers)."""
+    with process_workers(server, WORKERS, server.env, warm=True) as names:
         yield names
 
 
@@ -241,6 +247,7 @@ def test_a_sharded_run_equals_a_single_process_run(server, deployed, workers, fa
     children = {run["id"]: run for run in _shard_runs(server, deployed, "two")}
     for entry in shards["runs"]:
         assert entry["state"] == "COMPLETED" and entry["chunks_judged"] == 4
+        assert entry["warm_start"] is True  # forked from its worker's warm process
         assert children[entry["flow_run_id"]]["state"]["type"] == "COMPLETED"
         judge = children[entry["flow_run_id"]]["parameters"]["params"]["judge"]
         # An adaptive run (no --concurrency): each shard adapts within half the ceiling.
@@ -265,6 +272,32 @@ def _flow_run_pid(flow_run_id: str) -> int | None:
         except OSError:
             continue
     return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+                for child in (task / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _engine_pids(pid: int) -> list[int]:
+    """The flow run's process and, for a warm start, the forked engine that runs it.
+
+    A `judgeflow worker` runs `flows.shards.warm_start`, which hands the run to its worker's
+    warm process; with one flow run per worker, that process's one child is this run's engine.
+    """
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        worker = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except OSError:
+        return [pid]
+    if b"flows.shards.warm_start" not in command:
+        return [pid]
+    warm = [child for child in _children(worker)
+            if b"flows.shards.warm_server" in Path(f"/proc/{child}/cmdline").read_bytes()]
+    return [pid, *(engine for server in warm for engine in _children(server))]
 
 
 class ShardKiller(threading.Thread):
@@ -300,10 +333,13 @@ class ShardKiller(threading.Thread):
         while len(self.killed) < self.times and not self.stop.wait(0.05):
             target = target or self._running_second_shard()
             if target is not None and self.stored.exists():
+                # A stop freezes the engine too (a killed warm_start takes its engine along).
+                pids = _engine_pids(target[1]) if self.sent == signal.SIGSTOP else [target[1]]
                 try:
-                    os.kill(target[1], self.sent)
+                    for pid in pids:
+                        os.kill(pid, self.sent)
                     self.killed.append(target[0])
-                    self.pids.append(target[1])
+                    self.pids.extend(pids)
                 except ProcessLookupError:  # it ended before it could be killed
                     pass
                 target = None

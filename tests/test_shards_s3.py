@@ -83,5 +83,6 @@ def test_a_sharded_run_on_s3_equals_a_local_single_process_run(
     shards = manifest["shards"]
     assert {s["worker"] for s in shards["runs"]} == set(WORKERS)  # one shard on each worker
     assert all(s["state"] == "COMPLETED" for s in shards["runs"])
+    assert not any(s["warm_start"] for s in shards["runs"])  # Prefect's own workers: cold
     # The shards' inputs and staged results were cleared once the run was published.
     assert not fs.exists(f"{run}/.shards")

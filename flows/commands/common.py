@@ -183,7 +183,9 @@ def _prepare_models(params) -> None:
     """Import litellm and look the run's models up (judges/model/llm.py `prepare_model`)."""
     from judges.model.llm import prepare_model
 
-    for name in ("judge", "candidate"):
+    # A sharded run's parent makes no judge call: its shards do (and prepare their model).
+    judged_here = getattr(params, "shards", 1) <= 1
+    for name in ("judge", "candidate") if judged_here else ("candidate",):
         model = getattr(params, name, None)
         if model is not None and hasattr(model, "settings"):
             prepare_model(model.settings())
@@ -222,8 +224,10 @@ def _warm_up() -> None:
     import prefect.flow_engine  # noqa: F401
     import prefect.task_engine  # noqa: F401
 
+    from flows.run.tls_contexts import share_prefect_tls_contexts
     from tasks.report.page import load_template
 
+    share_prefect_tls_contexts()
     load_template()
 
 

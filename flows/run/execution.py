@@ -40,6 +40,9 @@ from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.staging import ResultStaging
 
 CHUNKS_PER_SHARD = 4
+# A shard's chunk is at most this many rows (unless the run has more than TARGET_TASK_RUNS of
+# them): a crashed shard's unfinished chunk is judged again (free with the reply cache).
+MAX_SHARD_CHUNK = 2000
 TARGET_TASK_RUNS = 200
 # Each chunk costs Prefect tens of ms of the flow's event loop and API (a task run, its state
 # changes, the chunk's staging): at 50 rows that held the provider-bound rate 0.1 below 200
@@ -55,13 +58,17 @@ R = TypeVar("R")
 def auto_chunk_size(row_count: int, shards: int = 1) -> int:
     """Rows per task: a run gets tens to a few hundred task runs, never one per row.
 
-    A sharded run cuts finer, into at least CHUNKS_PER_SHARD chunks per shard: shards get whole
-    chunks, so with 3 chunks of 200 rows over 2 shards one would judge 400 rows and the other
-    200, and the run would wait for the slower.
+    A sharded run is cut into CHUNKS_PER_SHARD chunks per shard: shards get whole chunks, so
+    with 3 chunks of 200 rows over 2 shards one would judge 400 rows and the other 200, and the
+    run would wait for the slower. And no more than that, up to MAX_SHARD_CHUNK rows a chunk:
+    each chunk costs the Prefect server a task run, its states and logs, which is what its
+    every shard shares (issue 27), so a chunk count that does not grow with the run keeps that
+    cost per run, not per call.
     """
     size = max(MIN_CHUNK_SIZE, math.ceil(row_count / TARGET_TASK_RUNS))
     if shards > 1:
-        size = min(size, max(1, math.ceil(row_count / (shards * CHUNKS_PER_SHARD))))
+        per_shard = max(1, math.ceil(row_count / (shards * CHUNKS_PER_SHARD)))
+        size = max(math.ceil(row_count / TARGET_TASK_RUNS), min(per_shard, MAX_SHARD_CHUNK))
     return size
 
 

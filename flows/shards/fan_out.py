@@ -23,19 +23,20 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefect import get_run_logger
+from prefect import get_client, get_run_logger
 
 from flows.compare_params import CompareParams
 from flows.params import EvaluateParams, RunOptions
 from flows.run.calibration import catalogue_of
 from flows.run.common import cache_url
 from flows.shards.flow import ShardParams
-from flows.shards.launch import shard_pool, start_shard, wait_for_end
+from flows.shards.launch import FlowRunReads, shard_pool, start_shard, wait_for_end
 from flows.shards.limits import limit_name, model_slots
 from flows.shards.plan import ShardRange, check_budget, plan_spec, share, split_shards
 from flows.shards.store import MergeView
 from judges.builtin.custom import fields_present
 from judges.builtin.pairwise import Pair, PairwiseOptions
+from judges.model.pricing import adopt_reported_prices
 from judges.plan import JudgePlan
 from judges.rows import EvalRow
 from judges.storage import url_to_fs
@@ -108,6 +109,7 @@ class ShardRun:
             "chunks_reused": len(outcome.chunks_reused) if outcome else None,
             "seconds": outcome.seconds if outcome else None,
             "cpu_seconds": outcome.cpu_seconds if outcome else None,
+            "warm_start": outcome.warm_start if outcome else None,
         }
 
 
@@ -195,11 +197,12 @@ def shard_params(params: RunOptions, location: RunLocation, shard: ShardRange, s
     )
 
 
-async def _run_shard(deployment: str, params: ShardParams, run: ShardRun) -> None:
+async def _run_shard(deployment: str, params: ShardParams, run: ShardRun,
+                     reads: FlowRunReads) -> None:
     logger = get_run_logger()
     for attempt in range(1, SHARD_ATTEMPTS + 1):
         started = await start_shard(deployment, params, attempt)
-        ended = await wait_for_end(started.id)
+        ended = await wait_for_end(started.id, reads)
         run.attempts.append({"flow_run_id": str(ended.id), "flow_run_name": ended.name,
                              "state": ended.state.type.value, "message": ended.state.message})
         if run.completed:
@@ -253,14 +256,19 @@ async def _in_shards(params: RunOptions, location: RunLocation, chunk_size: int,
             row_count, sum(r.chunk_count for r in ranges), chunk_size)
     async with _run_slots(params) as (limit, slots):
         get_run_logger().info("judging in %d shards on work pool %r", len(ranges), pool)
-        await asyncio.gather(*(
-            _run_shard(params.shard_deployment,
-                       shard_params(params, location, run.range, len(ranges), chunk_size, slots,
-                                    kind),
-                       run)
-            for run in runs))
+        async with get_client() as client:
+            reads = FlowRunReads(client)
+            await asyncio.gather(*(
+                _run_shard(params.shard_deployment,
+                           shard_params(params, location, run.range, len(ranges), chunk_size,
+                                        slots, kind),
+                           run, reads)
+                for run in runs))
     for run in (run for run in runs if run.completed):
         run.outcome = read_model(shard_url(location.url(), run.range.index, "outcome.json"),
                                  ShardOutcome, params.storage_options)
+        for model, fields in (run.outcome.prices.items() if run.outcome else ()):
+            if model == params.judge.model:
+                adopt_reported_prices(model, fields)
     return ShardedJudging(runs, params.shard_deployment, pool, chunk_size, limit, slots,
                           time.perf_counter() - started)

@@ -18,10 +18,12 @@ import os
 import resource
 import socket
 import time
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
+from prefect.utilities.annotations import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.params import (
@@ -33,13 +35,22 @@ from flows.params import (
     locations_of,
 )
 from flows.preflight.trust import guard_parameters
-from flows.run.execution import judge_all, judge_all_pairs
+from flows.run.execution import drive
+from flows.run.tls_contexts import share_prefect_tls_contexts
 from flows.shards.plan import rebuild_plan
 from flows.shards.store import ShardStoreView
+from flows.shards.warm_start import WARM_STARTED_ENV
 from judges.builtin.pairwise import Pair, PairwiseOptions
-from judges.calibration.rows import CalibrationAccumulator
-from judges.metrics import MetricsAccumulator
+from judges.model.local_models import is_local_model
+from judges.model.pricing import map_price_fields
 from judges.pairwise.models import Rubric
+from tasks.judge import judge_chunk
+from tasks.storage.chunk_kinds import (
+    ChunkResult,
+    JudgedPairChunks,
+    JudgedRowChunks,
+    PairChunkResult,
+)
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
 from tasks.storage.shard_inputs import (
@@ -51,9 +62,10 @@ from tasks.storage.shard_inputs import (
     shard_url,
     write_model,
 )
-from tasks.storage.staging import ResultStaging
 
 SHARD_FLOW_NAME = "judge-shard"
+# A cold shard's later API clients share one TLS context (a warm one's all do).
+share_prefect_tls_contexts()
 
 
 class ShardParams(BaseModel):
@@ -78,6 +90,11 @@ class ShardParams(BaseModel):
     def locations(self) -> list[Location]:
         """Every location a parameter names, with the access the run makes to it."""
         return locations_of(self, (), ("output", "cache"))
+
+
+def _map_prices(model: str) -> dict[str, dict[str, float | None] | None]:
+    """The judge's prices in litellm's map, for the parent; none for a local model."""
+    return {} if is_local_model(model) else {model: map_price_fields(model)}
 
 
 def _cpu_seconds() -> float:
@@ -107,6 +124,8 @@ async def judge_shard(params: ShardParams) -> dict:
         chunks_unfinished=[i for i in chunks if i not in store.saved | store.reused],
         first_errors=first_errors, seconds=round(time.perf_counter() - started, 3),
         cpu_seconds=round(_cpu_seconds(), 3),
+        warm_start=os.environ.get(WARM_STARTED_ENV) == "1",
+        prices=_map_prices(params.judge.model),
     )
     write_model(shard_url(location.url(), params.shard, "outcome.json"), outcome, options)
     return outcome.model_dump(mode="json")
@@ -124,13 +143,17 @@ async def _judge_rows(params: ShardParams, location: RunLocation, store: ShardSt
     get_run_logger().info("shard %d of %d: %d rows from chunk %d, concurrency %s",
                           params.shard + 1, params.shards, len(rows), params.first_chunk,
                           params.judge.concurrency or "adaptive")
-    staging, accumulator = ResultStaging(), MetricsAccumulator(plan)
-    try:  # staged records are dropped: the parent builds the run's records from the store
-        await judge_all(rows, plan, params.judge.settings(), params.chunk_size, params.cache,
-                        options, staging, accumulator, CalibrationAccumulator(plan), store=store)
-    finally:
-        staging.cleanup()
-    return len(rows), accumulator.first_errors
+    first_errors: dict[str, str] = {}
+
+    def note_errors(result: ChunkResult) -> None:
+        for row in result.results:
+            for judged in row.judges:
+                if judged.errored:
+                    first_errors.setdefault(judged.spec.prefix, judged.verdict.error)
+
+    await _into_store(rows, JudgedRowChunks(plan, params.judge.settings()), params, store,
+                      note_errors)
+    return len(rows), first_errors
 
 
 async def _judge_pairs(params: ShardParams, location: RunLocation, store: ShardStoreView
@@ -146,12 +169,29 @@ async def _judge_pairs(params: ShardParams, location: RunLocation, store: ShardS
     get_run_logger().info("shard %d of %d: %d pairs from chunk %d, concurrency %s",
                           params.shard + 1, params.shards, len(pairs), params.first_chunk,
                           params.judge.concurrency or "adaptive")
-    staging = ResultStaging()
-    try:  # staged records are dropped: the parent builds the run's records from the store
-        verdicts, _ = await judge_all_pairs(pairs, pairwise, params.judge.settings(),
-                                            params.chunk_size, params.cache, options, staging,
-                                            store)
-    finally:
-        staging.cleanup()
-    first = next((v.error_message for v in verdicts if v.error_message), None)
-    return len(pairs), {"pairwise": first} if first else {}
+    first_errors: dict[str, str] = {}
+
+    def note_errors(result: PairChunkResult) -> None:
+        first = next((v.error_message for v in result.verdicts if v.error_message), None)
+        if first:
+            first_errors.setdefault("pairwise", first)
+
+    await _into_store(pairs, JudgedPairChunks(pairwise, params.judge.settings()), params, store,
+                      note_errors)
+    return len(pairs), first_errors
+
+
+async def _into_store(items: list, kind: JudgedRowChunks | JudgedPairChunks,
+                      params: ShardParams, store: ShardStoreView,
+                      note_errors: Callable[[Any], None]) -> None:
+    """Judge every chunk into the run's store, telling `note_errors` of each result.
+
+    Nothing is staged or tallied here: the parent builds the run's records and metrics from
+    the store, so a shard only judges and saves.
+    """
+    await drive(
+        items, kind,
+        lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), params.cache,
+                                         params.storage_options, return_state=True),
+        lambda index, chunk, result: note_errors(result),
+        params.chunk_size, kind.settings.window_ceiling, store)

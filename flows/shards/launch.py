@@ -114,8 +114,55 @@ async def start_shard(deployment: str, params: ShardParams, attempt: int) -> Flo
     )
 
 
-async def wait_for_end(flow_run_id: UUID) -> FlowRun:
+class FlowRunReads:
+    """Reads of several flow runs, merged: one API request per poll for every shard waiting.
+
+    Each shard's wait polls its flow run every POLL_SECONDS; the reads that arrive within
+    MERGE_SECONDS of each other go to the server as one filtered read, so that the parent's
+    and the server's polling cost does not grow with the number of shards.
+    """
+
+    MERGE_SECONDS = 0.05
+
+    def __init__(self, client):
+        self.client = client
+        self.pending: dict[UUID, list[asyncio.Future]] = {}
+        self.flushing: asyncio.Task | None = None
+
+    async def read(self, flow_run_id: UUID) -> FlowRun:
+        """The flow run as the next merged read finds it."""
+        waiter = asyncio.get_running_loop().create_future()
+        self.pending.setdefault(flow_run_id, []).append(waiter)
+        if self.flushing is None:
+            self.flushing = asyncio.create_task(self._flush())
+        return await waiter
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(self.MERGE_SECONDS)
+        pending, self.pending, self.flushing = self.pending, {}, None
+        try:
+            found = {run.id: run for run in await self.client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(pending))))}
+        except Exception as error:  # noqa: BLE001 - each waiting shard meets it as before
+            for waiters in pending.values():
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(error)
+            return
+        for flow_run_id, waiters in pending.items():
+            for waiter in waiters:
+                if waiter.done():
+                    continue
+                if flow_run_id in found:
+                    waiter.set_result(found[flow_run_id])
+                else:
+                    waiter.set_exception(ObjectNotFound(None, help_message=str(flow_run_id)))
+
+
+async def wait_for_end(flow_run_id: UUID, reads: FlowRunReads | None = None) -> FlowRun:
     """The flow run once it is in a final state (completed, failed, crashed or cancelled).
+
+    With `reads`, its polls are merged with the other shards' (FlowRunReads).
 
     A Running shard that shows no life (see `_idle_seconds`) for
     `JUDGEFLOW_SHARD_LIVENESS_SECONDS` is set Crashed here (what its dead worker can no longer
@@ -128,7 +175,8 @@ async def wait_for_end(flow_run_id: UUID) -> FlowRun:
     async with get_client() as client:
         try:
             while True:
-                found = await client.read_flow_run(flow_run_id)
+                found = await (reads.read(flow_run_id) if reads is not None
+                               else client.read_flow_run(flow_run_id))
                 if found.state is not None and found.state.is_final():
                     return found
                 if found.state is not None and found.state.is_running() and (

@@ -11,15 +11,17 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from flows.preflight.checks import PreflightError
 from judges.builtin.custom import CustomJudgeDefinition
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.catalogue import JudgeCatalogue
+from judges.errors import ConfigError
 from judges.plan import JudgePlan, SkippedJudge
 from tasks.storage.shard_inputs import PlannedJudge, PlanSpec
 
 
-class ShardSetupError(PreflightError):
+# A ConfigError, not a PreflightError: a shard imports this module, and the preflight's module
+# imports pandas and pandera, which a shard never needs.
+class ShardSetupError(ConfigError):
     """A sharded run cannot start as asked (exit 2): the message says what to start or fix."""
 
 

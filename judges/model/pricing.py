@@ -57,10 +57,27 @@ def model_prices(settings: LLMSettings) -> Prices | None:
         return Prices(price_in / PER_MILLION, price_out / PER_MILLION)
     if is_local_model(settings.model):
         return Prices(0.0, 0.0)
+    fields = map_price_fields(settings.model)
+    return None if fields is None else Prices(**fields)
+
+
+# Prices a sharded run's shards read from litellm's map (the same map: the lock pins litellm).
+# The run's parent makes no model call, so it need not import litellm (seconds of CPU) for them.
+_REPORTED_PRICES: dict[str, dict[str, float | None] | None] = {}
+
+
+def adopt_reported_prices(model: str, fields: dict[str, float | None] | None) -> None:
+    """Take a shard's lookup of `model` in litellm's map as this process's."""
+    _REPORTED_PRICES[model] = fields
+
+
+def map_price_fields(model: str) -> dict[str, float | None] | None:
+    """The model's price fields in litellm's map (litellm_door.price_fields), or as reported."""
+    if model in _REPORTED_PRICES:
+        return _REPORTED_PRICES[model]
     from judges.model import litellm_door  # imports litellm: only when a price is asked
 
-    fields = litellm_door.price_fields(settings.model)
-    return None if fields is None else Prices(**fields)
+    return litellm_door.price_fields(model)
 
 
 def token_prices(settings: LLMSettings) -> tuple[float, float] | None:

@@ -83,6 +83,11 @@ class ShardOutcome(BaseModel):
     first_errors: dict[str, str] = Field(default_factory=dict)
     seconds: float
     cpu_seconds: float = Field(description="CPU time of the shard's process, start-up included")
+    prices: dict[str, dict[str, float | None] | None] = Field(
+        default_factory=dict, description="The judge model's prices in litellm's map, as the "
+        "shard read them (None: unpriced), so that the parent need not import litellm")
+    warm_start: bool = Field(False, description="Forked from a `judgeflow worker`'s warm "
+                             "process (its imports made once), not started cold")
 
 
 def shard_url(run_url: str, shard: int | None = None, name: str = "") -> str:

@@ -1,0 +1,176 @@
+"""What scale-out costs: CPU per judge call and fixed CPU, process by process, at the margin.
+
+The same CPU-bound job (one judge call per row, fake judge at 5 ms, concurrency 64) runs at
+two sizes, in one process and in `--shards N` on N process workers of a local Prefect server
+(bench/sharded.py's stack). Each process's CPU comes from /proc. Between the two sizes the
+start-up cancels: the CPU per call is the slope, (CPU at the larger size - CPU at the smaller)
+/ (calls more), and the fixed CPU is what the smaller run spent beyond its calls.
+
+    .venv/bin/python -m bench.scale --calls 2000 8000 --shards 2
+
+The processes, as the issue that asked for this names them:
+- one process: the whole `judgeflow evaluate` command (its own CPU and its children's), with
+  the same Prefect server as its API;
+- shard processes: the process workers and the shard flow runs they start (reaped children);
+- central: the Prefect server during the sharded run, and the sharded run's parent command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import NamedTuple
+
+from bench.processes import Loopback
+from bench.sharded import PrefectStack, cpu_seconds, judged_rate
+
+SIZES = (2000, 8000)
+STARTUP_CALLS = 40
+IDLE_SECONDS = 20.0
+LATENCY = 0.005
+CONCURRENCY = 64
+# The targets of issue 27, as ratios to one process's CPU per call (or its fixed CPU).
+SHARD_PER_CALL_TARGET = 1.05
+CENTRAL_PER_CALL_TARGET = 0.05
+SHARD_START_TARGET_SECONDS = 1.5
+
+
+class SizeRun(NamedTuple):
+    """CPU seconds of each process for one size: single run, and the sharded run's split."""
+
+    calls: int
+    single: float
+    shards: float  # every worker with its shard flow runs
+    server: float
+    parent: float
+    sharded_wall: float
+    single_wall: float
+
+
+def _run_size(stack: PrefectStack, server: Loopback, calls: int, shards: int) -> SizeRun:
+    single = judged_rate(server, stack.env, calls, CONCURRENCY)
+    before = stack.cpu()
+    sharded = judged_rate(server, stack.env, calls, CONCURRENCY, "--shards", str(shards))
+    time.sleep(2)  # the workers reap their shards' processes (their CPU counts then)
+    after = stack.cpu()
+    spent = {name: after[name] - before[name] for name in after}
+    server_cpu = spent.pop("prefect server")
+    return SizeRun(calls=sharded["calls"], single=single["cpu_seconds"],
+                   shards=sum(spent.values()), server=server_cpu,
+                   parent=sharded["cpu_seconds"], sharded_wall=sharded["wall_seconds"],
+                   single_wall=single["wall_seconds"])
+
+
+def _start_cost(stack: PrefectStack, server: Loopback, shards: int) -> float:
+    """CPU seconds of the shard side of a sharded run of STARTUP_CALLS calls, per shard.
+
+    With so few calls this is what starting a shard costs (the worker's part, the shard's
+    process and its flow run), measured directly rather than as the slope's intercept.
+    """
+    before = stack.cpu()
+    judged_rate(server, stack.env, STARTUP_CALLS, CONCURRENCY, "--shards", str(shards))
+    time.sleep(2)  # the shards' processes are reaped
+    after = stack.cpu()
+    return sum(after[name] - before[name] for name in after if name != "prefect server") / shards
+
+
+def _idle_server_rate(stack: PrefectStack, seconds: float = IDLE_SECONDS) -> float:
+    """The server's CPU seconds per second with its workers polling and no run."""
+    before, started = stack.cpu()["prefect server"], time.monotonic()
+    time.sleep(seconds)
+    return (stack.cpu()["prefect server"] - before) / (time.monotonic() - started)
+
+
+def _slope(small: float, large: float, calls: int) -> float:
+    return (large - small) / calls
+
+
+def measure(sizes: tuple[int, int] = SIZES, shards: int = 2) -> dict:
+    """Per-call and fixed CPU of every process kind, from one run of each size."""
+    load = os.getloadavg()[0]
+    with Loopback(LATENCY) as server, PrefectStack(shards, server.url) as stack:
+        judged_rate(server, stack.env, 200, CONCURRENCY)  # warm the files and the database
+        idle = _idle_server_rate(stack)
+        start = _start_cost(stack, server, shards)
+        small, large = (_run_size(stack, server, calls, shards) for calls in sizes)
+        server_pid_cpu = cpu_seconds(stack.processes[0].pid)
+    more = large.calls - small.calls
+    per_call = {kind: _slope(getattr(small, kind), getattr(large, kind), more)
+                for kind in ("single", "shards", "server", "parent")}
+    fixed = {kind: getattr(small, kind) - per_call[kind] * small.calls for kind in per_call}
+    single = per_call["single"]
+    central = per_call["server"] + per_call["parent"]
+    return {
+        "sizes": [small.calls, large.calls], "shards": shards, "load_average": load,
+        "ms_per_call": {kind: round(1000 * value, 3) for kind, value in per_call.items()},
+        "shards_per_call_ratio": per_call["shards"] / single,
+        "central_per_call_ratio": central / single,
+        "fixed_seconds": {kind: round(value, 2) for kind, value in fixed.items()},
+        "fixed_seconds_per_shard": round(fixed["shards"] / shards, 2),
+        # Direct: a 40-call sharded run, less its calls at the slope's CPU per call.
+        "shard_start_seconds": round(start - per_call["shards"] * STARTUP_CALLS / shards, 2),
+        "server_idle_cpu_per_second": round(idle, 4),
+        "runs": [run._asdict() for run in (small, large)],
+        "server_cpu_total": round(server_pid_cpu, 1),
+    }
+
+
+# The Prefect server's CPU when no run is going (measured here: bench.scale's stack without
+# workers, then with 2 workers at Prefect's default PREFECT_WORKER_QUERY_SECONDS of 10 s):
+# its own services, and each polling worker. Workers polling every second cost 0.047 each.
+SERVER_IDLE_BASE = 0.020  # CPU s per s
+SERVER_IDLE_PER_WORKER = 0.005
+# What the projection assumes of the provider and of the machines (README "Scaling out").
+LATENCY_ASSUMED = 1.0  # s per judge call
+SHARDS_PER_MACHINE = 2  # one per core of a 2-core worker machine
+MACHINES = (1, 2, 4, 8, 16, 64)
+
+
+def projection(result: dict, max_concurrency: int = 128,
+               latency: float = LATENCY_ASSUMED) -> list[dict]:
+    """Expected calls/s of one run on N worker machines, from the measured costs.
+
+    Each shard is bound by its concurrency over the latency, or by one core over its CPU per
+    call; the centre by one core each for the Prefect server (per call, and per second for
+    its polling workers) and for the parent (per call). The provider's own limit is left out:
+    the table says where judgeflow stops scaling, whatever the provider allows.
+    """
+    per_call = result["ms_per_call"]
+    shard_rate = min(max_concurrency / latency, 1000.0 / per_call["shards"])
+    parent_limit = 1000.0 / per_call["parent"] if per_call["parent"] > 0 else float("inf")
+    rows = []
+    for machines in MACHINES:
+        workers_rate = machines * SHARDS_PER_MACHINE * shard_rate
+        idle = SERVER_IDLE_BASE + SERVER_IDLE_PER_WORKER * machines
+        server_limit = (max(0.0, 1.0 - idle) * 1000.0 / per_call["server"]
+                        if per_call["server"] > 0 else float("inf"))
+        rate = max(0.0, min(workers_rate, server_limit, parent_limit))
+        bound = ("workers" if rate == workers_rate else
+                 "Prefect server" if rate == server_limit else "parent")
+        rows.append({"machines": machines, "calls_per_second": round(rate),
+                     "bound_by": bound, "server_busy": round(rate * per_call["server"] / 1000
+                                                             + idle, 2)})
+    return rows
+
+
+def projection_table(result: dict) -> str:
+    """The projection as the README's Markdown table."""
+    lines = ["| worker machines | shards | calls/s | bound by | Prefect server busy |",
+             "|--:|--:|--:|---|--:|"]
+    for row in projection(result):
+        lines.append(f"| {row['machines']} | {row['machines'] * SHARDS_PER_MACHINE} "
+                     f"| {row['calls_per_second']:,} | {row['bound_by']} "
+                     f"| {row['server_busy']:.0%} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, nargs=2, default=list(SIZES))
+    parser.add_argument("--shards", type=int, default=2)
+    args = parser.parse_args()
+    measured = measure(tuple(args.calls), args.shards)
+    print(json.dumps(measured, indent=1))
+    print(projection_table(measured))

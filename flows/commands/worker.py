@@ -1,0 +1,45 @@
+"""`judgeflow worker`: a process worker whose shards start warm (flows/shards/warm_worker.py).
+
+It runs what `prefect worker start --type process` runs, with one difference: shard flow runs
+are forked from a process that has imported Prefect, litellm and judgeflow once, instead of
+each importing them again (seconds of CPU per shard). Other flow runs start as Prefect starts
+them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from flows.commands.common import fail
+
+
+def worker_command(
+    pool: Annotated[str, typer.Option(help="The process work pool to poll")],
+    name: Annotated[str | None, typer.Option(help="The worker's name (default: generated)")
+                    ] = None,
+    limit: Annotated[int | None, typer.Option(
+        help="Flow runs this worker runs at once (default: no limit)")] = None,
+) -> None:
+    """Run a Prefect process worker whose shard flow runs start warm."""
+    import asyncio
+
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():  # an ephemeral API would have no flow runs to pick up
+        fail("no Prefect server is configured (PREFECT_API_URL): a worker polls the server "
+             "that runs your deployments; set PREFECT_API_URL and run this again")
+    from flows.shards.warm_worker import WarmProcessWorker, warm_process
+
+    async def run() -> None:
+        async with WarmProcessWorker(work_pool_name=pool, name=name, limit=limit) as worker:
+            await worker.start()
+
+    with warm_process() as socket_path:
+        if socket_path is None:
+            print("warning: the warm process did not start; shards start cold", flush=True)
+        try:
+            asyncio.run(run())
+        except KeyboardInterrupt:
+            pass
