@@ -17,10 +17,11 @@ taken before litellm is called, as a plain semaphore would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -28,6 +29,20 @@ import judges.model.litellm_door as door
 from judges.model.usage import Completion
 
 _CALL: ContextVar[SentCall | None] = ContextVar("judgeflow_sent_call", default=None)
+_RANK: ContextVar[int] = ContextVar("judgeflow_call_rank", default=0)
+
+
+@contextlib.contextmanager
+def ranked(rank: int) -> Iterator[None]:
+    """Calls made inside wait for their limits before calls of a higher rank (a chunk's index).
+
+    So the chunks in flight finish in turn, not all at once (judges/model/pacing.py AdaptiveGate).
+    """
+    token = _RANK.set(rank)
+    try:
+        yield
+    finally:
+        _RANK.reset(token)
 
 
 class SentCall:
@@ -36,6 +51,7 @@ class SentCall:
     def __init__(self, limits: Any, estimated_tokens: int):
         self.limits = limits
         self.estimated_tokens = estimated_tokens
+        self.rank = _RANK.get()
         self.epoch = 0
         self.reserved = 0
         self.holding = False
@@ -51,7 +67,7 @@ class SentCall:
         """The slot at the provider, the RPM turn and (once) the token reservation."""
         if self.holding:
             return
-        self.epoch = await self.limits.enter()
+        self.epoch = await self.limits.enter(self.rank)
         self.holding = True
         if not self._tokens_taken:
             self._tokens_taken = True
@@ -75,7 +91,7 @@ async def send_within_limits(call: SentCall, request: dict) -> Completion:
     """One litellm call within its endpoint's limits (see the module's docstring)."""
     limits = call.limits
     session = await _pool()
-    await limits.admission.acquire()
+    await limits.admission.acquire(call.rank)
     try:
         if call.reserve_budget is not None:  # raises BudgetReached: nothing is sent
             call.budget_hold = call.reserve_budget()
@@ -119,6 +135,10 @@ async def _on_request_end(session: Any, context: Any, params: Any) -> None:
     if call is not None:
         call.answered = time.perf_counter()
         call.give_back()
+        # The freed slot's next request leaves before this reply is read and processed
+        # (litellm's and the SDK's milliseconds, then the judge's): otherwise the provider
+        # waits for them, in every slot, on every reply.
+        await asyncio.sleep(0)
 
 
 async def _on_request_exception(session: Any, context: Any, params: Any) -> None:
