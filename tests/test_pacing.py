@@ -8,6 +8,7 @@ import statistics
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -237,10 +238,12 @@ def test_a_freed_slot_s_next_request_leaves_before_the_reply_is_processed():
     limits.congestion.open()
     first, second = SentCall(limits, 0), SentCall(limits, 0)
 
+    answered = SimpleNamespace(response=SimpleNamespace(status=200))
+
     async def hook(call: SentCall, event) -> None:
         token = _CALL.set(call)
         try:
-            await event(None, None, None)
+            await event(None, None, answered)
         finally:
             _CALL.reset(token)
 

@@ -126,6 +126,7 @@ async def _on_request_start(session: Any, context: Any, params: Any) -> None:
     call = _CALL.get()
     if call is not None:
         call.hooked = True
+        call.limits.hooks_seen()
         await call.take()
         call.sent = time.perf_counter()
 
@@ -135,10 +136,12 @@ async def _on_request_end(session: Any, context: Any, params: Any) -> None:
     if call is not None:
         call.answered = time.perf_counter()
         call.give_back()
-        # The freed slot's next request leaves before this reply is read and processed
-        # (litellm's and the SDK's milliseconds, then the judge's): otherwise the provider
-        # waits for them, in every slot, on every reply.
-        await asyncio.sleep(0)
+        if params.response.status < 400:
+            # The freed slot's next request leaves before this reply is read and processed
+            # (litellm's and the SDK's milliseconds, then the judge's): otherwise the provider
+            # waits for them, in every slot, on every reply. Not after a failure: its
+            # Retry-After or 429 must pause or shrink the window before anyone else is sent.
+            await asyncio.sleep(0)
 
 
 async def _on_request_exception(session: Any, context: Any, params: Any) -> None:

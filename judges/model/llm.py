@@ -53,6 +53,7 @@ def prepare_model(settings: LLMSettings) -> None:
     if is_local_model(settings.model) or settings.model in _PREPARED_MODELS:
         return
     door.prepare(settings.model)
+    door.rehearse(request_for(settings, [{"role": "user", "content": "rehearsal"}], None))
     _PREPARED_MODELS.add(settings.model)
 
 
