@@ -5,11 +5,13 @@ loop and in a thread hop. Held inside the slot, that time is time the provider w
 one: at 100 ms latency and 8 slots it cost a fifth of the rate. So litellm is given a
 connection pool of judgeflow's own (aiohttp, one per event loop, kept for the loop's life),
 whose trace hooks take the call's slot when its request leaves and give it back when the
-reply arrives, while as many other calls again prepare requests or read replies.
+reply arrives, while as many other calls again prepare requests or read replies. A freed
+slot goes at once to the call waiting in the hooks, whose request leaves before the reply that
+freed it is processed (unless that reply is a failure, which may shrink or pause the window).
 
 The hooks see only requests that go through that pool, and litellm keeps one SDK client per
 endpoint, bound to the pool of the first call that built it. So a call is sent this way only
-once a call to the same endpoint was seen to pass the hooks, while a single event loop uses
+once a request to the same endpoint was seen to pass the hooks, while a single event loop uses
 the endpoint, and never again after a reply came back without them. Otherwise the slot is
 taken before litellm is called, as a plain semaphore would.
 """
@@ -126,7 +128,6 @@ async def _on_request_start(session: Any, context: Any, params: Any) -> None:
     call = _CALL.get()
     if call is not None:
         call.hooked = True
-        call.limits.hooks_seen()
         await call.take()
         call.sent = time.perf_counter()
 

@@ -79,9 +79,9 @@ class ProcessLimits:
 
     congestion: Congestion
     gate: AdaptiveGate
+    admission: AdaptiveGate
     pacer: RatePacer
     tokens: TokenBudget
-    admission: AdaptiveGate = field(init=False)
     # How requests to this endpoint leave (judges/model/in_flight.py): through judgeflow's own
     # connection pool and its hooks (`hooked`), or a call was seen to bypass them (`hookless`),
     # and on which event loops.
@@ -89,26 +89,6 @@ class ProcessLimits:
     hookless: bool = False
     loops: weakref.WeakSet = field(default_factory=weakref.WeakSet)
     last_loop: object = None
-
-    def __post_init__(self) -> None:
-        self.admission = AdaptiveGate(self._admitted)
-
-    def _admitted(self) -> int:
-        """Calls inside litellm at once: as many preparing or reading a reply as in flight.
-
-        While the first call is out, the whole window's worth once its request passed the
-        hooks: the others then wait for their slots in the hooks, their requests ready, and
-        leave together when it answers (judges/model/in_flight.py).
-        """
-        congestion = self.congestion
-        opening = self.hooked and not self.hookless and not congestion.opened
-        return 2 * (congestion.full_window() if opening else congestion.window())
-
-    def hooks_seen(self) -> None:
-        """A request to this endpoint passed the hooks: admit the calls that may prepare now."""
-        if not self.hooked:
-            self.hooked = True
-            self.admission.refresh()
 
     async def enter(self, rank: int = 0) -> int:
         """Take a slot at the provider; returns the congestion epoch it was admitted in.
@@ -149,6 +129,9 @@ def limits_for(
         if key not in _process_limits:
             congestion = (Congestion(concurrency) if concurrency is not None else
                           Congestion(max_concurrency, start=min(ADAPTIVE_START, max_concurrency)))
+            # As many calls preparing a request or reading a reply as there are in flight.
             _process_limits[key] = ProcessLimits(
-                congestion, AdaptiveGate(congestion.window), RatePacer(rpm), TokenBudget(tpm))
+                congestion, AdaptiveGate(congestion.window),
+                AdaptiveGate(lambda: 2 * congestion.window()), RatePacer(rpm), TokenBudget(tpm)
+            )
         return _process_limits[key]

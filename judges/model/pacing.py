@@ -73,10 +73,8 @@ class Congestion:
 
     def window(self) -> int:
         """Calls that may be in flight now: at least one, and only one until `open()`."""
-        return self.full_window() if self.opened else 1
-
-    def full_window(self) -> int:
-        """The window once open: the share of the configured concurrency, at least one call."""
+        if not self.opened:
+            return 1
         return max(1, int(self.concurrency * self.share))
 
     def open(self) -> None:
@@ -166,11 +164,6 @@ class AdaptiveGate:
             if not queued and not waiter.cancelled():
                 self.release()  # granted a slot it will never use
             raise
-
-    def refresh(self) -> None:
-        """Hand slots to waiters after the window grew other than by a release."""
-        with self._lock:
-            self._wake()
 
     def release(self) -> None:
         """Free a slot and hand free slots to waiters."""
