@@ -99,7 +99,12 @@ def measure(sizes: tuple[int, int] = SIZES, shards: int = 2) -> dict:
     more = large.calls - small.calls
     per_call = {kind: _slope(getattr(small, kind), getattr(large, kind), more)
                 for kind in ("single", "shards", "server", "parent")}
-    fixed = {kind: getattr(small, kind) - per_call[kind] * small.calls for kind in per_call}
+    fixed = {kind: getattr(small, kind) - per_call[kind] * small.calls
+             for kind in ("single", "shards", "server", "parent")}
+    # What the server spends per second anyway (its services, the workers' polls) is not the
+    # calls': the larger run lasts longer, so the slope above holds that time too.
+    per_call["server_net"] = max(0.0, per_call["server"] - idle * (
+        large.sharded_wall - small.sharded_wall) / more)
     single = per_call["single"]
     central = per_call["server"] + per_call["parent"]
     return {
@@ -107,6 +112,7 @@ def measure(sizes: tuple[int, int] = SIZES, shards: int = 2) -> dict:
         "ms_per_call": {kind: round(1000 * value, 3) for kind, value in per_call.items()},
         "shards_per_call_ratio": per_call["shards"] / single,
         "central_per_call_ratio": central / single,
+        "central_net_per_call_ratio": (per_call["server_net"] + per_call["parent"]) / single,
         "fixed_seconds": {kind: round(value, 2) for kind, value in fixed.items()},
         "fixed_seconds_per_shard": round(fixed["shards"] / shards, 2),
         # Direct: a 40-call sharded run, less its calls at the slope's CPU per call.
@@ -137,7 +143,7 @@ def projection(result: dict, max_concurrency: int = 128,
     its polling workers) and for the parent (per call). The provider's own limit is left out:
     the table says where judgeflow stops scaling, whatever the provider allows.
     """
-    per_call = result["ms_per_call"]
+    per_call = {**result["ms_per_call"], "server": result["ms_per_call"]["server_net"]}
     shard_rate = min(max_concurrency / latency, 1000.0 / per_call["shards"])
     parent_limit = 1000.0 / per_call["parent"] if per_call["parent"] > 0 else float("inf")
     rows = []
