@@ -9,9 +9,6 @@ a 2-core machine.
     python bench/loopback.py --latency 0.1      # prints its base URL, then serves
 
 Control: `GET /stats` returns the window and the request count; `POST /reset` empties it.
-`GET /slots?c=N` says where N slots' idle time went (`slot_gaps`): a slot is idle from a reply
-until the next request arrives, and these gaps are the rate's loss at the provider's limit;
-`GET /events` lists every arrival and reply, to look closer.
 
 Faults, for the storm scenarios: `--limit N` answers 429 at once to a request that arrives
 while N are being served (a provider's concurrency limit, no Retry-After); `--fail-every K`
@@ -23,10 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import time
-from collections import deque
 
 from aiohttp import web
 
@@ -45,19 +40,14 @@ class Window:
         self.serving = 0
         self.first_received: float | None = None
         self.last_replied: float | None = None
-        # (monotonic s, +1 received / -1 replied) of every request, for `slot_gaps`.
-        self.events: list[tuple[float, int]] = []
 
     def received(self) -> None:
         self.count += 1
-        now = time.monotonic()
-        self.events.append((now, 1))
         if self.first_received is None:
-            self.first_received = now
+            self.first_received = time.monotonic()
 
     def replied(self) -> None:
         self.last_replied = time.monotonic()
-        self.events.append((self.last_replied, -1))
 
     def as_dict(self) -> dict:
         busy = None
@@ -66,53 +56,6 @@ class Window:
         # Monotonic clock readings (system-wide on Linux), to place the window in a command's run.
         return {"count": self.count, "busy_seconds": busy, "first_received": self.first_received,
                 "last_replied": self.last_replied, "rejected": self.rejected}
-
-
-def slot_gaps(events: list[tuple[float, int]], slots: int) -> dict:
-    """Where `slots` slots' idle time went over the busy window of `events`.
-
-    The busy window holds `slots` x its length of slot time. A slot is busy from a request's
-    arrival to its reply; a reply frees its slot, and the next request to arrive takes the slot
-    that has been free longest. Each idle stretch is counted once, in one of three places:
-    `start` (the slots not yet taken since the first request arrived: the run's ramp),
-    `between` (from a reply to the next request in its slot: the client's turnaround) and
-    `end` (slots freed and never taken again: the run's tail). Seconds are slot-seconds;
-    `between_ms` summarises the per-reply gaps; `over` counts arrivals that found no free slot
-    (more in flight than `slots`).
-    """
-    if not events:
-        return {"slots": slots, "busy_seconds": 0.0}
-    events = sorted(events)
-    first, last = events[0][0], max(stamp for stamp, step in events if step < 0)
-    free: deque[tuple[float, bool]] = deque([(first, True)] * slots)  # (since, never taken)
-    start, between, over = 0.0, [], 0
-    for stamp, step in events:
-        if step < 0:
-            free.append((stamp, False))
-        elif not free:
-            over += 1
-        else:
-            since, initial = free.popleft()
-            if initial:
-                start += stamp - since
-            else:
-                between.append(stamp - since)
-    end = sum(last - since for since, _ in free)
-    capacity = slots * (last - first)
-    ordered = sorted(between)
-
-    def quantile(share: float) -> float:
-        return 1000 * ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0
-
-    return {
-        "slots": slots, "busy_seconds": last - first, "slot_seconds": capacity,
-        "idle_seconds": start + sum(between) + end, "start_seconds": start,
-        "between_seconds": sum(between), "end_seconds": end, "over": over,
-        "between_ms": {"count": len(ordered), "mean": 1000 * statistics.fmean(ordered)
-                       if ordered else 0.0, "median": quantile(0.5), "p90": quantile(0.9),
-                       "p99": quantile(0.99), "max": quantile(1.0)},
-        "between_over_50ms_seconds": sum(gap for gap in ordered if gap > 0.05),
-    }
 
 
 def _completion(model: str) -> bytes:
@@ -160,12 +103,6 @@ def make_app(latency: float, limit: int | None = None,
     async def stats(request: web.Request) -> web.Response:
         return web.json_response(window.as_dict())
 
-    async def slots(request: web.Request) -> web.Response:
-        return web.json_response(slot_gaps(window.events, int(request.query.get("c", "8"))))
-
-    async def events(request: web.Request) -> web.Response:
-        return web.json_response(window.events)
-
     async def reset(request: web.Request) -> web.Response:
         window.reset()
         return web.json_response({"ok": True})
@@ -173,8 +110,6 @@ def make_app(latency: float, limit: int | None = None,
     app = web.Application()
     app.router.add_post("/v1/chat/completions", complete)
     app.router.add_get("/stats", stats)
-    app.router.add_get("/slots", slots)
-    app.router.add_get("/events", events)
     app.router.add_post("/reset", reset)
     return app
 

@@ -7,7 +7,6 @@ from typing import Protocol, TypeVar
 from prefect import task
 
 from judges.calls import JudgeContext
-from judges.model.in_flight import ranked
 from judges.model.settings import LLMSettings
 from tasks.chunk_task import CHUNK_TASK_OPTIONS, judge_context
 
@@ -33,5 +32,4 @@ async def judge_chunk(
 ) -> Result:
     """Judge one chunk: all its calls concurrent under the process-wide bounds."""
     ctx = judge_context(kind.settings, cache_url, storage_options)
-    with ranked(index):  # earlier chunks' calls first: chunks finish in turn
-        return await kind.judge(ctx, index, items)
+    return await kind.judge(ctx, index, items)

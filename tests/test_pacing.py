@@ -8,12 +8,9 @@ import statistics
 import threading
 import time
 import uuid
-from types import SimpleNamespace
 
 import pytest
 
-from judges.model.in_flight import _CALL, SentCall, _on_request_end, _on_request_start, ranked
-from judges.model.limits import limits_for
 from judges.model.llm import LLMClient
 from judges.model.pacing import Congestion
 from judges.model.settings import ADAPTIVE_MAX, ADAPTIVE_START, LLMSettings
@@ -228,66 +225,3 @@ def test_at_default_settings_an_rpm_cap_is_paced_in_full_from_the_start(fake_llm
     gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
     # At an eighth of the cap (16 of 128 slots) a gap would be 0.4 s.
     assert statistics.median(gaps) < 0.15, gaps
-
-
-def test_a_freed_slot_s_next_request_leaves_before_the_reply_is_processed():
-    # The reply's own processing (litellm's, the SDK's, the judge's) comes after the hook that
-    # frees its slot: the call waiting for that slot must be on its way first, or the provider
-    # idles for the length of that processing on every reply.
-    limits = limits_for(f"openai/handover-{uuid.uuid4().hex[:8]}", None, 1, None, None)
-    limits.congestion.open()
-    first, second = SentCall(limits, 0), SentCall(limits, 0)
-
-    answered = SimpleNamespace(response=SimpleNamespace(status=200))
-
-    async def hook(call: SentCall, event) -> None:
-        token = _CALL.set(call)
-        try:
-            await event(None, None, answered)
-        finally:
-            _CALL.reset(token)
-
-    async def scenario() -> None:
-        await hook(first, _on_request_start)  # the first request is at the provider
-        waiting = asyncio.create_task(hook(second, _on_request_start))
-        while not limits.gate.full() or second.holding:
-            await asyncio.sleep(0)
-        await asyncio.sleep(0)  # the second request now waits for the slot
-        assert second.sent is None
-        await hook(first, _on_request_end)  # the first reply arrives...
-        assert second.sent is not None  # ...and the next request left before it is processed
-        await waiting
-
-    asyncio.run(scenario())
-
-
-def test_calls_of_an_earlier_chunk_reach_the_provider_first(fake_llm):
-    # Chunks in flight finish in turn, not all at once: the window then never drains while the
-    # next chunk's task run starts.
-    seen: list[str] = []
-    lock = threading.Lock()
-
-    def script(body) -> Reply:
-        with lock:
-            seen.append(body["messages"][-1]["content"].split()[0])
-        time.sleep(0.01)
-        return Reply(VERDICT)
-
-    fake_llm.script = script
-    client = _client(fake_llm, concurrency=2)
-
-    async def chunk(index: int, usage: Usage) -> None:
-        with ranked(index):
-            await asyncio.gather(*(
-                client.complete([{"role": "user", "content": f"chunk{index} call {call}"}], usage)
-                for call in range(10)))
-
-    async def both() -> None:
-        usage = Usage()
-        await asyncio.gather(chunk(1, usage), chunk(0, usage))  # chunk 1's calls ask first
-
-    asyncio.run(both())
-    assert len(seen) == 20
-    # Only the calls admitted before chunk 0's asked (the opening's two) precede them.
-    assert seen[-8:] == ["chunk1"] * 8, seen
-    assert seen.count("chunk0") == 10 and "chunk0" in seen[:3], seen

@@ -114,13 +114,10 @@ async def run_chunks(
     async def one(index: int, chunk: list[T]) -> None:
         try:
             try:
-                mark(f"chunk {index} submitted")
                 state = await submit(index, chunk)
             finally:
                 window.release()
-            mark(f"chunk {index} returned")
             await finish(index, chunk, state)
-            mark(f"chunk {index} finished")
         except Exception as error:  # noqa: BLE001 - raised below, once the others are done
             errors.append(error)
 

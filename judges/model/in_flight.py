@@ -5,13 +5,11 @@ loop and in a thread hop. Held inside the slot, that time is time the provider w
 one: at 100 ms latency and 8 slots it cost a fifth of the rate. So litellm is given a
 connection pool of judgeflow's own (aiohttp, one per event loop, kept for the loop's life),
 whose trace hooks take the call's slot when its request leaves and give it back when the
-reply arrives, while as many other calls again prepare requests or read replies. A freed
-slot goes at once to the call waiting in the hooks, whose request leaves before the reply that
-freed it is processed (unless that reply is a failure, which may shrink or pause the window).
+reply arrives, while as many other calls again prepare requests or read replies.
 
 The hooks see only requests that go through that pool, and litellm keeps one SDK client per
 endpoint, bound to the pool of the first call that built it. So a call is sent this way only
-once a request to the same endpoint was seen to pass the hooks, while a single event loop uses
+once a call to the same endpoint was seen to pass the hooks, while a single event loop uses
 the endpoint, and never again after a reply came back without them. Otherwise the slot is
 taken before litellm is called, as a plain semaphore would.
 """
@@ -19,11 +17,10 @@ taken before litellm is called, as a plain semaphore would.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -31,20 +28,6 @@ import judges.model.litellm_door as door
 from judges.model.usage import Completion
 
 _CALL: ContextVar[SentCall | None] = ContextVar("judgeflow_sent_call", default=None)
-_RANK: ContextVar[int] = ContextVar("judgeflow_call_rank", default=0)
-
-
-@contextlib.contextmanager
-def ranked(rank: int) -> Iterator[None]:
-    """Calls made inside wait for their limits before calls of a higher rank (a chunk's index).
-
-    So the chunks in flight finish in turn, not all at once (judges/model/pacing.py AdaptiveGate).
-    """
-    token = _RANK.set(rank)
-    try:
-        yield
-    finally:
-        _RANK.reset(token)
 
 
 class SentCall:
@@ -53,7 +36,6 @@ class SentCall:
     def __init__(self, limits: Any, estimated_tokens: int):
         self.limits = limits
         self.estimated_tokens = estimated_tokens
-        self.rank = _RANK.get()
         self.epoch = 0
         self.reserved = 0
         self.holding = False
@@ -69,7 +51,7 @@ class SentCall:
         """The slot at the provider, the RPM turn and (once) the token reservation."""
         if self.holding:
             return
-        self.epoch = await self.limits.enter(self.rank)
+        self.epoch = await self.limits.enter()
         self.holding = True
         if not self._tokens_taken:
             self._tokens_taken = True
@@ -93,7 +75,7 @@ async def send_within_limits(call: SentCall, request: dict) -> Completion:
     """One litellm call within its endpoint's limits (see the module's docstring)."""
     limits = call.limits
     session = await _pool()
-    await limits.admission.acquire(call.rank)
+    await limits.admission.acquire()
     try:
         if call.reserve_budget is not None:  # raises BudgetReached: nothing is sent
             call.budget_hold = call.reserve_budget()
@@ -137,12 +119,6 @@ async def _on_request_end(session: Any, context: Any, params: Any) -> None:
     if call is not None:
         call.answered = time.perf_counter()
         call.give_back()
-        if params.response.status < 400:
-            # The freed slot's next request leaves before this reply is read and processed
-            # (litellm's and the SDK's milliseconds, then the judge's): otherwise the provider
-            # waits for them, in every slot, on every reply. Not after a failure: its
-            # Retry-After or 429 must pause or shrink the window before anyone else is sent.
-            await asyncio.sleep(0)
 
 
 async def _on_request_exception(session: Any, context: Any, params: Any) -> None:

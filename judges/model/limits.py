@@ -90,14 +90,13 @@ class ProcessLimits:
     loops: weakref.WeakSet = field(default_factory=weakref.WeakSet)
     last_loop: object = None
 
-    async def enter(self, rank: int = 0) -> int:
+    async def enter(self) -> int:
         """Take a slot at the provider; returns the congestion epoch it was admitted in.
 
-        Waits out any pause before and after queueing for the window (lowest `rank` first),
-        then for the RPM pace.
+        Waits out any pause before and after queueing for the window, then for the RPM pace.
         """
         await self.congestion.wait_pause()
-        await self.gate.acquire(rank)
+        await self.gate.acquire()
         try:
             await self.congestion.wait_pause()
             await self.pacer.wait_turn(self.congestion.rate_share)

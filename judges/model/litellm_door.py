@@ -74,20 +74,6 @@ def prepare(model: str) -> None:
         pass
 
 
-def rehearse(request: dict) -> None:
-    """One call of `request` that litellm answers itself (its mock_response): nothing is sent.
-
-    A model's first call builds litellm's and the SDK's response models (pydantic) and sets up
-    litellm's bookkeeping: 0.2-0.4 s of CPU on the event loop, inside the first call, which goes
-    alone while the rest of the window waits for it. Rehearsed here, off the event loop, the
-    first call costs about what the others do. A rehearsal that fails changes nothing.
-    """
-    try:
-        litellm().completion(**request, mock_response="{}")
-    except Exception:  # noqa: BLE001, S110 - the first real call pays for it instead
-        pass
-
-
 @functools.cache
 def supports_schema(model: str) -> bool:
     """Whether litellm knows the model to accept a response_format schema (asked once)."""

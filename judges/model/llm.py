@@ -10,7 +10,6 @@ This module puts them together; the rest of judgeflow imports the model layer fr
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Mapping
 
@@ -44,7 +43,6 @@ class BatchRequestFailed(LLMCallError):
 # Azure API version): asked without one from then on.
 _MODELS_WITHOUT_SCHEMA: set[str] = set()
 _PREPARED_MODELS: set[str] = set()
-_PREPARING = threading.Lock()
 
 
 def prepare_model(settings: LLMSettings) -> None:
@@ -54,13 +52,8 @@ def prepare_model(settings: LLMSettings) -> None:
     """
     if is_local_model(settings.model) or settings.model in _PREPARED_MODELS:
         return
-    # Once per model: a run's first calls each ask for it (in threads) while the command's own
-    # preparation may still be under way, and each would repeat its CPU-heavy rehearsal.
-    with _PREPARING:
-        if settings.model not in _PREPARED_MODELS:
-            door.prepare(settings.model)
-            door.rehearse(request_for(settings, [{"role": "user", "content": "rehearsal"}], None))
-            _PREPARED_MODELS.add(settings.model)
+    door.prepare(settings.model)
+    _PREPARED_MODELS.add(settings.model)
 
 
 class LLMClient:

@@ -20,10 +20,9 @@ on different event loops share one window.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 # The share never falls below this: even a heavily limited model keeps one call in flight.
@@ -121,20 +120,13 @@ class Congestion:
 
 
 class AdaptiveGate:
-    """At most `window()` holders at once; the window may move.
-
-    Waiters are served by rank, then in arrival order. A chunk's calls carry its index as their
-    rank, so the chunks in flight finish one after another rather than all together: the next
-    chunk's task then starts while the one before it still fills the window, and the window
-    never drains while a task run starts (judges/model/in_flight.py `ranked`).
-    """
+    """At most `window()` holders at once, first come first served; the window may move."""
 
     def __init__(self, window: Callable[[], int]):
         self._window = window
         self._lock = threading.Lock()
         self._in_flight = 0
-        self._waiters: list[tuple[int, int, asyncio.Future]] = []  # a heap: rank, arrival
-        self._arrivals = itertools.count()
+        self._waiters: deque[asyncio.Future] = deque()
 
     @property
     def in_flight(self) -> int:
@@ -145,22 +137,21 @@ class AdaptiveGate:
         """Every slot is taken or calls are waiting for one."""
         return bool(self._waiters) or self._in_flight >= self._window()
 
-    async def acquire(self, rank: int = 0) -> None:
-        """Wait for a slot (lowest rank first); a cancelled waiter gives its slot back."""
+    async def acquire(self) -> None:
+        """Wait for a slot (in arrival order); a cancelled waiter gives its slot back."""
         with self._lock:
             if not self._waiters and self._in_flight < self._window():
                 self._in_flight += 1
                 return
             waiter = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._waiters, (rank, next(self._arrivals), waiter))
+            self._waiters.append(waiter)
         try:
             await waiter
         except asyncio.CancelledError:
             with self._lock:
-                queued = [entry for entry in self._waiters if entry[2] is waiter]
+                queued = waiter in self._waiters
                 if queued:
-                    self._waiters.remove(queued[0])
-                    heapq.heapify(self._waiters)
+                    self._waiters.remove(waiter)
             if not queued and not waiter.cancelled():
                 self.release()  # granted a slot it will never use
             raise
@@ -174,13 +165,13 @@ class AdaptiveGate:
     def _wake(self) -> None:
         """Grant free slots to waiters (the lock is held)."""
         while self._waiters and self._in_flight < self._window():
-            waiter = heapq.heappop(self._waiters)[2]
+            waiter = self._waiters.popleft()
             if waiter.done():
                 continue  # cancelled while queued
             self._in_flight += 1
             loop = waiter.get_loop()
             if _running_loop() is loop:
-                waiter.set_result(None)  # not cancelled (checked above): its call is next
+                loop.call_soon(self._grant, waiter)
             else:
                 loop.call_soon_threadsafe(self._grant, waiter)
 
