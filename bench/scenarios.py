@@ -313,21 +313,27 @@ def help_command() -> list[Measure]:
                     target="< 1")]
 
 
-def memory(judge: str = "offline") -> list[Measure]:
-    """Peak RSS of a 40,000-row run, and its growth over a 5,000-row run (bench/memory.py)."""
-    small, large = bench_memory.measure((bench_memory.SMALL_ROWS, bench_memory.LARGE_ROWS), judge)
+def _memory_measures(label: str, small: bench_memory.MemoryRun,
+                     large: bench_memory.MemoryRun) -> list[Measure]:
+    """The larger run's peak RSS against 1 GiB, and its growth over the smaller against 150 MB."""
     growth = large.command.peak_rss_mb - small.command.peak_rss_mb
     common = dict(calls=large.rows, wall_seconds=large.command.wall_seconds, rate=None,
                   cpu_ms_per_call=None, peak_rss_mb=large.command.peak_rss_mb)
     return [
-        Measure(f"memory, {large.rows} rows ({judge}): peak RSS", **common,
+        Measure(f"memory, {label.format(rows=large.rows)}: peak RSS", **common,
                 limit=bench_memory.PEAK_LIMIT_MB, limit_label="1 GiB (MB)",
                 ratio=large.command.peak_rss_mb / bench_memory.PEAK_LIMIT_MB, target="< 1"),
-        Measure(f"memory, {small.rows} -> {large.rows} rows ({judge}): growth", **common,
-                limit=bench_memory.GROWTH_LIMIT_MB, limit_label="150 MB",
+        Measure(f"memory, {label.format(rows=f'{small.rows} -> {large.rows}')}: growth",
+                **common, limit=bench_memory.GROWTH_LIMIT_MB, limit_label="150 MB",
                 ratio=growth / bench_memory.GROWTH_LIMIT_MB, target="< 1",
                 note=f"peak RSS {small.command.peak_rss_mb:.0f} MB at {small.rows} rows"),
     ]
+
+
+def memory(judge: str = "offline") -> list[Measure]:
+    """Peak RSS of a 40,000-row run, and its growth over a 5,000-row run (bench/memory.py)."""
+    small, large = bench_memory.measure((bench_memory.SMALL_ROWS, bench_memory.LARGE_ROWS), judge)
+    return _memory_measures(f"{{rows}} rows ({judge})", small, large)
 
 
 def memory_regression() -> list[Measure]:
@@ -335,18 +341,7 @@ def memory_regression() -> list[Measure]:
     over 5,000 rows (bench/memory.py; each size against its own baseline, offline judge)."""
     small, large = bench_memory.measure_regression((bench_memory.SMALL_ROWS,
                                                      bench_memory.LARGE_ROWS))
-    growth = large.command.peak_rss_mb - small.command.peak_rss_mb
-    common = dict(calls=large.rows, wall_seconds=large.command.wall_seconds, rate=None,
-                  cpu_ms_per_call=None, peak_rss_mb=large.command.peak_rss_mb)
-    return [
-        Measure(f"memory, regression, {large.rows} rows: peak RSS", **common,
-                limit=bench_memory.PEAK_LIMIT_MB, limit_label="1 GiB (MB)",
-                ratio=large.command.peak_rss_mb / bench_memory.PEAK_LIMIT_MB, target="< 1"),
-        Measure(f"memory, regression, {small.rows} -> {large.rows} rows: growth", **common,
-                limit=bench_memory.GROWTH_LIMIT_MB, limit_label="150 MB",
-                ratio=growth / bench_memory.GROWTH_LIMIT_MB, target="< 1",
-                note=f"peak RSS {small.command.peak_rss_mb:.0f} MB at {small.rows} rows"),
-    ]
+    return _memory_measures("regression, {rows} rows", small, large)
 
 
 def sharded(calls: int, shards: int = 2, latency: float = 0.005,
