@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -115,6 +116,34 @@ def _verdict(body: dict) -> Reply:
     digest = int(hashlib.sha256(prompt_text(body).encode()).hexdigest(), 16)
     rating = "no" if digest % 3 == 0 else "yes"
     return Reply(content=json.dumps({"rationale": f"because {digest % 97}", "rating": rating}))
+
+
+class BothShardsAtOnce:
+    """Holds every reply until calls from both halves of the set (both shards) have arrived.
+
+    A shard on a warm worker can end within one poll of the other worker, which then finds
+    nothing left to claim; holding the first shard's calls until the second shard calls makes
+    "two free workers run the two shards at once" certain instead of a race with poll timing.
+    After `patience` seconds replies go out anyway, and the test's worker check says why.
+    """
+
+    ROW = re.compile(r"(?:item|team) (\d+)\?")
+
+    def __init__(self, script, patience: float = 60.0):
+        self.script, self.patience = script, patience
+        self.halves_seen: set[bool] = set()
+        self.both_called = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict) -> Reply:
+        found = self.ROW.search(prompt_text(body))
+        if found:
+            with self._lock:
+                self.halves_seen.add(int(found.group(1)) >= ROWS // 2)
+                if len(self.halves_seen) == 2:
+                    self.both_called.set()
+            self.both_called.wait(self.patience)
+        return self.script(body)
 
 
 def _evaluate(server: Server, data: Path, out: Path, run_id: str, api_base: str, *extra: str,
@@ -223,7 +252,7 @@ def test_a_sharded_run_equals_a_single_process_run(server, deployed, workers, fa
     assert single.returncode == 0, single.stderr[-3000:]
     single_calls = Counter(prompt_text(body) for body in fake_llm.requests)
 
-    fake_llm.reset()
+    fake_llm.reset(BothShardsAtOnce(_verdict))
     sharded = _evaluate(server, data, tmp_path / "sharded", "two", fake_llm.api_base,
                         "--shards", "2")
     assert sharded.returncode == 0, sharded.stderr[-3000:] + _worker_logs(server)
@@ -431,7 +460,7 @@ def test_a_sharded_regression_equals_a_single_process_one(server, deployed, work
     single = _regression(server, data, out, "one", fake_llm.api_base, gates)
     assert single.returncode == 0, single.stderr[-3000:]
     single_calls = Counter(prompt_text(body) for body in fake_llm.requests)
-    fake_llm.reset()
+    fake_llm.reset(BothShardsAtOnce(_verdict))
     sharded = _regression(server, data, out, "two", fake_llm.api_base, gates, "--shards", "2")
     assert sharded.returncode == 0, sharded.stderr[-3000:] + _worker_logs(server)
     assert "PASSED: all 1 gate(s) held in suite 's' against baseline run 'seed'" in (
@@ -471,13 +500,14 @@ def test_a_sharded_compare_equals_a_single_process_one(server, deployed, workers
         "response_A": f"#q={1 + i % 5} (A)", "response_B": f"#q={1 + (i * 3) % 5} (B)"})
         + "\n"
         for i in range(ROWS)))
-    fake_llm.reset(BiasedJudge())
+    judge = BiasedJudge()
+    fake_llm.reset(judge)
     single = _compare(server, data, tmp_path / "out", "one", fake_llm.api_base)
     assert single.returncode == 0, single.stderr[-3000:]
     single_calls = Counter(prompt_text(body) for body in fake_llm.requests)
     assert sum(single_calls.values()) == 2 * ROWS  # both orders of every pair
 
-    fake_llm.reset()
+    fake_llm.reset(BothShardsAtOnce(judge))
     sharded = _compare(server, data, tmp_path / "out", "two", fake_llm.api_base, "--shards", "2")
     assert sharded.returncode == 0, sharded.stderr[-3000:] + _worker_logs(server)
     sharded_calls = Counter(prompt_text(body) for body in fake_llm.requests)

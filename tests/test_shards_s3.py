@@ -55,7 +55,7 @@ def test_a_sharded_run_on_s3_equals_a_local_single_process_run(
     assert single.returncode == 0, single.stderr[-3000:]
     single_calls = Counter(prompt_text(body) for body in fake_llm.requests)
 
-    fake_llm.reset()
+    fake_llm.reset(test_shards.BothShardsAtOnce(test_shards._verdict))
     command = [str(BIN / "judgeflow"), "evaluate", str(data), "--judge-model",
                "openai/shard-judge", "--api-base", fake_llm.api_base, "--output",
                s3.url("out"), "--storage-option", f"endpoint_url={s3.server.endpoint_url}",
