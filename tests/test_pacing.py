@@ -167,11 +167,34 @@ def test_after_its_first_429_the_default_window_steps_back_and_probes_one_call_p
         congestion.on_success()
     congestion.on_rate_limited(congestion.epoch)
     assert congestion.window() == 27  # 0.85 x 32
+    assert congestion.decreases == 1
     congestion.on_rate_limited(0)  # admitted before the decrease: the same event
-    assert congestion.window() == 27
+    assert congestion.decreases == 1
+    assert congestion.window() == 27  # (two refusals of 32: 0.85 is the larger step)
     for _ in range(27):  # one window of replies: one more call, no longer doubling
         congestion.on_success()
     assert congestion.window() == 28
+
+
+def test_a_burst_of_429s_steps_back_by_its_size_but_never_below_half():
+    congestion = Congestion(ADAPTIVE_MAX, start=ADAPTIVE_START)
+    congestion.open()
+    for _ in range(12):
+        congestion.on_success()
+    assert congestion.window() == 28
+    # 8 of the 28 calls in flight refused together: the provider took about 20.
+    for _ in range(8):
+        congestion.on_rate_limited(0)
+    assert congestion.window() == 20  # 28 less 8, below 0.85 x 28 = 23.8
+    assert congestion.decreases == 1  # one event
+    for _ in range(20):  # a provider that counts late refused nearly all: at most halved
+        congestion.on_rate_limited(0)
+    assert congestion.window() == 14
+    configured = Congestion(16)  # a configured window halves once per event, as before
+    configured.open()
+    configured.on_rate_limited(0)
+    configured.on_rate_limited(0)
+    assert configured.window() == 8
 
 
 def test_at_default_settings_a_run_grows_its_window_past_the_start(fake_llm):
@@ -201,7 +224,10 @@ def test_at_default_settings_a_run_settles_just_below_a_provider_s_concurrency_l
     assert congestion.decreases >= 1
     # It ends probing just around the limit: not collapsed to a few calls, not far above it.
     assert 0.6 * limit <= congestion.window() <= limit + 2, congestion.window()
-    assert usage.retries <= 40, usage.retries  # it found the limit, not a 429 per call
+    # It found the limit, not a 429 per call. This fake provider shares the client's process
+    # and counts its calls late when its threads wait for the GIL, so slow start may reach
+    # twice the limit before the first 429: one burst (stepped back by its size), not more.
+    assert usage.retries <= 60, usage.retries
 
 
 def test_an_adaptive_window_paces_at_the_whole_rpm_until_a_429():

@@ -6,8 +6,9 @@
 - Without a configured concurrency the window is adaptive: it opens at a modest start and,
   like TCP's slow start, grows by one call per reply (doubling every round trip) while every
   call finds the window full and no 429 has come, up to a ceiling. The first 429 ends that:
-  the window shrinks to ADAPTIVE_DECREASE of itself and from then on grows by one call per
-  window of replies, probing the provider's limit from just below it.
+  the window shrinks to ADAPTIVE_DECREASE of itself (one call less again for each further 429
+  of that burst, down to half) and from then on grows by one call per window of replies,
+  probing the provider's limit from just below it.
 - A Retry-After pauses the whole model: every call to it waits, not only the one that was told.
 - The first call to a model goes alone. It pays the one-time costs of reaching it (litellm's
   and the SDK's set-up, the first connection) and learns whether it answers at all, so the
@@ -55,6 +56,8 @@ class Congestion:
         self.decreases = 0
         self.opened = False
         self._pause_until = 0.0
+        # The share when the last congestion event began, and its 429s so far.
+        self._event_share, self._refused = 1.0, 0
         self._lock = threading.Lock()
 
     @property
@@ -96,13 +99,27 @@ class Congestion:
             self.share = min(1.0, self.share + 1.0 / steps)
 
     def on_rate_limited(self, epoch: int) -> None:
-        """Multiplicative decrease, once per congestion event."""
+        """Multiplicative decrease, once per congestion event.
+
+        An adaptive window also counts the event's refusals: k of them say the window was
+        about k calls over the limit, so it goes to the window it had less k when that is
+        lower than ADAPTIVE_DECREASE of it, and never below DECREASE_FACTOR of it. When the
+        provider counts its calls in flight with a lag (a busy machine, a queue in front of
+        it), slow start has by then grown well past the limit, and stepping back 0.85 per
+        round trip would pay a burst of 429s on each of several round trips to get there.
+        """
         with self._lock:
-            if epoch != self.epoch:
-                return  # admitted before the last decrease: the same event
+            if epoch != self.epoch:  # admitted before the last decrease: the same event
+                if self.adaptive:
+                    self._refused += 1
+                    by_count = self._event_share - self._refused / self.concurrency
+                    self.share = max(self._event_share * DECREASE_FACTOR, MIN_SHARE,
+                                     min(self.share, by_count))
+                return
             factor = ADAPTIVE_DECREASE if self.adaptive else DECREASE_FACTOR
             if self.adaptive and self._peak is None:
                 self._peak = self.share
+            self._event_share, self._refused = self.share, 1
             self.share = max(MIN_SHARE, self.share * factor)
             self.slow_start = False
             self.epoch += 1
