@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from prefect.states import Completed
 from typer.testing import CliRunner
 
@@ -21,6 +22,7 @@ from flows.run.execution import run_chunks
 from judges.plan import plan_judges
 from tasks.dataset.row_stream import RowSource, scan_set, valid_rows
 from tasks.dataset.sources import BATCH_ROWS, iter_batches, read_table
+from tasks.dataset.table import DatasetReadError
 from tasks.dataset.validation import CheckOptions, validate_table
 from tasks.publish import _write_parquet
 from tasks.storage.staging import ResultStaging
@@ -120,6 +122,30 @@ def test_every_problem_of_a_big_set_is_found_however_late(tmp_path):
     assert streamed.valid_count == BIG - 4
     rows = list(valid_rows(RowSource(str(path)), streamed, CheckOptions()))
     assert rows == whole.rows
+
+
+def test_a_sharded_run_s_parent_keeps_the_checked_rows_and_reads_the_set_once(tmp_path):
+    from flows.phases.evaluation import PreparedSet
+    from flows.preflight.checks import check_options, preflight_evaluate, row_source
+
+    path = _big_set_with_late_problems(tmp_path)
+    kept = scan_set(RowSource(str(path)), CheckOptions(), keep_rows=True)
+    second_pass = list(valid_rows(RowSource(str(path)), kept, CheckOptions()))
+    # The same rows the second pass yields: row problems and repeated ids left out alike.
+    assert kept.rows == second_pass and len(second_pass) == BIG - 4
+    assert scan_set(RowSource(str(path)), CheckOptions()).rows is None  # streamed by default
+
+    def prepared(shards: int) -> PreparedSet:
+        params = EvaluateParams(data=str(path), output=str(tmp_path / "out"), on_invalid="skip",
+                                judge=JudgeModel(model="judgeflow/offline"), shards=shards)
+        check = preflight_evaluate(params)
+        return PreparedSet(row_source(params), check_options(params), check)
+
+    sharded, single = prepared(2), prepared(1)
+    path.unlink()  # a second read of the set would fail now
+    assert list(sharded.row_stream()) == second_pass
+    with pytest.raises(DatasetReadError, match="big.jsonl"):  # one process reads it again
+        next(single.row_stream())
 
 
 def test_planning_on_one_row_per_shape_decides_as_the_whole_set(tmp_path):

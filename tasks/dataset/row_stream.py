@@ -90,6 +90,8 @@ class SetCheck:
     total: int
     sample: list[EvalRow]
     notes: dict[str, Any] = field(default_factory=dict)  # what the source said of itself
+    # Every row to judge, when the pass was asked to keep them (`scan_set` keep_rows).
+    rows: list[EvalRow] | None = None
 
     @property
     def rejected_indices(self) -> list[int]:
@@ -104,8 +106,11 @@ class SetCheck:
         return self.total - len(self.rejected_indices)
 
 
-def scan_set(source: RowSource, options: CheckOptions) -> SetCheck:
+def scan_set(source: RowSource, options: CheckOptions, keep_rows: bool = False) -> SetCheck:
     """Read and check the whole set once, keeping only its problems, counts and shapes.
+
+    With `keep_rows`, also every row to judge (`SetCheck.rows`), for a caller that will hold
+    them all anyway (a sharded run's parent): it then needs no second pass over the set.
 
     Raises:
         DatasetReadError: the set (or its labels file) cannot be read.
@@ -113,15 +118,22 @@ def scan_set(source: RowSource, options: CheckOptions) -> SetCheck:
     validator, join, shapes = SetValidator(options), source.label_join(), RowShapes()
     row_problems: list[RowProblem] = []
     notes: dict[str, Any] = {}
+    kept: list[EvalRow] = []
     for batch in source.batches(join, notes):
         rows, problems = validator.check(batch)
         row_problems += problems
         shapes.add(rows)
+        if keep_rows:
+            kept += rows
     if join is not None:
         join.check_all_joined()
     problems = finished_problems(validator, row_problems)
     rejected = {p.row_index for p in problems}
-    return SetCheck(problems, validator.total, shapes.rows(rejected), notes)
+    check = SetCheck(problems, validator.total, shapes.rows(rejected), notes)
+    if keep_rows:  # as `valid_rows` would yield them
+        judged = set(check.rejected_indices)
+        check.rows = [row for row in kept if row.row_index not in judged]
+    return check
 
 
 def valid_rows(source: RowSource, check: SetCheck, options: CheckOptions) -> Iterator[EvalRow]:
