@@ -131,8 +131,8 @@ def scan_set(source: RowSource, options: CheckOptions, keep_rows: bool = False) 
     rejected = {p.row_index for p in problems}
     check = SetCheck(problems, validator.total, shapes.rows(rejected), notes)
     if keep_rows:  # as `valid_rows` would yield them
-        judged = set(check.rejected_indices)
-        check.rows = [row for row in kept if row.row_index not in judged]
+        set_aside = set(check.rejected_indices)
+        check.rows = [row for row in kept if row.row_index not in set_aside]
     return check
 
 
