@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
+from flows.run.outcome import outcome_of
 from judges.model.budget import Budget, BudgetReached
 from judges.model.llm import LLMClient
 from judges.model.settings import LLMSettings
@@ -86,7 +87,7 @@ def test_a_budget_reached_mid_run_publishes_an_incomplete_run_with_every_row(fak
                             suite="b", run_id="r", judges=["correctness"], use_cache=False,
                             max_cost_usd=3.0, over_estimate=True)
     state = asyncio.run(evaluate(params, return_state=True))
-    summary = state.result()
+    summary = outcome_of(state)
     assert summary["status"] == "incomplete"
     [reason] = [r for r in summary["incomplete_reasons"] if r.startswith("run budget reached")]
     records = [json.loads(line) for line in

@@ -9,6 +9,7 @@ import pytest
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
 from flows.run.completeness import assess, error_shares, pair_share
+from flows.run.outcome import outcome_of
 from judges.builtin import BUILTIN_JUDGES
 from judges.plan import JudgePlan
 from tests.planted import PlantedJudge
@@ -66,7 +67,7 @@ def test_the_flow_run_of_an_incomplete_run_is_named_incomplete_and_returns_its_s
     state = asyncio.run(evaluate(_params(fake_llm, tmp_path, rows, "bad"), return_state=True))
     assert state.is_completed() and state.name == "Incomplete"
     assert "safety: 3 of 3 rows failed" in state.message
-    summary = state.result()
+    summary = outcome_of(state)
     assert summary["status"] == "incomplete"
     assert summary["incomplete_reasons"][0].startswith("safety: 3 of 3 rows failed")
 
@@ -75,4 +76,4 @@ def test_a_complete_flow_run_keeps_the_usual_state(fake_llm, tmp_path):
     fake_llm.script = PlantedJudge()
     rows = [{"request": "q", "response": "a"}]
     state = asyncio.run(evaluate(_params(fake_llm, tmp_path, rows, "good"), return_state=True))
-    assert state.name == "Completed" and state.result()["status"] == "complete"
+    assert state.name == "Completed" and outcome_of(state)["status"] == "complete"

@@ -22,6 +22,7 @@ from flows.cli import app
 from flows.evaluate import evaluate
 from flows.params import SAFE_NAME, EvaluateParams, JudgeModel
 from flows.run.calibration import check_calibration_source
+from flows.run.outcome import outcome_of
 from judges.builtin.offline import MODEL as OFFLINE
 from judges.cache import ReplyCache
 from judges.integrity import SIGNING_KEY_ENV, signing_key
@@ -348,7 +349,7 @@ def test_the_key_signs_every_published_run_and_appears_nowhere(key, fake_llm, tm
     captured = capfd.readouterr()
     assert KEY not in captured.out + captured.err
     assert KEY not in caplog.text and "no valid MAC" in caplog.text
-    assert KEY not in json.dumps(state.result(), default=str) + (state.message or "")
+    assert KEY not in json.dumps(outcome_of(state), default=str) + (state.message or "")
 
 
 def _rows_kind(plan):

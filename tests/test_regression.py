@@ -142,7 +142,7 @@ def test_first_run_is_incomplete_and_an_evaluate_run_seeds_the_baseline(fake_llm
     assert pointer(tmp_path, "baseline") == "seed"
     second = run(params(fake_llm, tmp_path, rows(20, {0}), "night2"))
     assert second.is_completed(), second.message
-    summary = second.result()
+    summary = outcome_of(second)
     assert summary["status"] == "passed" and manifest(tmp_path, "night2")["status"] == "passed"
     assert summary["regression"]["baseline_run_id"] == "seed"
     assert pointer(tmp_path, "baseline") == "night2"
@@ -232,7 +232,7 @@ def test_nightly_run_keeps_custom_judges_aspects_and_strictness(fake_llm, tmp_pa
     fake_llm.reset(PlantedJudge())
     state = run(params(fake_llm, tmp_path, rows(12, set()), "custom", gates=gates, **extra))
     assert state.is_completed(), state.message
-    summary = state.result()
+    summary = outcome_of(state)
     assert summary["metrics"]["response/llm_judged/cites_sources/rated_count"] == 12
     assert summary["metrics"]["response/aspect_critic/harmfulness/rated_count"] == 12
     assert [g["outcome"] for g in summary["regression"]["gates"]] == ["held", "held"]
