@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import time
 from datetime import UTC, datetime
@@ -19,12 +18,10 @@ from prefect import get_client, get_run_logger
 from prefect.client.schemas.filters import (
     FlowRunFilter,
     FlowRunFilterId,
-    FlowRunFilterState,
-    FlowRunFilterStateType,
     WorkerFilter,
     WorkerFilterStatus,
 )
-from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.objects import FlowRun
 from prefect.client.schemas.sorting import TaskRunSort
 from prefect.deployments import run_deployment
 from prefect.events.filters import (
@@ -45,8 +42,6 @@ from flows.shards.plan import ShardSetupError
 WORKER_WAIT_ENV = "JUDGEFLOW_SHARD_WORKER_WAIT_SECONDS"
 DEFAULT_WORKER_WAIT_SECONDS = 20.0
 POLL_SECONDS = 1.0
-FINAL_STATE_TYPES = [StateType.COMPLETED, StateType.FAILED, StateType.CRASHED,
-                     StateType.CANCELLED]
 # How long a Running shard may show no life (no heartbeat event, no new chunk task) before it
 # is presumed dead (its worker or machine gone, so nobody will ever report its end): it is then
 # marked Crashed, and retried. The shard deployment sends heartbeats every 30 s.
@@ -123,54 +118,31 @@ class FlowRunReads:
     """Reads of several flow runs, merged: one API request per poll for every shard waiting.
 
     Each shard's wait polls its flow run every POLL_SECONDS; the reads that arrive within
-    MERGE_SECONDS of each other go to the server as one request, so that the parent's and the
-    server's polling cost does not grow with the number of shards. That request is a count of
-    the waiting flow runs in a final state, a few bytes each way: the flow runs themselves (every
-    field, parsed into models) are read only when one has ended, when one is new, and at least
-    every FULL_READ_SECONDS, so that a Pending shard is seen Running in time for its liveness
-    looks. Most polls find nothing ended; a full read costs the parent and the server several
-    times a count.
+    MERGE_SECONDS of each other go to the server as one filtered read, so that the parent's
+    and the server's polling cost does not grow with the number of shards.
     """
 
     MERGE_SECONDS = 0.05
-    FULL_READ_SECONDS = 5.0
 
     def __init__(self, client):
         self.client = client
         self.pending: dict[UUID, list[asyncio.Future]] = {}
         self.flushing: asyncio.Task | None = None
-        self.known: dict[UUID, FlowRun] = {}
-        self.full_read_at = -math.inf
 
     async def read(self, flow_run_id: UUID) -> FlowRun:
-        """The flow run as the next merged poll finds it."""
+        """The flow run as the next merged read finds it."""
         waiter = asyncio.get_running_loop().create_future()
         self.pending.setdefault(flow_run_id, []).append(waiter)
         if self.flushing is None:
             self.flushing = asyncio.create_task(self._flush())
         return await waiter
 
-    async def _needs_full_read(self, ids: list[UUID]) -> bool:
-        if any(flow_run_id not in self.known for flow_run_id in ids):
-            return True
-        if time.monotonic() - self.full_read_at >= self.FULL_READ_SECONDS:
-            return True
-        return await self.client.count_flow_runs(flow_run_filter=FlowRunFilter(
-            id=FlowRunFilterId(any_=ids),
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=FINAL_STATE_TYPES)))) > 0
-
     async def _flush(self) -> None:
         await asyncio.sleep(self.MERGE_SECONDS)
         pending, self.pending, self.flushing = self.pending, {}, None
-        ids = list(pending)
         try:
-            if await self._needs_full_read(ids):
-                self.full_read_at = time.monotonic()
-                found = {run.id: run for run in await self.client.read_flow_runs(
-                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))}
-                for flow_run_id in ids:  # one gone from the server is not found, as before
-                    self.known.pop(flow_run_id, None)
-                self.known.update(found)
+            found = {run.id: run for run in await self.client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(pending))))}
         except Exception as error:  # noqa: BLE001 - each waiting shard meets it as before
             for waiters in pending.values():
                 for waiter in waiters:
@@ -178,14 +150,11 @@ class FlowRunReads:
                         waiter.set_exception(error)
             return
         for flow_run_id, waiters in pending.items():
-            found = self.known.get(flow_run_id)
-            if found is not None and found.state is not None and found.state.is_final():
-                del self.known[flow_run_id]  # its wait ends: never asked for again
             for waiter in waiters:
                 if waiter.done():
                     continue
-                if found is not None:
-                    waiter.set_result(found)
+                if flow_run_id in found:
+                    waiter.set_result(found[flow_run_id])
                 else:
                     waiter.set_exception(ObjectNotFound(None, help_message=str(flow_run_id)))
 
