@@ -8,7 +8,9 @@ a 2-core machine.
 
     python bench/loopback.py --latency 0.1      # prints its base URL, then serves
 
-Control: `GET /stats` returns the window and the request count; `POST /reset` empties it.
+Control: `GET /stats` returns the window and the request count; `GET /timings` the monotonic
+time each request was received and each reply sent (bench/slot_gaps.py reads them); `POST
+/reset` empties both.
 
 Faults, for the storm scenarios: `--limit N` answers 429 at once to a request that arrives
 while N are being served (a provider's concurrency limit, no Retry-After); `--fail-every K`
@@ -40,14 +42,19 @@ class Window:
         self.serving = 0
         self.first_received: float | None = None
         self.last_replied: float | None = None
+        self.arrivals: list[float] = []
+        self.replies: list[float] = []
 
     def received(self) -> None:
         self.count += 1
+        now = time.monotonic()
+        self.arrivals.append(now)
         if self.first_received is None:
-            self.first_received = time.monotonic()
+            self.first_received = now
 
     def replied(self) -> None:
         self.last_replied = time.monotonic()
+        self.replies.append(self.last_replied)
 
     def as_dict(self) -> dict:
         busy = None
@@ -103,6 +110,9 @@ def make_app(latency: float, limit: int | None = None,
     async def stats(request: web.Request) -> web.Response:
         return web.json_response(window.as_dict())
 
+    async def timings(request: web.Request) -> web.Response:
+        return web.json_response({"arrivals": window.arrivals, "replies": window.replies})
+
     async def reset(request: web.Request) -> web.Response:
         window.reset()
         return web.json_response({"ok": True})
@@ -110,6 +120,7 @@ def make_app(latency: float, limit: int | None = None,
     app = web.Application()
     app.router.add_post("/v1/chat/completions", complete)
     app.router.add_get("/stats", stats)
+    app.router.add_get("/timings", timings)
     app.router.add_post("/reset", reset)
     return app
 

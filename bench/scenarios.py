@@ -29,6 +29,7 @@ from bench.processes import (
     stack_import_seconds,
 )
 from bench.sharded import measure as sharded_measure
+from bench.slot_gaps import read_slot_gaps
 
 
 class Measure(NamedTuple):
@@ -93,12 +94,16 @@ def provider_bound(calls: int, latency: float = 0.1, concurrency: int = 8) -> li
     """
     with Loopback(latency) as server:
         bare = _bare_rate(server, min(calls, 600), concurrency)
+        bare_gaps = read_slot_gaps(server.url, concurrency)
         run = judge_rows(server, calls, concurrency)
+        gaps = read_slot_gaps(server.url, concurrency)
     limit = concurrency / latency
     point = f"provider-bound {latency * 1000:.0f} ms c{concurrency}"
     common = dict(calls=run.calls, wall_seconds=run.command.wall_seconds, rate=run.rate,
                   cpu_ms_per_call=run.cpu_ms_per_call, peak_rss_mb=run.command.peak_rss_mb)
-    bare_note = f"bare litellm batch: {bare / limit:.2f} of c / latency"
+    bare_note = (f"bare litellm batch: {bare / limit:.2f} of c / latency; judgeflow's "
+                 f"{gaps.summary()}; the bare batch's mean slot gap "
+                 f"{bare_gaps.mean_gap * 1000:.1f} ms, median {bare_gaps.quantile(0.5) * 1000:.1f}")
     return [
         Measure(f"{point}: rate", **common, limit=limit, limit_label="c / latency (req/s)",
                 ratio=run.rate / limit, target=">= 0.90", note=bare_note),
