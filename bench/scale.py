@@ -6,7 +6,7 @@ two sizes, in one process and in `--shards N` on N process workers of a local Pr
 start-up cancels: the CPU per call is the slope, (CPU at the larger size - CPU at the smaller)
 / (calls more), and the fixed CPU is what the smaller run spent beyond its calls.
 
-    .venv/bin/python -m bench.scale --calls 2000 8000 --shards 2
+    .venv/bin/python -m bench.scale --calls 2000 8000 --shards 2 --repeats 3
 
 The processes, as the issue that asked for this names them:
 - one process: the whole `judgeflow evaluate` command (its own CPU and its children's), with
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from typing import NamedTuple
 
@@ -27,10 +28,15 @@ from bench.processes import Loopback
 from bench.sharded import PrefectStack, cpu_seconds, judged_rate
 
 SIZES = (2000, 8000)
+REPEATS = 3
 STARTUP_CALLS = 40
-IDLE_SECONDS = 20.0
+IDLE_SECONDS = 30.0
+SETTLE_SECONDS, SETTLE_STEP_SECONDS = 30.0, 2.0
 LATENCY = 0.005
 CONCURRENCY = 64
+# Prefect's default (PREFECT_WORKER_QUERY_SECONDS), as the projection below assumes: what the
+# workers' polls cost the server per second is a cost of time, and the larger run lasts longer.
+WORKER_POLL_SECONDS = 10.0
 # The targets of issue 27, as ratios to one process's CPU per call (or its fixed CPU).
 SHARD_PER_CALL_TARGET = 1.05
 CENTRAL_PER_CALL_TARGET = 0.05
@@ -44,21 +50,43 @@ class SizeRun(NamedTuple):
     single: float
     shards: float  # every worker with its shard flow runs
     server: float
+    server_net: float  # less its idle CPU per second over the run and its settling
     parent: float
     sharded_wall: float
     single_wall: float
 
 
-def _run_size(stack: PrefectStack, server: Loopback, calls: int, shards: int) -> SizeRun:
+def _settle(stack: PrefectStack, idle: float) -> None:
+    """Wait until the server is back at its idle CPU rate (at most SETTLE_SECONDS).
+
+    It persists a run's events and logs in batches, after the run: without the wait, work the
+    single-process run left behind would be charged to the sharded run after it, and one size's
+    leftovers to the next size.
+    """
+    deadline = time.monotonic() + SETTLE_SECONDS
+    last = stack.cpu()["prefect server"]
+    while time.monotonic() < deadline:
+        time.sleep(SETTLE_STEP_SECONDS)
+        now = stack.cpu()["prefect server"]
+        if (now - last) / SETTLE_STEP_SECONDS <= 1.5 * idle + 0.01:
+            return
+        last = now
+
+
+def _run_size(stack: PrefectStack, server: Loopback, calls: int, shards: int,
+              idle: float) -> SizeRun:
     single = judged_rate(server, stack.env, calls, CONCURRENCY)
-    before = stack.cpu()
+    _settle(stack, idle)
+    before, started = stack.cpu(), time.monotonic()
     sharded = judged_rate(server, stack.env, calls, CONCURRENCY, "--shards", str(shards))
     time.sleep(2)  # the workers reap their shards' processes (their CPU counts then)
-    after = stack.cpu()
+    _settle(stack, idle)
+    after, elapsed = stack.cpu(), time.monotonic() - started
     spent = {name: after[name] - before[name] for name in after}
     server_cpu = spent.pop("prefect server")
     return SizeRun(calls=sharded["calls"], single=single["cpu_seconds"],
                    shards=sum(spent.values()), server=server_cpu,
+                   server_net=server_cpu - idle * elapsed,
                    parent=sharded["cpu_seconds"], sharded_wall=sharded["wall_seconds"],
                    single_wall=single["wall_seconds"])
 
@@ -77,48 +105,74 @@ def _start_cost(stack: PrefectStack, server: Loopback, shards: int) -> float:
 
 
 def _idle_server_rate(stack: PrefectStack, seconds: float = IDLE_SECONDS) -> float:
-    """The server's CPU seconds per second with its workers polling and no run."""
-    before, started = stack.cpu()["prefect server"], time.monotonic()
-    time.sleep(seconds)
-    return (stack.cpu()["prefect server"] - before) / (time.monotonic() - started)
+    """The server's CPU seconds per second with its workers polling and no run: the least of
+    three windows of a worker poll interval each, so that what the warm-up run left to persist
+    does not count as idle."""
+    rates = []
+    for _ in range(3):
+        before, started = stack.cpu()["prefect server"], time.monotonic()
+        time.sleep(seconds / 3)
+        rates.append((stack.cpu()["prefect server"] - before) / (time.monotonic() - started))
+    return min(rates)
 
 
 def _slope(small: float, large: float, calls: int) -> float:
     return (large - small) / calls
 
 
-def measure(sizes: tuple[int, int] = SIZES, shards: int = 2) -> dict:
-    """Per-call and fixed CPU of every process kind, from one run of each size."""
+KINDS = ("single", "shards", "server", "server_net", "parent")
+
+
+def measure(sizes: tuple[int, int] = SIZES, shards: int = 2, repeats: int = REPEATS) -> dict:
+    """Per-call and fixed CPU of every process kind: the median over `repeats` pairs of runs.
+
+    Each pair is a run of each size, one after the other; its slope is its own. On a shared
+    machine a single pair's slopes moved by a third between runs of the same code (one
+    process's CPU per call drifts, and the server's background work lands where it lands), so
+    the figures are the median of the pairs' slopes, and the spread is reported beside them.
+    """
     load = os.getloadavg()[0]
-    with Loopback(LATENCY) as server, PrefectStack(shards, server.url) as stack:
+    with Loopback(LATENCY) as server, PrefectStack(
+            shards, server.url, worker_poll_seconds=WORKER_POLL_SECONDS) as stack:
         judged_rate(server, stack.env, 200, CONCURRENCY)  # warm the files and the database
         idle = _idle_server_rate(stack)
         start = _start_cost(stack, server, shards)
-        small, large = (_run_size(stack, server, calls, shards) for calls in sizes)
+        pairs = [tuple(_run_size(stack, server, calls, shards, idle) for calls in sizes)
+                 for _ in range(repeats)]
         server_pid_cpu = cpu_seconds(stack.processes[0].pid)
-    more = large.calls - small.calls
-    per_call = {kind: _slope(getattr(small, kind), getattr(large, kind), more)
-                for kind in ("single", "shards", "server", "parent")}
-    fixed = {kind: getattr(small, kind) - per_call[kind] * small.calls
-             for kind in ("single", "shards", "server", "parent")}
+    slopes = [{kind: _slope(getattr(small, kind), getattr(large, kind), large.calls - small.calls)
+               for kind in KINDS} for small, large in pairs]
+    ratios = [{"shards": slope["shards"] / slope["single"],
+               "central": (slope["server"] + slope["parent"]) / slope["single"],
+               "central_net": (max(0.0, slope["server_net"]) + slope["parent"]) / slope["single"]}
+              for slope in slopes]
+    per_call = {kind: statistics.median(slope[kind] for slope in slopes) for kind in KINDS}
     # What the server spends per second anyway (its services, the workers' polls) is not the
-    # calls': the larger run lasts longer, so the slope above holds that time too.
-    per_call["server_net"] = max(0.0, per_call["server"] - idle * (
-        large.sharded_wall - small.sharded_wall) / more)
-    single = per_call["single"]
-    central = per_call["server"] + per_call["parent"]
+    # calls': the larger run lasts longer, so the raw slope holds that time too.
+    per_call["server_net"] = max(0.0, per_call["server_net"])
+    fixed = {kind: statistics.median(getattr(small, kind) for small, _ in pairs)
+             - per_call[kind] * pairs[0][0].calls
+             for kind in ("single", "shards", "server", "parent")}
+
+    def median_ratio(name: str) -> float:
+        return statistics.median(ratio[name] for ratio in ratios)
+
     return {
-        "sizes": [small.calls, large.calls], "shards": shards, "load_average": load,
+        "sizes": [pairs[0][0].calls, pairs[0][1].calls], "shards": shards, "repeats": repeats,
+        "load_average": load,
         "ms_per_call": {kind: round(1000 * value, 3) for kind, value in per_call.items()},
-        "shards_per_call_ratio": per_call["shards"] / single,
-        "central_per_call_ratio": central / single,
-        "central_net_per_call_ratio": (per_call["server_net"] + per_call["parent"]) / single,
+        "shards_per_call_ratio": median_ratio("shards"),
+        "central_per_call_ratio": median_ratio("central"),
+        "central_net_per_call_ratio": median_ratio("central_net"),
+        "ratio_ranges": {name: [round(min(r[name] for r in ratios), 3),
+                                round(max(r[name] for r in ratios), 3)]
+                         for name in ("shards", "central", "central_net")},
         "fixed_seconds": {kind: round(value, 2) for kind, value in fixed.items()},
         "fixed_seconds_per_shard": round(fixed["shards"] / shards, 2),
         # Direct: a 40-call sharded run, less its calls at the slope's CPU per call.
         "shard_start_seconds": round(start - per_call["shards"] * STARTUP_CALLS / shards, 2),
         "server_idle_cpu_per_second": round(idle, 4),
-        "runs": [run._asdict() for run in (small, large)],
+        "runs": [run._asdict() for pair in pairs for run in pair],
         "server_cpu_total": round(server_pid_cpu, 1),
     }
 
@@ -176,7 +230,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, nargs=2, default=list(SIZES))
     parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
     args = parser.parse_args()
-    measured = measure(tuple(args.calls), args.shards)
+    measured = measure(tuple(args.calls), args.shards, args.repeats)
     print(json.dumps(measured, indent=1))
     print(projection_table(measured))

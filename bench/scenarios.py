@@ -374,26 +374,34 @@ def scale_out(sizes: tuple[int, int] = bench_scale.SIZES, shards: int = 2) -> li
     single = per_call["single"]
     common = dict(calls=result["sizes"][1], wall_seconds=result["runs"][1]["sharded_wall"],
                   rate=None, peak_rss_mb=None)
+    spread = result["ratio_ranges"]
     note = (f"load average {result['load_average']:.1f}; {result['sizes'][0]} and "
-            f"{result['sizes'][1]} calls; idle Prefect server "
-            f"{result['server_idle_cpu_per_second']:.3f} CPU s/s with {shards} workers")
+            f"{result['sizes'][1]} calls, median of {result['repeats']} pairs; idle Prefect "
+            f"server {result['server_idle_cpu_per_second']:.3f} CPU s/s with {shards} workers")
+
+    def pairs_range(name: str) -> str:
+        low, high = spread[name]
+        return f"pairs {low:.3f}-{high:.3f}"
+
     return [
         Measure("scale-out: shard processes' CPU per call / one process's", **common,
                 limit=single, limit_label="one process's CPU ms per call",
                 ratio=result["shards_per_call_ratio"], cpu_ms_per_call=per_call["shards"],
-                target="<= 1.05", note=note),
+                target="<= 1.05", note=f"{note}; {pairs_range('shards')}"),
         Measure("scale-out: central CPU per call (Prefect server + parent) / one process's",
                 **common, limit=single, limit_label="one process's CPU ms per call",
                 ratio=result["central_per_call_ratio"],
                 cpu_ms_per_call=per_call["server"] + per_call["parent"], target="<= 0.05",
-                note=f"server {per_call['server']:.3f} ms, parent {per_call['parent']:.3f} ms"),
+                note=f"server {per_call['server']:.3f} ms, parent {per_call['parent']:.3f} ms; "
+                     f"{pairs_range('central')}"),
         Measure("scale-out: central CPU per call, net of the server's idle CPU / one process's",
                 **common, limit=single, limit_label="one process's CPU ms per call",
                 ratio=result["central_net_per_call_ratio"],
                 cpu_ms_per_call=per_call["server_net"] + per_call["parent"], target="<= 0.05",
                 note=f"server {per_call['server_net']:.3f} ms once its idle "
                      f"{result['server_idle_cpu_per_second']:.3f} CPU s/s (workers polling "
-                     "every second) over the longer run is taken out"),
+                     f"every {bench_scale.WORKER_POLL_SECONDS:.0f} s) over each run is taken "
+                     f"out; {pairs_range('central_net')}"),
         Measure("scale-out: fixed CPU to start one shard", **common,
                 limit=bench_scale.SHARD_START_TARGET_SECONDS, limit_label="1.5 s",
                 ratio=result["shard_start_seconds"] / bench_scale.SHARD_START_TARGET_SECONDS,
