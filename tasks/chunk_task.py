@@ -14,6 +14,11 @@ from judges.model.usage import Usage
 # A chunk is retried whole when it crashes (failed calls are already retried one by one and
 # end as error_message). Our reply cache makes reruns free, so Prefect's input hashing of
 # whole chunks would be waste.
+#
+# No tags: a tagged task run asks the API for the tags' concurrency slots before it starts (a
+# lease, renewed while it runs), whether or not a limit exists. That round trip took 2-2.8 s
+# when the API was busy, and at a chunk boundary nothing else was judging meanwhile. The
+# provider's limit across runs is the model's global limit (flows/shards/limits.py).
 CHUNK_TASK_OPTIONS = {
     "cache_policy": NO_CACHE,
     "retries": 2,

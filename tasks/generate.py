@@ -69,7 +69,7 @@ class GeneratedChunk:
     calls: list[dict] = field(default_factory=list)
 
 
-@task(name="generate-chunk", tags=["judgeflow-generate"], **CHUNK_TASK_OPTIONS)
+@task(name="generate-chunk", **CHUNK_TASK_OPTIONS)
 async def generate_chunk(rows: list[EvalRow], settings: LLMSettings) -> GeneratedChunk:
     """Responses, latency and token counts from the candidate model for one chunk of rows."""
     client, usage, calls = LLMClient(settings), Usage(), []

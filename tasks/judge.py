@@ -22,7 +22,7 @@ class JudgingKind(Protocol[Result]):
         """The chunk judged with this context's client, cache and usage tally."""
 
 
-@task(name="judge-chunk", tags=["judgeflow-judge"], **CHUNK_TASK_OPTIONS)
+@task(name="judge-chunk", **CHUNK_TASK_OPTIONS)
 async def judge_chunk(
     index: int,
     items: list,

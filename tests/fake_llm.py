@@ -151,6 +151,9 @@ class FakeLLMServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as real providers do
+            # Buffered, flushed once the reply is written: headers and body leave together,
+            # as a provider's small reply does.
+            wbufsize = -1
 
             def log_message(self, *args) -> None:  # keep test output clean
                 pass

@@ -112,6 +112,8 @@ def test_concurrency_bound_holds(fake_llm):
 
 
 def test_offline_model_needs_no_server():
+    import judges.builtin.offline  # noqa: F401 - registers the offline judge, as the CLI does
+
     settings = LLMSettings(model="judgeflow/offline")
     messages = [
         {

@@ -251,3 +251,28 @@ def test_at_default_settings_an_rpm_cap_is_paced_in_full_from_the_start(fake_llm
     gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
     # At an eighth of the cap (16 of 128 slots) a gap would be 0.4 s.
     assert statistics.median(gaps) < 0.15, gaps
+
+
+def test_a_freed_slot_s_next_request_leaves_before_the_reply_is_processed(fake_llm):
+    # One slot: each reply frees it for the next request, which waits with its bytes ready.
+    # Reading the reply and litellm's work on it take milliseconds; done first, they would
+    # leave the provider idle that long between every two requests.
+    fake_llm.script = Recorder(lambda index: Reply(VERDICT), seconds=0.02)
+    client = _client(fake_llm, concurrency=1, timeout_seconds=9.5)
+    calls = 12
+    sent_when_returned: list[int] = []
+
+    async def many():
+        usage = Usage()
+
+        async def one():
+            await client.complete(MESSAGES, usage)
+            sent_when_returned.append(client._limits.requests_sent)
+
+        await asyncio.gather(*(one() for _ in range(calls)))
+
+    asyncio.run(many())
+    assert client._limits.hooked and not client._limits.hookless
+    # When the k-th call's caller has its reply, the (k+1)-th request has already left (the
+    # first calls, before the hooks were seen to work, excepted).
+    assert sent_when_returned[3:-1] == list(range(5, calls + 1)), sent_when_returned

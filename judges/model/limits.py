@@ -89,6 +89,9 @@ class ProcessLimits:
     hookless: bool = False
     loops: weakref.WeakSet = field(default_factory=weakref.WeakSet)
     last_loop: object = None
+    # Requests whose body has left through the hooks: a freed slot's next owner has left once
+    # this moves.
+    requests_sent: int = 0
 
     async def enter(self) -> int:
         """Take a slot at the provider; returns the congestion epoch it was admitted in.
@@ -105,10 +108,10 @@ class ProcessLimits:
             raise
         return self.congestion.epoch
 
-    def leave(self) -> None:
-        """Give the slot back."""
+    def leave(self) -> bool:
+        """Give the slot back; True when a waiting request was handed it."""
         self.congestion.open()  # before the release, which hands out the opened window
-        self.gate.release()
+        return self.gate.release()
 
 
 _limits_lock = threading.Lock()

@@ -173,24 +173,29 @@ class AdaptiveGate:
                 self.release()  # granted a slot it will never use
             raise
 
-    def release(self) -> None:
-        """Free a slot and hand free slots to waiters."""
+    def release(self) -> bool:
+        """Free a slot and hand free slots to waiters; True when a waiter was given one."""
         with self._lock:
             self._in_flight -= 1
-            self._wake()
+            return self._wake()
 
-    def _wake(self) -> None:
-        """Grant free slots to waiters (the lock is held)."""
+    def _wake(self) -> bool:
+        """Grant free slots to waiters (the lock is held); True when one was granted."""
+        granted = False
         while self._waiters and self._in_flight < self._window():
             waiter = self._waiters.popleft()
             if waiter.done():
                 continue  # cancelled while queued
             self._in_flight += 1
+            granted = True
             loop = waiter.get_loop()
             if _running_loop() is loop:
-                loop.call_soon(self._grant, waiter)
+                # Granted at once, not one loop pass later: at the provider's limit the next
+                # request's wait for its slot is time the provider works for no one.
+                waiter.set_result(None)
             else:
                 loop.call_soon_threadsafe(self._grant, waiter)
+        return granted
 
     def _grant(self, waiter: asyncio.Future) -> None:
         if waiter.cancelled():
