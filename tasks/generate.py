@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from prefect import task
 
 from judges.model.call_meter import FINISHED_CALLS
+from judges.model.in_flight import in_chunk
 from judges.model.llm import LLMClient
 from judges.model.settings import LLMSettings
 from judges.model.usage import LLMCallError, Usage
@@ -70,8 +71,10 @@ class GeneratedChunk:
 
 
 @task(name="generate-chunk", **CHUNK_TASK_OPTIONS)
-async def generate_chunk(rows: list[EvalRow], settings: LLMSettings) -> GeneratedChunk:
+async def generate_chunk(index: int, rows: list[EvalRow], settings: LLMSettings
+                         ) -> GeneratedChunk:
     """Responses, latency and token counts from the candidate model for one chunk of rows."""
+    in_chunk(index)
     client, usage, calls = LLMClient(settings), Usage(), []
     generated = await asyncio.gather(*(_generate_one(client, row, usage, calls) for row in rows))
     # in row order, whatever order the calls finished in

@@ -7,6 +7,7 @@ from typing import Protocol, TypeVar
 from prefect import task
 
 from judges.calls import JudgeContext
+from judges.model.in_flight import in_chunk
 from judges.model.settings import LLMSettings
 from tasks.chunk_task import CHUNK_TASK_OPTIONS, judge_context
 
@@ -31,5 +32,6 @@ async def judge_chunk(
     storage_options: dict,
 ) -> Result:
     """Judge one chunk: all its calls concurrent under the process-wide bounds."""
+    in_chunk(index)
     ctx = judge_context(kind.settings, cache_url, storage_options)
     return await kind.judge(ctx, index, items)

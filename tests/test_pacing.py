@@ -11,11 +11,12 @@ import uuid
 
 import pytest
 
+from judges.model.in_flight import in_chunk
 from judges.model.llm import LLMClient
-from judges.model.pacing import Congestion
+from judges.model.pacing import AdaptiveGate, Congestion
 from judges.model.settings import ADAPTIVE_MAX, ADAPTIVE_START, LLMSettings
 from judges.model.usage import Usage
-from tests.fake_llm import Reply
+from tests.fake_llm import Reply, prompt_text
 
 VERDICT = '{"rationale": "ok", "rating": "yes"}'
 MESSAGES = [{"role": "user", "content": "judge this"}]
@@ -276,3 +277,61 @@ def test_a_freed_slot_s_next_request_leaves_before_the_reply_is_processed(fake_l
     # When the k-th call's caller has its reply, the (k+1)-th request has already left (the
     # first calls, before the hooks were seen to work, excepted).
     assert sent_when_returned[3:-1] == list(range(5, calls + 1)), sent_when_returned
+
+
+def test_an_older_chunk_s_calls_go_first_so_chunks_end_in_turn(fake_llm):
+    # Chunks sharing the window evenly all end together, and the window stands empty while
+    # the next chunks' tasks start. Admitted oldest chunk first, they end one after another.
+    arrivals: list[int] = []
+    lock = threading.Lock()
+
+    def provider(body) -> Reply:
+        with lock:
+            arrivals.append(int(prompt_text(body).rsplit(" ", 1)[1]))
+        time.sleep(0.01)
+        return Reply(VERDICT)
+
+    fake_llm.script = provider
+    client = _client(fake_llm, concurrency=2, timeout_seconds=9.25)
+    calls = 12
+
+    async def chunk(index: int) -> None:
+        in_chunk(index)
+        usage, messages = Usage(), [{"role": "user", "content": f"judge chunk {index}"}]
+        await asyncio.gather(*(client.complete(messages, usage) for _ in range(calls)))
+
+    async def younger_chunk_first() -> None:
+        younger = asyncio.create_task(chunk(1))
+        await asyncio.sleep(0)  # the younger chunk's calls queue first
+        await chunk(0)
+        await younger
+
+    asyncio.run(younger_chunk_first())
+    assert sorted(arrivals) == [0] * calls + [1] * calls
+    # Only the younger chunk's calls admitted before the older chunk's queued (at most the
+    # admission window: twice the concurrency) go before it.
+    assert arrivals[:calls + 4].count(0) == calls, arrivals
+
+
+def test_a_gate_grants_the_lowest_order_first_and_forgets_a_cancelled_waiter():
+    async def scenario() -> list[str]:
+        gate = AdaptiveGate(lambda: 1)
+        await gate.acquire()
+        granted: list[str] = []
+
+        async def wait(name: str, order: int) -> None:
+            await gate.acquire(order)
+            granted.append(name)
+
+        waiters = {name: asyncio.create_task(wait(name, order))
+                   for name, order in [("late", 2), ("first", 1), ("gone", 0), ("second", 1)]}
+        await asyncio.sleep(0)
+        waiters["gone"].cancel()
+        await asyncio.sleep(0)
+        for _ in range(3):
+            assert gate.release()  # each release hands the slot straight to the next waiter
+            await asyncio.sleep(0)
+        assert not gate.release() and gate.in_flight == 0
+        return granted
+
+    assert asyncio.run(scenario()) == ["first", "second", "late"]

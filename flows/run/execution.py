@@ -248,7 +248,7 @@ async def generate_all(
     """
     return await drive(
         rows, GeneratedRowChunks(settings),
-        lambda index, chunk: generate_chunk(quote(chunk), settings, return_state=True),
+        lambda index, chunk: generate_chunk(index, quote(chunk), settings, return_state=True),
         lambda index, chunk, result: keep(index, result.rows,
                                           in_phase(result.calls, "generation")),
         chunk_size, settings.window_ceiling, store, progress)

@@ -12,6 +12,10 @@ endpoint, bound to the pool of the first call that built it. So a call is sent t
 once a call to the same endpoint was seen to pass the hooks, while a single event loop uses
 the endpoint, and never again after a reply came back without them. Otherwise the slot is
 taken before litellm is called, as a plain semaphore would.
+
+A reply's hook lets the request it freed a slot for leave before the reply is processed, and
+calls enter litellm oldest chunk first (`in_chunk`): chunks that shared the window evenly all
+ended together, and the window stood empty while the next chunks' tasks started.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ import judges.model.litellm_door as door
 from judges.model.usage import Completion
 
 _CALL: ContextVar[SentCall | None] = ContextVar("judgeflow_sent_call", default=None)
+_CHUNK: ContextVar[int] = ContextVar("judgeflow_chunk", default=0)
+
+
+def in_chunk(index: int) -> None:
+    """The calls made from this context on belong to chunk `index`: older chunks go first."""
+    _CHUNK.set(index)
 
 
 class SentCall:
@@ -77,7 +87,7 @@ async def send_within_limits(call: SentCall, request: dict) -> Completion:
     """One litellm call within its endpoint's limits (see the module's docstring)."""
     limits = call.limits
     session = await _pool()
-    await limits.admission.acquire()
+    await limits.admission.acquire(order=_CHUNK.get())
     try:
         if call.reserve_budget is not None:  # raises BudgetReached: nothing is sent
             call.budget_hold = call.reserve_budget()

@@ -21,9 +21,10 @@ on different event loops share one window.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 
 # The share never falls below this: even a heavily limited model keeps one call in flight.
@@ -137,13 +138,15 @@ class Congestion:
 
 
 class AdaptiveGate:
-    """At most `window()` holders at once, first come first served; the window may move."""
+    """At most `window()` holders at once, by order, then first come first served."""
 
     def __init__(self, window: Callable[[], int]):
         self._window = window
         self._lock = threading.Lock()
         self._in_flight = 0
-        self._waiters: deque[asyncio.Future] = deque()
+        # (order, arrival, waiter): a heap, so the lowest order goes first, then arrival order.
+        self._waiters: list[tuple[float, int, asyncio.Future]] = []
+        self._arrivals = itertools.count()
 
     @property
     def in_flight(self) -> int:
@@ -154,24 +157,35 @@ class AdaptiveGate:
         """Every slot is taken or calls are waiting for one."""
         return bool(self._waiters) or self._in_flight >= self._window()
 
-    async def acquire(self) -> None:
-        """Wait for a slot (in arrival order); a cancelled waiter gives its slot back."""
+    async def acquire(self, order: float = 0) -> None:
+        """Wait for a slot: the lowest `order` first, then in arrival order.
+
+        A cancelled waiter gives its slot back.
+        """
         with self._lock:
             if not self._waiters and self._in_flight < self._window():
                 self._in_flight += 1
                 return
             waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+            heapq.heappush(self._waiters, (order, next(self._arrivals), waiter))
         try:
             await waiter
         except asyncio.CancelledError:
             with self._lock:
-                queued = waiter in self._waiters
-                if queued:
-                    self._waiters.remove(waiter)
+                queued = self._forget(waiter)
             if not queued and not waiter.cancelled():
                 self.release()  # granted a slot it will never use
             raise
+
+    def _forget(self, waiter: asyncio.Future) -> bool:
+        """Take a waiter out of the queue (the lock is held); False when it was not queued."""
+        for index, (_, _, queued) in enumerate(self._waiters):
+            if queued is waiter:
+                self._waiters[index] = self._waiters[-1]
+                self._waiters.pop()
+                heapq.heapify(self._waiters)
+                return True
+        return False
 
     def release(self) -> bool:
         """Free a slot and hand free slots to waiters; True when a waiter was given one."""
@@ -183,7 +197,7 @@ class AdaptiveGate:
         """Grant free slots to waiters (the lock is held); True when one was granted."""
         granted = False
         while self._waiters and self._in_flight < self._window():
-            waiter = self._waiters.popleft()
+            _, _, waiter = heapq.heappop(self._waiters)
             if waiter.done():
                 continue  # cancelled while queued
             self._in_flight += 1
