@@ -36,7 +36,8 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
     return {
         "provider": lambda: scenarios.provider_bound(calls(1200)),
         # Another point of the same kind (the hidden checks use other points).
-        "provider-200ms": lambda: scenarios.provider_bound(calls(1200), 0.2, 32),
+        "provider-200ms": lambda: scenarios.provider_bound(calls(1200), 0.2, 32, ">= 0.90",
+                                                           "<= 1.3"),
         "rerun": lambda: scenarios.rerun_unchanged(calls(1200)),
         "libraries": scenarios.two_judges_against_libraries,
         "defaults": scenarios.defaults_against_peers,

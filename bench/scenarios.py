@@ -86,11 +86,13 @@ def judge_rows(server: Loopback, rows: int, concurrency: int | None, *extra: str
     return JudgedRun(command, stats["count"], stats["busy_seconds"] or 0.0)
 
 
-def provider_bound(calls: int, latency: float = 0.1, concurrency: int = 8) -> list[Measure]:
+def provider_bound(calls: int, latency: float = 0.1, concurrency: int = 8,
+                   rate_target: str = ">= 0.95", wall_target: str = "<= 1.15") -> list[Measure]:
     """The provider is the bottleneck: the run should keep `concurrency` calls in flight.
 
     A warm bare litellm batch at the same point, against the same server, is measured too: it
     shows what litellm alone reaches there on this machine (its own CPU per call included).
+    The default targets are issue 27's for 1,200 calls at 100 ms and concurrency 8.
     """
     with Loopback(latency) as server:
         bare = _bare_rate(server, min(calls, 600), concurrency)
@@ -106,13 +108,13 @@ def provider_bound(calls: int, latency: float = 0.1, concurrency: int = 8) -> li
                  f"{bare_gaps.mean_gap * 1000:.1f} ms, median {bare_gaps.quantile(0.5) * 1000:.1f}")
     return [
         Measure(f"{point}: rate", **common, limit=limit, limit_label="c / latency (req/s)",
-                ratio=run.rate / limit, target=">= 0.90", note=bare_note),
+                ratio=run.rate / limit, target=rate_target, note=bare_note),
         Measure(f"{point}: rate vs bare litellm", **common, limit=bare,
                 limit_label="bare litellm batch (req/s)", ratio=run.rate / bare,
                 target=">= 0.95"),
         Measure(f"{point}: wall", **common, limit=run.busy_seconds,
                 limit_label="server busy window (s)",
-                ratio=run.command.wall_seconds / run.busy_seconds, target="<= 1.3"),
+                ratio=run.command.wall_seconds / run.busy_seconds, target=wall_target),
     ]
 
 
