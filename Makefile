@@ -25,9 +25,17 @@ $(VENV)/.installed-dev: $(UV) pyproject.toml uv.lock
 	$(UV) sync --frozen --extra dev --compile-bytecode --python $(PYTHON)
 	touch $@ $(VENV)/.installed
 
+# The project's own bytecode, compiled now rather than on every start: a process that may
+# not write it (PYTHONDONTWRITEBYTECODE, a read-only checkout) compiles all 230 modules from
+# source each time, 0.3-0.6 s before a user error is printed or a shard starts. Incremental:
+# 0.04 s when nothing changed.
+BYTECODE := $(VENV)/bin/python -m compileall -q flows tasks judges
+
 install: $(VENV)/.installed
+	@$(BYTECODE)
 
 dev: $(VENV)/.installed-dev
+	@$(BYTECODE)
 
 # The demo's temporary Prefect API keeps its database in its own folder, away from any other
 # Prefect process on the machine (SQLite does not like sharing).

@@ -218,6 +218,12 @@ def test_the_builder_s_install_runs_in_a_fresh_venv_which_then_judges_offline(tm
                               timeout=600)
         assert done.returncode == 0, f"{command}\n{done.stderr[-4000:]}"
     assert not (venv / "bin" / "pytest").exists()  # no development extras
+    compiles = [run for run in builder.args("RUN") if "compileall" in run]
+    assert compiles, "the builder does not compile the project's bytecode"
+    for run in compiles:
+        done = subprocess.run(shlex.split(local(run)), cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
 
     # The final stage's environment, as a container of the image has it.
     home = tmp_path / "home"
@@ -232,6 +238,17 @@ def test_the_builder_s_install_runs_in_a_fresh_venv_which_then_judges_offline(tm
     where = subprocess.run([venv / "bin" / "python", "-c", "import flows; print(flows.__file__)"],
                            cwd=tmp_path, env=run_env, capture_output=True, text=True)
     assert Path(where.stdout.strip()).parent.parent == workdir  # the image's checkout
+    # The container's user may not write bytecode into the root-owned checkout: a flow run
+    # there starts from the builder's, compiling none of the project's modules from source.
+    started = subprocess.run(
+        [venv / "bin" / "python", "-v", "-c", "import flows.commands.evaluate, flows.evaluate"],
+        cwd=workdir, env={**run_env, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr[-3000:]
+    from_source = [line for line in started.stderr.splitlines()
+                   if line.startswith(f"# code object from {workdir}")]
+    assert not from_source, from_source[:5]
+    assert f"# code object from '{workdir}/flows/" in started.stderr
 
     output = tmp_path / "results"
     judged = subprocess.run(
