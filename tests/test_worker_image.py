@@ -225,10 +225,11 @@ def test_the_builder_s_install_runs_in_a_fresh_venv_which_then_judges_offline(tm
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
 
-    # The final stage's environment, as a container of the image has it.
+    # The final stage's environment, as a container of the image has it; its user may not
+    # write bytecode into the root-owned checkout, so no process here writes any either.
     home = tmp_path / "home"
     run_env = _clean_env(HOME=str(home), PREFECT_HOME=str(home / ".prefect"),
-                         XDG_CACHE_HOME=str(home / ".cache"),
+                         XDG_CACHE_HOME=str(home / ".cache"), PYTHONDONTWRITEBYTECODE="1",
                          **{k: local(v).replace("$PATH", os.environ["PATH"])
                             for k, v in final.env().items()})
     judgeflow = venv / "bin" / "judgeflow"
@@ -238,12 +239,10 @@ def test_the_builder_s_install_runs_in_a_fresh_venv_which_then_judges_offline(tm
     where = subprocess.run([venv / "bin" / "python", "-c", "import flows; print(flows.__file__)"],
                            cwd=tmp_path, env=run_env, capture_output=True, text=True)
     assert Path(where.stdout.strip()).parent.parent == workdir  # the image's checkout
-    # The container's user may not write bytecode into the root-owned checkout: a flow run
-    # there starts from the builder's, compiling none of the project's modules from source.
+    # A flow run there starts from the builder's bytecode, compiling no project module.
     started = subprocess.run(
         [venv / "bin" / "python", "-v", "-c", "import flows.commands.evaluate, flows.evaluate"],
-        cwd=workdir, env={**run_env, "PYTHONDONTWRITEBYTECODE": "1"},
-        capture_output=True, text=True, timeout=120)
+        cwd=workdir, env=run_env, capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr[-3000:]
     from_source = [line for line in started.stderr.splitlines()
                    if line.startswith(f"# code object from {workdir}")]
