@@ -148,6 +148,23 @@ def test_retry_after_ms_and_http_date_are_honoured():
     assert retry_after_seconds(Error({})) is None
 
 
+def test_a_known_round_trip_never_shortens_a_retry_after_nor_lengthens_the_backoff():
+    from types import SimpleNamespace
+
+    from judges.model.retry import backoff_delay
+
+    class Refused(Exception):
+        def __init__(self, headers):
+            self.litellm_response_headers = headers
+
+    policy = SimpleNamespace(backoff_seconds=1.0, max_backoff_seconds=30.0)
+    for _ in range(50):
+        assert backoff_delay(policy, 1, Refused({"retry-after": "3"}), round_trip=0.1) == 3.0
+        assert 0.1 <= backoff_delay(policy, 1, Refused({}), round_trip=0.1) <= 0.15
+        assert 0.5 <= backoff_delay(policy, 1, Refused({}), round_trip=5.0) <= 1.0
+        assert 1.0 <= backoff_delay(policy, 2, Refused({})) <= 2.0
+
+
 def test_api_key_env_must_name_an_api_key():
     from pydantic import ValidationError
 

@@ -335,3 +335,94 @@ def test_a_gate_grants_the_lowest_order_first_and_forgets_a_cancelled_waiter():
         return granted
 
     assert asyncio.run(scenario()) == ["first", "second", "late"]
+
+
+class Attempts:
+    """Each call's requests (told apart by their prompt): when they arrived, and the status."""
+
+    def __init__(self, answer_for):
+        self.answer_for = answer_for
+        self.by_call: dict[str, list[tuple[float, int]]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, body) -> Reply:
+        reply = self.answer_for(body)
+        with self._lock:
+            self.by_call.setdefault(prompt_text(body), []).append((time.monotonic(),
+                                                                   reply.status))
+        if reply.status == 200:
+            time.sleep(0.03)
+        return reply
+
+    def gaps_after_refusals(self) -> list[list[float]]:
+        """For each call: seconds from each of its 429s to its next request."""
+        return [[later - when for (when, status), (later, _) in zip(seen, seen[1:], strict=False)
+                 if status == 429] for seen in self.by_call.values()]
+
+
+def _run_distinct(client: LLMClient, calls: int) -> Usage:
+    async def many():
+        usage = Usage()
+        await asyncio.gather(*(client.complete([{"role": "user", "content": f"call {i}"}], usage)
+                               for i in range(calls)))
+        return usage
+
+    return asyncio.run(many())
+
+
+def test_a_call_refused_while_others_are_answered_is_retried_after_about_one_round_trip(
+        fake_llm):
+    # A provider that takes 4 calls at once and refuses the rest, without Retry-After. Its 429
+    # says "one too many", not "wait a second": the backoff (at least 1 s here) would keep the
+    # run waiting for its refused calls long after the others were answered.
+    limit, in_flight, lock = 4, [0], threading.Lock()
+
+    def provider(body) -> Reply:
+        with lock:
+            if in_flight[0] >= limit:
+                return Reply(status=429)
+            in_flight[0] += 1
+        return Reply(VERDICT)
+
+    attempts = Attempts(provider)
+
+    def script(body) -> Reply:
+        try:
+            return attempts(body)
+        finally:
+            with lock:
+                if attempts.by_call[prompt_text(body)][-1][1] == 200:
+                    in_flight[0] -= 1
+
+    fake_llm.script = script
+    client = _client(fake_llm, concurrency=8, backoff_seconds=2.0)
+    usage = _run_distinct(client, 24)
+    assert usage.calls == 24 and usage.failures == 0
+    gaps = [gap for call in attempts.gaps_after_refusals() for gap in call]
+    assert gaps, "the provider never refused: the test proves nothing"
+    assert max(gaps) < 1.0, gaps  # the backoff's shortest wait is 1 s
+
+
+def test_a_provider_refusing_every_call_is_backed_off_after_one_quick_retry(fake_llm):
+    # A per-minute limit reached: every call is refused for a while, and nothing is answered
+    # between two refusals. Only the first retry is quick; the next waits out the backoff.
+    closed_until: list[float] = []
+
+    def provider(body) -> Reply:
+        if not closed_until:  # the first call goes alone and is answered: a round trip known
+            closed_until.append(0.0)
+            return Reply(VERDICT)
+        if not closed_until[0]:
+            closed_until[0] = time.monotonic() + 0.5
+        return Reply(status=429) if time.monotonic() < closed_until[0] else Reply(VERDICT)
+
+    attempts = Attempts(provider)
+    fake_llm.script = attempts
+    client = _client(fake_llm, concurrency=2, backoff_seconds=1.0)
+    usage = _run_distinct(client, 3)
+    assert usage.calls == 3 and usage.failures == 0
+    refused = [gaps for gaps in attempts.gaps_after_refusals() if gaps]
+    assert len(refused) == 2, attempts.by_call
+    for first, second, *_ in refused:
+        assert first < 0.45, refused  # about one round trip (the backoff: 0.5-1 s)
+        assert second >= 0.95, refused  # the second retry's backoff: 1-2 s

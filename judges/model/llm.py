@@ -90,6 +90,7 @@ class LLMClient:
             # The model's first call: the import and lookups in a thread, off the event loop.
             await asyncio.to_thread(prepare_model, self.settings)
         batches = current_batches()
+        answered_at_refusal: int | None = None  # the endpoint's answered calls at our last 429
         for attempt in range(1, self.settings.max_attempts + 1):
             online = batches is None or (attempt > 1 and batches.options.retry == "online")
             try:
@@ -118,7 +119,15 @@ class LLMClient:
                     usage.failures += 1
                     raise LLMCallError(describe_error(error, attempt, self.settings)) from None
                 usage.retries += 1
-                await asyncio.sleep(backoff_delay(self.settings, attempt, error))
+                round_trip = None
+                if door.is_rate_limited(error):
+                    # A first refusal, or one after others were answered: one call too many,
+                    # not a closed door, so it is retried quickly (judges/model/retry.py).
+                    congestion = self._limits.congestion
+                    if answered_at_refusal is None or congestion.answered > answered_at_refusal:
+                        round_trip = congestion.round_trip
+                    answered_at_refusal = congestion.answered
+                await asyncio.sleep(backoff_delay(self.settings, attempt, error, round_trip))
                 continue
             usage.count_success(completion)
             return completion._replace(attempts=attempt)
@@ -183,6 +192,7 @@ class LLMClient:
                 self._observe_failure(error, call.epoch)
             raise
         limits.congestion.on_success(window_full=limits.gate.full())
+        limits.congestion.on_answer(completion.latency_seconds)
         limits.tokens.settle(call.reserved, completion.input_tokens + completion.output_tokens)
         completion = priced(self.settings, completion)
         if budget is not None:

@@ -10,6 +10,8 @@
   of that burst, down to half) and from then on grows by one call per window of replies,
   probing the provider's limit from just below it.
 - A Retry-After pauses the whole model: every call to it waits, not only the one that was told.
+- The smoothed round trip of answered calls (as TCP keeps one for its retransmission timer)
+  times a refused call's first retry: see judges/model/retry.py.
 - The first call to a model goes alone. It pays the one-time costs of reaching it (litellm's
   and the SDK's set-up, the first connection) and learns whether it answers at all, so the
   window opens on a warm path and an RPM pace starts from a request that was really sent.
@@ -36,6 +38,8 @@ ADAPTIVE_DECREASE = 0.85
 # Recovery takes at least this many successes per unit of share (32 from half to full), so
 # that a small window or an RPM-paced model does not rush back into the limit it just hit.
 MIN_STEPS = 64
+# TCP's weight of a new round-trip sample in the smoothed one (RFC 6298).
+ROUND_TRIP_GAIN = 1 / 8
 
 
 class Congestion:
@@ -57,6 +61,9 @@ class Congestion:
         self.decreases = 0
         self.opened = False
         self._pause_until = 0.0
+        # Calls answered, and the seconds from a request to its reply smoothed over them.
+        self.answered = 0
+        self.round_trip: float | None = None
         # The share when the last congestion event began, and its 429s so far.
         self._event_share, self._refused = 1.0, 0
         self._lock = threading.Lock()
@@ -98,6 +105,14 @@ class Congestion:
                 return
             steps = max(self.concurrency * self.window(), MIN_STEPS)
             self.share = min(1.0, self.share + 1.0 / steps)
+
+    def on_answer(self, round_trip: float) -> None:
+        """A call was answered: count it and fold its round trip into the smoothed one."""
+        with self._lock:
+            self.answered += 1
+            previous = self.round_trip
+            self.round_trip = (round_trip if previous is None
+                               else previous + ROUND_TRIP_GAIN * (round_trip - previous))
 
     def on_rate_limited(self, epoch: int) -> None:
         """Multiplicative decrease, once per congestion event.

@@ -62,12 +62,27 @@ def status_of(error: Exception) -> int | None:
     return status if isinstance(status, int) else None
 
 
-def backoff_delay(settings: RetryPolicy, attempt: int, error: Exception) -> float:
-    """Exponential backoff with jitter, never shorter than the server's Retry-After."""
+def backoff_delay(settings: RetryPolicy, attempt: int, error: Exception,
+                  round_trip: float | None = None) -> float:
+    """Exponential backoff with jitter, never shorter than the server's Retry-After.
+
+    `round_trip` (the endpoint's smoothed round trip) is given for a 429 that may be retried
+    quickly: a call's first refusal, or a later one while the provider answered other calls
+    meanwhile. Without a Retry-After, that retry waits about one round trip, not the backoff,
+    when that is shorter: by then the calls that filled the provider have been answered, and
+    the window the 429 shrank admits the retry only into a free place (judges/model/pacing.py).
+    A refusal near the end of a run otherwise kept the run waiting 0.5-2 s for its last call.
+    A provider that refuses everything (a per-minute limit reached) answers no call between
+    two refusals, so the retries after the first back off exponentially as before.
+    """
     base = min(settings.max_backoff_seconds, settings.backoff_seconds * 2 ** (attempt - 1))
     jittered = base * random.uniform(0.5, 1.0)
     hinted = retry_after_seconds(error)
-    return max(jittered, hinted) if hinted is not None else jittered
+    if hinted is not None:
+        return max(jittered, hinted)
+    if round_trip is not None:
+        return min(jittered, round_trip * random.uniform(1.0, 1.5))
+    return jittered
 
 
 def describe_error(error: Exception, attempt: int, settings: RetryPolicy) -> str:
