@@ -11,7 +11,7 @@
   probing the provider's limit from just below it.
 - A Retry-After pauses the whole model: every call to it waits, not only the one that was told.
 - The smoothed round trip of answered calls (as TCP keeps one for its retransmission timer)
-  times a refused call's first retry: see judges/model/retry.py.
+  times the retry of a call refused while the provider answers others (judges/model/retry.py).
 - The first call to a model goes alone. It pays the one-time costs of reaching it (litellm's
   and the SDK's set-up, the first connection) and learns whether it answers at all, so the
   window opens on a warm path and an RPM pace starts from a request that was really sent.
