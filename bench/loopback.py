@@ -9,8 +9,8 @@ a 2-core machine.
     python bench/loopback.py --latency 0.1      # prints its base URL, then serves
 
 Control: `GET /stats` returns the window and the request count; `GET /timings` the monotonic
-time each request was received and each reply sent (bench/slot_gaps.py reads them); `POST
-/reset` empties both.
+time each request was received, each reply sent and each request refused with a 429
+(bench/slot_gaps.py and bench/in_flight_profile.py read them); `POST /reset` empties them.
 
 Faults, for the storm scenarios: `--limit N` answers 429 at once to a request that arrives
 while N are being served (a provider's concurrency limit, no Retry-After); `--fail-every K`
@@ -44,6 +44,7 @@ class Window:
         self.last_replied: float | None = None
         self.arrivals: list[float] = []
         self.replies: list[float] = []
+        self.refused: list[float] = []
 
     def received(self) -> None:
         self.count += 1
@@ -91,6 +92,7 @@ def make_app(latency: float, limit: int | None = None,
         body = await request.json()
         if limit is not None and window.serving >= limit:
             window.rejected += 1
+            window.refused.append(time.monotonic())
             window.replied()
             return _error(429, "Too many concurrent requests")
         window.serving += 1
@@ -111,7 +113,8 @@ def make_app(latency: float, limit: int | None = None,
         return web.json_response(window.as_dict())
 
     async def timings(request: web.Request) -> web.Response:
-        return web.json_response({"arrivals": window.arrivals, "replies": window.replies})
+        return web.json_response({"arrivals": window.arrivals, "replies": window.replies,
+                                  "refused": window.refused})
 
     async def reset(request: web.Request) -> web.Response:
         window.reset()

@@ -57,3 +57,28 @@ def test_gaps_and_ramp_add_up_to_the_idle_slot_time_of_a_simulated_client():
 def test_a_reply_count_that_does_not_match_the_requests_is_refused():
     with pytest.raises(ValueError, match="3 requests received but 2 replies sent"):
         slot_gaps([0, 1, 2], [1, 2], concurrency=1)
+
+
+def test_the_in_flight_profile_shows_a_full_window_then_a_late_refusal_s_idle_tail():
+    from bench.in_flight_profile import profile
+
+    # Two requests in flight for 0.5 s, then one alone for 0.25 s, then nothing for 0.25 s
+    # while a refused call waits, then its retry for 0.25 s.
+    shape = profile(arrivals=[0.0, 0.0, 0.5, 1.0], replies=[0.5, 0.5, 0.75, 1.25],
+                    refused=[0.5], bin_seconds=0.25)
+    assert shape.in_flight == [2.0, 2.0, 1.0, 0.0, 1.0, 0.0]
+    assert shape.refused_at == [0.5]
+
+
+def test_the_in_flight_profile_s_area_is_the_requests_total_service_time():
+    """Independent check: the bins' area equals the sum of each request's own service time."""
+    from bench.in_flight_profile import profile
+
+    rng = random.Random(6298)
+    for _ in range(100):
+        spans = [(start := rng.uniform(0, 3), start + rng.uniform(0.01, 0.5))
+                 for _ in range(rng.randint(1, 60))]
+        shape = profile([a for a, _ in spans], [r for _, r in spans],
+                        bin_seconds=rng.choice([0.05, 0.25, 1.0]))
+        assert sum(shape.in_flight) * shape.bin_seconds == pytest.approx(
+            sum(r - a for a, r in spans))
