@@ -413,16 +413,16 @@ def test_a_provider_refusing_every_call_is_backed_off_after_one_quick_retry(fake
             closed_until.append(0.0)
             return Reply(VERDICT)
         if not closed_until[0]:
-            closed_until[0] = time.monotonic() + 0.5
+            closed_until[0] = time.monotonic() + 1.0
         return Reply(status=429) if time.monotonic() < closed_until[0] else Reply(VERDICT)
 
     attempts = Attempts(provider)
     fake_llm.script = attempts
-    client = _client(fake_llm, concurrency=2, backoff_seconds=1.0)
+    client = _client(fake_llm, concurrency=2, backoff_seconds=2.0)
     usage = _run_distinct(client, 3)
     assert usage.calls == 3 and usage.failures == 0
     refused = [gaps for gaps in attempts.gaps_after_refusals() if gaps]
     assert len(refused) == 2, attempts.by_call
     for first, second, *_ in refused:
-        assert first < 0.45, refused  # about one round trip (the backoff: 0.5-1 s)
-        assert second >= 0.95, refused  # the second retry's backoff: 1-2 s
+        assert first < 0.9, refused  # about one round trip (the backoff: 1-2 s)
+        assert second >= 1.95, refused  # the second retry's backoff: 2-4 s
