@@ -30,10 +30,11 @@ from flows.params import EvaluateParams, RunOptions
 from flows.run.calibration import catalogue_of
 from flows.run.common import cache_url
 from flows.shards.flow import ShardParams
-from flows.shards.launch import FlowRunReads, shard_pool, start_shard, wait_for_end
+from flows.shards.launch import shard_names, shard_pool, start_shard
 from flows.shards.limits import limit_name, model_slots
 from flows.shards.plan import ShardRange, check_budget, plan_spec, share, split_shards
 from flows.shards.store import MergeView
+from flows.shards.watch import ShardWatch, wait_for_end
 from judges.builtin.custom import fields_present
 from judges.builtin.pairwise import Pair, PairwiseOptions
 from judges.model.pricing import adopt_reported_prices
@@ -198,11 +199,11 @@ def shard_params(params: RunOptions, location: RunLocation, shard: ShardRange, s
 
 
 async def _run_shard(deployment: str, params: ShardParams, run: ShardRun,
-                     reads: FlowRunReads) -> None:
+                     watch: ShardWatch) -> None:
     logger = get_run_logger()
     for attempt in range(1, SHARD_ATTEMPTS + 1):
         started = await start_shard(deployment, params, attempt)
-        ended = await wait_for_end(started.id, reads)
+        ended = await wait_for_end(started.id, watch)
         run.attempts.append({"flow_run_id": str(ended.id), "flow_run_name": ended.name,
                              "state": ended.state.type.value, "message": ended.state.message})
         if run.completed:
@@ -256,13 +257,13 @@ async def _in_shards(params: RunOptions, location: RunLocation, chunk_size: int,
             row_count, sum(r.chunk_count for r in ranges), chunk_size)
     async with _run_slots(params) as (limit, slots):
         get_run_logger().info("judging in %d shards on work pool %r", len(ranges), pool)
-        async with get_client() as client:
-            reads = FlowRunReads(client)
+        async with (get_client() as client,
+                    ShardWatch(client, shard_names(location.run_id)) as watch):
             await asyncio.gather(*(
                 _run_shard(params.shard_deployment,
                            shard_params(params, location, run.range, len(ranges), chunk_size,
                                         slots, kind),
-                           run, reads)
+                           run, watch)
                 for run in runs))
     for run in (run for run in runs if run.completed):
         run.outcome = read_model(shard_url(location.url(), run.range.index, "outcome.json"),
