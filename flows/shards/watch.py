@@ -191,9 +191,11 @@ class ShardWatch:
     async def next_change(self, flow_run_id: UUID) -> None:
         """Until an event says the flow run's state changed, or it is time to read it anyway."""
         changed = self._changed[flow_run_id]
+        every = SAFETY_READ_SECONDS if self.listening else POLL_SECONDS
+        # On the clock's multiples of `every`, so that the shards' reads fall together and
+        # FlowRunReads makes them one request.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(),
-                                   SAFETY_READ_SECONDS if self.listening else POLL_SECONDS)
+            await asyncio.wait_for(changed.wait(), every - time.monotonic() % every)
         changed.clear()
 
 
