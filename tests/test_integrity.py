@@ -154,12 +154,14 @@ def test_a_chunk_is_bound_to_its_run_and_to_the_signing_key(monkeypatch, tmp_pat
     fingerprint = judge_fingerprint(data, plan, settings)
     ChunkStore(str(tmp_path), run="s/a").save(_rows_kind(plan), 0, fingerprint,
                                               _judged(data, plan, settings))
-    assert ChunkStore(str(tmp_path), run="s/a").load(_rows_kind(plan), 0, fingerprint) is not None
+    same_run = ChunkStore(str(tmp_path), run="s/a")
+    assert same_run.load(_rows_kind(plan), 0, fingerprint, data) is not None
     other_run = ChunkStore(str(tmp_path), run="s/b")  # the same files under another run id
-    assert other_run.load(_rows_kind(plan), 0, fingerprint) is None and other_run.rejected == 1
+    assert other_run.load(_rows_kind(plan), 0, fingerprint, data) is None
+    assert other_run.rejected == 1
     monkeypatch.setenv(SIGNING_KEY_ENV, "another-key")
     rotated = ChunkStore(str(tmp_path), run="s/a")
-    assert rotated.load(_rows_kind(plan), 0, fingerprint) is None and rotated.rejected == 1
+    assert rotated.load(_rows_kind(plan), 0, fingerprint, data) is None and rotated.rejected == 1
 
 
 # --- (c) a forged baseline -------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_a_stored_chunk_comes_back_as_the_same_results(tmp_path):
     key = judge_fingerprint(rows, plan, settings)
     store.save(_rows_kind(plan), 3, key, judged)
 
-    loaded = store.load(_rows_kind(plan), 3, key)
+    loaded = store.load(_rows_kind(plan), 3, key, rows)
 
     assert loaded is not None
     assert [row_record(r) for r in loaded.results] == [row_record(r) for r in judged.results]
@@ -65,6 +65,30 @@ def test_a_stored_chunk_comes_back_as_the_same_results(tmp_path):
     assert loaded.usage == judged.usage and loaded.calls == judged.calls
     # JSON on disk, not pickle: a shared bucket must never hand us code to run.
     assert json.loads((tmp_path / ".chunks" / "judge" / "000003.json").read_text())["index"] == 3
+
+
+def test_a_stored_chunk_holds_no_copy_of_its_rows_and_resumes_with_the_run_s_own(tmp_path):
+    rows = _rows()
+    plan = plan_judges(rows, ["safety"])
+    settings = LLMSettings(model=OFFLINE)
+    key = judge_fingerprint(rows, plan, settings)
+    store = ChunkStore(str(tmp_path))
+    store.save(_rows_kind(plan), 0, key, _judged(rows, plan, settings))
+    path = tmp_path / "judge" / "000000.json"
+    stored = json.loads(path.read_text())["result"]["results"]
+    # The fingerprint stands for the rows; the parent of a sharded run holds them already.
+    assert [set(result) for result in stored] == [{"judges", "metrics"}] * len(rows)
+    assert rows[0].response not in path.read_text()
+
+    loaded = store.load(_rows_kind(plan), 0, key, rows)
+
+    assert loaded is not None and all(r.row is row for r, row in zip(loaded.results, rows,
+                                                                      strict=True))
+    # A document with one result too few is not this chunk's: judged again, not misaligned.
+    document = json.loads(path.read_text())
+    document["result"]["results"].pop()
+    path.write_text(json.dumps(document))
+    assert store.load(_rows_kind(plan), 0, key, rows) is None
 
 
 def test_a_chunk_stored_for_other_inputs_is_judged_again(tmp_path):
@@ -81,8 +105,8 @@ def test_a_chunk_stored_for_other_inputs_is_judged_again(tmp_path):
     for key, stored_plan in ((judge_fingerprint(edited, plan, settings), plan),
                              (judge_fingerprint(rows, plan, hotter), plan),
                              (judge_fingerprint(rows, other_plan, settings), other_plan)):
-        assert store.load(_rows_kind(stored_plan), 0, key) is None
-    assert store.load(_rows_kind(plan), 1, judge_fingerprint(rows, plan, settings)) is None
+        assert store.load(_rows_kind(stored_plan), 0, key, rows) is None
+    assert store.load(_rows_kind(plan), 1, judge_fingerprint(rows, plan, settings), rows) is None
 
 
 def test_the_fingerprint_ignores_the_key_and_the_pace_but_not_the_prompt(tmp_path):
@@ -109,9 +133,9 @@ def test_a_damaged_or_foreign_chunk_file_is_a_miss(tmp_path):
     document = json.loads(path.read_text())
     document["result"]["results"][0]["judges"][0]["judge"] = "not_planned"
     path.write_text(json.dumps(document))
-    assert store.load(_rows_kind(plan), 0, key) is None
+    assert store.load(_rows_kind(plan), 0, key, rows) is None
     path.write_text('{"format": 1, "kind": "judge", "fingerprint": "' + key + '", "resu')
-    assert store.load(_rows_kind(plan), 0, key) is None
+    assert store.load(_rows_kind(plan), 0, key, rows) is None
 
 
 def test_on_s3_chunks_are_stored_read_and_cleared_without_listing_the_bucket(s3):
@@ -125,8 +149,8 @@ def test_on_s3_chunks_are_stored_read_and_cleared_without_listing_the_bucket(s3)
                                              _judged(rows, plan, settings))
 
     resumed = ChunkStore(url, s3.storage_options)  # a later process, same run
-    assert resumed.load(_rows_kind(plan), 0, key) is not None
-    assert resumed.load(_rows_kind(plan), 1, key) is None
+    assert resumed.load(_rows_kind(plan), 0, key, rows) is not None
+    assert resumed.load(_rows_kind(plan), 1, key, rows) is None
     resumed.clear()
     made = s3.requests()[setup:]
 

@@ -302,7 +302,7 @@ def test_per_turn_results_come_back_from_the_chunk_store_unchanged(fake_llm, tmp
     kind = JudgedRowChunks(plan, settings)
     store.save(kind, 0, key, judged)
 
-    loaded = store.load(kind, 0, key)
+    loaded = store.load(kind, 0, key, rows)
 
     assert loaded is not None
     assert loaded.results == judged.results

@@ -117,7 +117,7 @@ async def judge_prepared_pairs(params: CompareParams, prepared: PreparedPairs,
     chunk_size = params.chunk_size or auto_chunk_size(len(pairs), params.shards)
     if params.shards > 1:  # the shards judge; this flow run merges what they stored
         sharded = await pairs_in_shards(params, location, pairs, prepared.options, chunk_size)
-        store = sharded.merge_view(store or ChunkStore.for_run(location), pairs)
+        store = sharded.merge_view(store or ChunkStore.for_run(location))
     progress = await PhaseProgress.start("judging pairs", len(pairs),
                                          2.0 if prepared.options.swap else 1.0)
     try:

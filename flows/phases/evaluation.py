@@ -204,7 +204,7 @@ async def judge(
     if params.shards > 1:  # the shards judge; this flow run merges what they stored
         rows = list(rows)  # sharding cuts the set into ranges: it holds every row
         sharded = await judge_in_shards(params, location, rows, plan, chunk_size)
-        store = sharded.merge_view(store or ChunkStore.for_run(location), rows)
+        store = sharded.merge_view(store or ChunkStore.for_run(location))
     progress = await PhaseProgress.start("judging", row_count,
                                          plan.calls_per_row(prepared.plan_rows()))
     try:

@@ -166,7 +166,7 @@ async def drive(
     usage = Usage()
     persistence = None if store is None else Persistence(
         fingerprint=kind.fingerprint,
-        load=lambda index, fingerprint: store.load(kind, index, fingerprint),
+        load=lambda index, fingerprint, chunk: store.load(kind, index, fingerprint, chunk),
         save=lambda index, fingerprint, result: store.save(kind, index, fingerprint, result),
         size=kind.size,
     )

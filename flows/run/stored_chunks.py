@@ -26,7 +26,7 @@ class Persistence(Generic[T, R]):
     """How one kind of chunk result is fingerprinted, found, kept and sized in the run's store."""
 
     fingerprint: Callable[[list[T]], str]
-    load: Callable[[int, str], R | None]
+    load: Callable[[int, str, list[T]], R | None]
     save: Callable[[int, str, R], None]
     size: Callable[[R], int]
 
@@ -61,7 +61,7 @@ class StoredChunks(Generic[T, R]):
         if kept is not None:
             fingerprint = await asyncio.to_thread(kept.fingerprint, chunk)
             self.fingerprints[index] = fingerprint
-            stored = await asyncio.to_thread(kept.load, index, fingerprint)
+            stored = await asyncio.to_thread(kept.load, index, fingerprint, chunk)
             if stored is not None and kept.size(stored) == len(chunk):
                 return Resumed(stored)
         return await self.task(index, chunk)

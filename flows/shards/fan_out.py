@@ -126,9 +126,9 @@ class ShardedJudging:
     slots: int
     seconds: float
 
-    def merge_view(self, store: ChunkStore, items: Sequence[Any]) -> MergeView[Any]:
+    def merge_view(self, store: ChunkStore) -> MergeView[Any]:
         """The run's store as the parent's judge phase must read it (flows/shards/store.py)."""
-        return MergeView(store, items, self.chunk_size, self.why_missing)
+        return MergeView(store, self.why_missing)
 
     def why_missing(self, chunk: int) -> str:
         """Why no shard finished global chunk `chunk`."""

@@ -13,7 +13,7 @@ reported, not silently retried on a machine that was meant to orchestrate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from judges.integrity import SIGNING_KEY_ENV
@@ -59,9 +59,10 @@ class ShardStoreView(_StoreView):
         self.reused: set[int] = set()
         self.saved: set[int] = set()
 
-    def load(self, kind: ChunkKind[Any, R], index: int, fingerprint: str) -> R | None:
+    def load(self, kind: ChunkKind[T, R], index: int, fingerprint: str, items: list[T]
+             ) -> R | None:
         """The finished chunk at the run's index for this local one, if stored."""
-        found = self.store.load(kind, self.first_chunk + index, fingerprint)
+        found = self.store.load(kind, self.first_chunk + index, fingerprint, items)
         if found is not None:
             self.reused.add(self.first_chunk + index)
         return found
@@ -77,25 +78,25 @@ class MergeView(_StoreView, Generic[T]):
 
     Args:
         store: the run's chunk store.
-        items: every row (or pair) of the run, in input order.
-        chunk_size: items per chunk (the same as the shards').
         why_missing: for a global chunk index, why no shard finished it (names the shard).
     """
 
-    def __init__(self, store: ChunkStore, items: Sequence[T], chunk_size: int,
-                 why_missing: Callable[[int], str]):
-        self.store, self.items, self.chunk_size = store, items, chunk_size
-        self.why_missing = why_missing
+    def __init__(self, store: ChunkStore, why_missing: Callable[[int], str]):
+        self.store, self.why_missing = store, why_missing
         self.missing: list[int] = []
 
-    def load(self, kind: ChunkKind[T, R], index: int, fingerprint: str) -> R:
-        """The chunk a shard finished, or a result per item carrying why it is missing."""
-        chunk = list(self.items[index * self.chunk_size:(index + 1) * self.chunk_size])
-        found = self.store.load(kind, index, fingerprint)
-        if found is not None and kind.size(found) == len(chunk):
+    def load(self, kind: ChunkKind[T, R], index: int, fingerprint: str, items: list[T]) -> R:
+        """The chunk a shard finished, or a result per item carrying why it is missing.
+
+        `items` are the chunk's rows (or pairs) as this run holds them, cut as the shards cut
+        them (the same chunk size): a stored result stands for them only when its fingerprint,
+        computed over them, matches.
+        """
+        found = self.store.load(kind, index, fingerprint, items)
+        if found is not None and kind.size(found) == len(items):
             return found
         self.missing.append(index)
-        return kind.missing(index, chunk, _refused(self.store, kind.name, index)
+        return kind.missing(index, items, _refused(self.store, kind.name, index)
                             or self.why_missing(index))
 
     def save(self, kind: ChunkKind[T, R], index: int, fingerprint: str, result: R) -> None:

@@ -54,17 +54,28 @@ def _trace_fields(record: dict) -> dict:
 _DERIVED_COLUMNS = ("trace", "trajectory", "expected_tool_calls")
 
 
+def _is_session(messages: list[dict]) -> bool:
+    """Several user turns, or tool calls, read from the messages as given.
+
+    Before any validation: most rows hold one question, and validating their messages only to
+    find that out was a fifth of what normalising such a row costs.
+    """
+    if not all(isinstance(m, dict) for m in messages):
+        return True  # not messages at all: Message's validation says what is wrong
+    users = sum(m.get("role") == "user" for m in messages)
+    return users >= 2 or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages)
+
+
 def _conversation(messages: list[dict], response: str | None) -> Trajectory | None:
     """A request that is itself a session (several user turns, or tool calls), as steps.
 
     The row's response is the assistant's last turn. A one-message request is not a
     conversation: its judges read it as they always have.
     """
+    if not _is_session(messages):
+        return None
     # The request's messages as given (dicts); through Message so that null keys read as absent.
     raw = [Message.model_validate(m).model_dump(exclude_none=True) for m in messages]
-    users = sum(m.get("role") == "user" for m in raw)
-    if users < 2 and not any(m.get("tool_calls") or m.get("role") == "tool" for m in raw):
-        return None
     if response is not None:
         raw.append({"role": "assistant", "content": response})
     try:

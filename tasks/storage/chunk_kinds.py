@@ -25,6 +25,7 @@ from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.generate import GeneratedChunk, mark_generation_failed
 from tasks.storage.pair_codec import decode_pair_verdict, encode_pair_verdict, pairs_fingerprint
 from tasks.storage.row_codec import (
+    ResultCodecError,
     decode_row_result,
     decode_usage,
     encode_row_result,
@@ -73,8 +74,11 @@ class ChunkKind(Protocol, Generic[Item, Result]):
     def encode(self, result: Result) -> dict:
         """The result as the JSON document stored."""
 
-    def decode(self, index: int, stored: dict) -> Result:
-        """A stored document back as a result; raises when it does not fit this run."""
+    def decode(self, index: int, stored: dict, items: list[Item]) -> Result:
+        """A stored document back as the result of `items`; raises when it does not fit.
+
+        `items` are the run's own, those whose fingerprint the stored one matched.
+        """
 
     def size(self, result: Result) -> int:
         """Items in the result (a stored result of another size is not this chunk's)."""
@@ -110,9 +114,14 @@ class JudgedRowChunks:
         return {"results": [encode_row_result(r) for r in result.results],
                 "usage": encode_usage(result.usage), "calls": result.calls}
 
-    def decode(self, index: int, stored: dict) -> ChunkResult:
-        """Row results resolved through this run's plan."""
-        return ChunkResult(index, [decode_row_result(r, self.plan) for r in stored["results"]],
+    def decode(self, index: int, stored: dict, items: list[EvalRow]) -> ChunkResult:
+        """Row results resolved through this run's plan, each holding the run's own row."""
+        results = stored["results"]
+        if len(results) != len(items):
+            raise ResultCodecError(f"stored chunk holds {len(results)} results for "
+                                   f"{len(items)} rows")
+        return ChunkResult(index, [decode_row_result(r, self.plan, row)
+                                   for r, row in zip(results, items, strict=True)],
                            decode_usage(stored["usage"]), list(stored["calls"]))
 
     def size(self, result: ChunkResult) -> int:
@@ -149,8 +158,8 @@ class GeneratedRowChunks:
         return {"rows": [row_json(r) for r in result.rows], "usage": encode_usage(result.usage),
                 "calls": result.calls}
 
-    def decode(self, index: int, stored: dict) -> GeneratedChunk:
-        """The stored rows, validated again."""
+    def decode(self, index: int, stored: dict, items: list[EvalRow]) -> GeneratedChunk:
+        """The stored rows (the items with their generated responses), validated again."""
         return GeneratedChunk([EvalRow.model_validate(r) for r in stored["rows"]],
                               decode_usage(stored["usage"]), list(stored["calls"]))
 
@@ -198,7 +207,7 @@ class JudgedPairChunks:
                 "verdicts": [encode_pair_verdict(v) for v in result.verdicts],
                 "usage": encode_usage(result.usage), "calls": result.calls}
 
-    def decode(self, index: int, stored: dict) -> PairChunkResult:
+    def decode(self, index: int, stored: dict, items: list[Pair]) -> PairChunkResult:
         """Verdicts reconciled again under this run's rules."""
         return PairChunkResult(
             index, list(stored["records"]),

@@ -43,6 +43,7 @@ CHUNKS_FOLDER = ".chunks"
 FORMAT = 1
 DELETES_IN_FLIGHT = 8
 logger = logging.getLogger(__name__)
+Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
@@ -166,14 +167,14 @@ class ChunkStore:
                 self._fs.rm_file(partial)
             raise
 
-    def load(self, kind: ChunkKind[Any, Result], index: int, fingerprint: str
-             ) -> Result | None:
-        """The chunk of `kind` stored with this fingerprint, decoded for this run, or None."""
+    def load(self, kind: ChunkKind[Item, Result], index: int, fingerprint: str,
+             items: list[Item]) -> Result | None:
+        """The stored chunk of `items` (whose fingerprint this is), decoded for them, or None."""
         stored = self.read(kind.name, index, fingerprint)
         if stored is None:
             return None
         try:
-            return kind.decode(index, stored)
+            return kind.decode(index, stored, items)
         except (ResultCodecError, ValidationError, KeyError, TypeError) as error:
             logger.warning("stored chunk %s/%d does not fit this run, running it again: %s",
                            kind.name, index, error)

@@ -14,8 +14,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import fields
 
-from pydantic import ValidationError
-
 from judges.base import JudgeSpec
 from judges.model.settings import LLMSettings
 from judges.model.usage import Spend, Usage
@@ -26,7 +24,8 @@ from judges.rows import EvalRow
 # Bumped whenever the encoding below or the meaning of a stored result changes: a fingerprint
 # includes it, so results written by an older judgeflow are judged again rather than misread.
 # 2: a chunk's usage holds its cached input tokens, unpriced calls and spend per judge.
-CODEC_VERSION = 2
+# 3: a judged row's result no longer holds a copy of its row.
+CODEC_VERSION = 3
 
 
 class ResultCodecError(ValueError):
@@ -55,9 +54,12 @@ def _judge_result(result: JudgeResult) -> dict:
 
 
 def encode_row_result(result: RowResult) -> dict:
-    """One row's results as JSON values: the row, each judge's outcome, each metric's value."""
+    """One row's results as JSON values: each judge's outcome and each metric's value.
+
+    Not the row: the chunk's fingerprint already stands for its rows, and whoever reads the
+    result back holds them (`decode_row_result`).
+    """
     return {
-        "row": row_json(result.row),
         "judges": [_judge_result(j) for j in result.judges],
         "metrics": [[metric.name, value] for metric, value in result.metrics],
     }
@@ -93,8 +95,12 @@ def _decode_judge_result(data: dict, spec: JudgeSpec) -> JudgeResult:
     )
 
 
-def decode_row_result(data: dict, plan: JudgePlan) -> RowResult:
+def decode_row_result(data: dict, plan: JudgePlan, row: EvalRow) -> RowResult:
     """A row's results from `encode_row_result`, its judges and metrics resolved by name.
+
+    `row` is the run's own row at that place, which the chunk's fingerprint matched: a stored
+    result holds no copy of its row, so what is published is the row the user gave, and the
+    parent of a sharded run parses and validates no row twice.
 
     Raises:
         ResultCodecError: a judge or metric the plan does not hold, in another order, or a
@@ -111,10 +117,10 @@ def decode_row_result(data: dict, plan: JudgePlan) -> RowResult:
                        for j, spec in zip(data["judges"], plan.judges, strict=True))
         metrics = tuple((metric, _optional_number(value, metric.name))
                         for metric, (_, value) in zip(plan.metrics, data["metrics"], strict=True))
-        return RowResult(EvalRow.model_validate(data["row"]), judges, metrics)
+        return RowResult(row, judges, metrics)
     except ResultCodecError:
         raise
-    except (KeyError, TypeError, ValueError, ValidationError) as error:
+    except (KeyError, TypeError, ValueError) as error:
         message = f"malformed stored result: {type(error).__name__}: {error}"
         raise ResultCodecError(message) from None
 
