@@ -48,6 +48,16 @@ def start_prefect_api(flow_name: str | None = None) -> None:
     _api = prefect_api.start(flow_name)
     if _api is not None:
         mark(f"api spawned (pid {_api.process.pid})")
+    pause_collector_for_imports()
+
+
+def pause_collector_for_imports() -> None:
+    """In a fresh process, run the stack's imports that follow with the collector paused.
+
+    Whatever imports Prefect first must call this before: a process that imported it with
+    the collector running never freezes the imported objects, and every later pass of the
+    collector traverses them (a sharded run's parent did, at about 0.05 ms of CPU per row).
+    """
     if "prefect" not in sys.modules:
         _pause_collector()
 

@@ -17,6 +17,7 @@ from flows.commands.common import (
     checked,
     fail,
     finish,
+    pause_collector_for_imports,
     print_run_summary,
     run_flow,
     start_prefect_api,
@@ -35,6 +36,7 @@ def print_summary(summary: dict) -> None:
 
 def require_shared_server() -> None:
     """Exit 2 unless a Prefect server that workers can poll is configured and answers."""
+    pause_collector_for_imports()  # what follows imports Prefect
     from flows.shards.server import server_problem
 
     problem = server_problem()
