@@ -67,14 +67,19 @@ def test_a_stored_chunk_comes_back_as_the_same_results(tmp_path):
     assert json.loads((tmp_path / ".chunks" / "judge" / "000003.json").read_text())["index"] == 3
 
 
-def test_a_stored_chunk_holds_no_copy_of_its_rows_and_resumes_with_the_run_s_own(tmp_path):
+def _stored_safety_chunk(folder: Path):
+    """The example's rows judged for safety, stored as chunk 0 in `folder`."""
     rows = _rows()
     plan = plan_judges(rows, ["safety"])
     settings = LLMSettings(model=OFFLINE)
     key = judge_fingerprint(rows, plan, settings)
-    store = ChunkStore(str(tmp_path))
+    store = ChunkStore(str(folder))
     store.save(_rows_kind(plan), 0, key, _judged(rows, plan, settings))
-    path = tmp_path / "judge" / "000000.json"
+    return rows, plan, key, store, folder / "judge" / "000000.json"
+
+
+def test_a_stored_chunk_holds_no_copy_of_its_rows_and_resumes_with_the_run_s_own(tmp_path):
+    rows, plan, key, store, path = _stored_safety_chunk(tmp_path)
     stored = json.loads(path.read_text())["result"]["results"]
     # The fingerprint stands for the rows; the parent of a sharded run holds them already.
     assert [set(result) for result in stored] == [{"judges", "metrics"}] * len(rows)
@@ -123,13 +128,7 @@ def test_the_fingerprint_ignores_the_key_and_the_pace_but_not_the_prompt(tmp_pat
 
 
 def test_a_damaged_or_foreign_chunk_file_is_a_miss(tmp_path):
-    rows = _rows()
-    plan = plan_judges(rows, ["safety"])
-    settings = LLMSettings(model=OFFLINE)
-    key = judge_fingerprint(rows, plan, settings)
-    store = ChunkStore(str(tmp_path))
-    store.save(_rows_kind(plan), 0, key, _judged(rows, plan, settings))
-    path = tmp_path / "judge" / "000000.json"
+    rows, plan, key, store, path = _stored_safety_chunk(tmp_path)
     document = json.loads(path.read_text())
     document["result"]["results"][0]["judges"][0]["judge"] = "not_planned"
     path.write_text(json.dumps(document))
