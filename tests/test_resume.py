@@ -89,8 +89,14 @@ def test_a_stored_chunk_holds_no_copy_of_its_rows_and_resumes_with_the_run_s_own
 
     assert loaded is not None and all(r.row is row for r, row in zip(loaded.results, rows,
                                                                       strict=True))
-    # A document with one result too few is not this chunk's: judged again, not misaligned.
+    # A row planted in the bucket's copy (what an older judgeflow stored) never reaches a result.
     document = json.loads(path.read_text())
+    document["result"]["results"][0]["row"] = {**rows[0].model_dump(mode="json"),
+                                               "response": "<script>planted</script>"}
+    path.write_text(json.dumps(document))
+    planted = store.load(_rows_kind(plan), 0, key, rows)
+    assert planted is not None and planted.results[0].row is rows[0]
+    # A document with one result too few is not this chunk's: judged again, not misaligned.
     document["result"]["results"].pop()
     path.write_text(json.dumps(document))
     assert store.load(_rows_kind(plan), 0, key, rows) is None
