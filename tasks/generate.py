@@ -13,6 +13,7 @@ from judges.model.llm import LLMClient
 from judges.model.settings import LLMSettings
 from judges.model.usage import LLMCallError, Usage
 from judges.rows import GENERATION_ERROR, EvalRow
+from tasks.call_log import CallLog
 from tasks.chunk_task import CHUNK_TASK_OPTIONS
 
 __all__ = ["GENERATION_ATTEMPTS", "GeneratedChunk", "generate_chunk", "mark_generation_failed"]
@@ -67,7 +68,7 @@ class GeneratedChunk:
 
     rows: list[EvalRow]
     usage: Usage
-    calls: list[dict] = field(default_factory=list)
+    calls: CallLog = field(default_factory=CallLog)
 
 
 @task(name="generate-chunk", **CHUNK_TASK_OPTIONS)
@@ -79,4 +80,4 @@ async def generate_chunk(index: int, rows: list[EvalRow], settings: LLMSettings
     generated = await asyncio.gather(*(_generate_one(client, row, usage, calls) for row in rows))
     # in row order, whatever order the calls finished in
     calls.sort(key=lambda entry: entry["row_index"])
-    return GeneratedChunk(list(generated), usage, calls)
+    return GeneratedChunk(list(generated), usage, CallLog.of(calls))

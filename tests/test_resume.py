@@ -21,6 +21,7 @@ from judges.engine import judge_rows
 from judges.model.settings import LLMSettings
 from judges.plan import plan_judges
 from judges.result_names import row_record
+from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context
 from tasks.dataset.pairs import validate_nova
 from tasks.dataset.sources import read_table, table_from_rows
@@ -45,7 +46,8 @@ def _rows():
 
 def _judged(rows, plan, settings) -> ChunkResult:
     ctx = judge_context(settings, None, {})
-    return ChunkResult(3, asyncio.run(judge_rows(ctx, plan, rows)), ctx.usage, ctx.calls)
+    return ChunkResult(3, asyncio.run(judge_rows(ctx, plan, rows)), ctx.usage,
+                       CallLog.of(ctx.calls))
 
 
 def test_a_stored_chunk_comes_back_as_the_same_results(tmp_path):

@@ -25,6 +25,7 @@ from judges.engine import judge_rows
 from judges.model.settings import LLMSettings
 from judges.plan import plan_judges
 from judges.result_names import row_record
+from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context
 from tasks.dataset.sources import table_from_rows
 from tasks.dataset.validation import validate_table
@@ -296,7 +297,8 @@ def test_per_turn_results_come_back_from_the_chunk_store_unchanged(fake_llm, tmp
             "knowledge_retention"} <= {j.name for j in plan.judges}
     settings = LLMSettings(model="openai/judge", api_base=fake_llm.api_base, max_attempts=1)
     ctx = judge_context(settings, None, {})
-    judged = ChunkResult(0, asyncio.run(judge_rows(ctx, plan, rows)), ctx.usage, ctx.calls)
+    judged = ChunkResult(0, asyncio.run(judge_rows(ctx, plan, rows)), ctx.usage,
+                         CallLog.of(ctx.calls))
     store = ChunkStore(str(tmp_path / ".chunks"))
     key = judge_fingerprint(rows, plan, settings)
     kind = JudgedRowChunks(plan, settings)

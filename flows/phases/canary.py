@@ -13,11 +13,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from flows.phases.evaluation import JudgedRun
-from flows.run.execution import in_phase
 from judges.engine import judge_rows
 from judges.fingerprint import fingerprint, recorded_judges
 from judges.model.usage import Usage
 from judges.plan import JudgePlan
+from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context
 from tasks.dataset.normalise import normalise
 from tasks.metric_fields import record_inputs, yes_no_verdict
@@ -77,7 +77,8 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
                        "drifted": True}, [why])
     ctx = judge_context(settings, None, params.storage_options)  # never the cache
     results = await judge_rows(ctx, JudgePlan(tuple(judges), (), ()), rows)
-    judged.staging.write_calls("canary", in_phase(ctx.calls, "canary"))  # into calls.jsonl
+    # into calls.jsonl
+    judged.staging.write_calls("canary", CallLog.of(ctx.calls).in_phase("canary"))
     agreements = []
     for judge in judges:
         pairs = []

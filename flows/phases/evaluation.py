@@ -154,7 +154,7 @@ async def generate_responses(
     spool, calls = RowSpool(), ResultStaging()
     prepared.generation_calls = calls
 
-    def keep(index: int, rows: list[EvalRow], entries: list[dict]) -> None:
+    def keep(index: int, rows: list[EvalRow], entries: str) -> None:
         spool.write_chunk(index, rows)
         calls.write_calls(f"{index:06d}", entries)
         prepared.generated_shapes.add(rows)

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from flows.run.common import cache_url
-from flows.run.execution import auto_chunk_size, in_phase, judge_pair_chunks
+from flows.run.execution import auto_chunk_size, judge_pair_chunks
 from flows.run.progress import PhaseProgress
 from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, tallied_summary
 from judges.model.usage import Usage
@@ -152,7 +152,7 @@ async def _judge(params: Any, spool: PairSpool, store: ChunkStore | None,
         judged = [PairResult(p, v) for p, v in zip(chunk, result.verdicts, strict=True)]
         fields.write_chunk(index, [{"request_id": r.pair.pair_id,
                                     "fields": head_to_head_fields(r)} for r in judged],
-                           in_phase(result.calls, "head_to_head"))
+                           result.calls.in_phase("head_to_head"))
         tallies[index] = [PairTally.of(r.verdict) for r in judged]
         kept.update((r.pair.pair_id, r) for r in judged if r.pair.pair_id in shown)
 

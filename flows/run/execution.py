@@ -191,11 +191,6 @@ async def drive(
     return usage
 
 
-def in_phase(calls: list[dict], phase: Phase) -> list[dict]:
-    """Audit entries (calls.jsonl), each saying which phase of the run made it."""
-    return [{"phase": phase, **call} for call in calls]
-
-
 async def judge_all(
     rows: Iterable[EvalRow],
     plan: JudgePlan,
@@ -217,7 +212,7 @@ async def judge_all(
     """
     def consume(index: int, chunk: list[EvalRow], result: ChunkResult) -> None:
         staging.write_chunk(index, [row_record(r) | calibration.row_fields(r)
-                                    for r in result.results], in_phase(result.calls, "judging"))
+                                    for r in result.results], result.calls.in_phase("judging"))
         for row_result in result.results:
             accumulator.add(row_result)
             calibration.add(row_result)
@@ -250,7 +245,7 @@ async def generate_all(
         rows, GeneratedRowChunks(settings),
         lambda index, chunk: generate_chunk(index, quote(chunk), settings, return_state=True),
         lambda index, chunk, result: keep(index, result.rows,
-                                          in_phase(result.calls, "generation")),
+                                          result.calls.in_phase("generation")),
         chunk_size, settings.window_ceiling, store, progress)
 
 
@@ -300,7 +295,7 @@ async def judge_all_pairs(
     by_chunk: dict[int, list[PairVerdict]] = {}
 
     def consume(index: int, chunk: list[Pair], result: PairChunkResult) -> None:
-        staging.write_chunk(index, result.records, in_phase(result.calls, phase))
+        staging.write_chunk(index, result.records, result.calls.in_phase(phase))
         by_chunk[index] = result.verdicts
 
     usage = await judge_pair_chunks(pairs, options, settings, chunk_size, cache_url,

@@ -22,6 +22,7 @@ from judges.plan import JudgePlan
 from judges.result_names import pair_fields
 from judges.results import RowResult
 from judges.rows import GENERATION_ERROR, EvalRow
+from tasks.call_log import CallLog, CallLogError
 from tasks.generate import GeneratedChunk, mark_generation_failed
 from tasks.storage.pair_codec import decode_pair_verdict, encode_pair_verdict, pairs_fingerprint
 from tasks.storage.row_codec import (
@@ -39,6 +40,13 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
+def _stored_calls(value: Any) -> CallLog:
+    try:
+        return CallLog.stored(value)
+    except CallLogError as error:  # a store's miss, like any result that does not decode
+        raise ResultCodecError(str(error)) from None
+
+
 @dataclass
 class ChunkResult:
     """A judged chunk of rows: one typed result per row in input order, usage, the call log."""
@@ -46,7 +54,7 @@ class ChunkResult:
     index: int
     results: list[RowResult]
     usage: Usage
-    calls: list[dict] = field(default_factory=list)
+    calls: CallLog = field(default_factory=CallLog)
 
 
 @dataclass
@@ -57,7 +65,7 @@ class PairChunkResult:
     records: list[dict]
     verdicts: list[PairVerdict]
     usage: Usage
-    calls: list[dict] = field(default_factory=list)
+    calls: CallLog = field(default_factory=CallLog)
 
 
 class ChunkKind(Protocol, Generic[Item, Result]):
@@ -103,7 +111,8 @@ class JudgedRowChunks:
 
     async def judge(self, ctx: JudgeContext, index: int, items: list[EvalRow]) -> ChunkResult:
         """Every planned judge over the rows, all their calls concurrent."""
-        return ChunkResult(index, await judge_rows(ctx, self.plan, items), ctx.usage, ctx.calls)
+        return ChunkResult(index, await judge_rows(ctx, self.plan, items), ctx.usage,
+                           CallLog.of(ctx.calls))
 
     def fingerprint(self, items: list[EvalRow]) -> str:
         """Rows, plan (judges, prompts) and model."""
@@ -112,7 +121,7 @@ class JudgedRowChunks:
     def encode(self, result: ChunkResult) -> dict:
         """Typed row results, usage and the call log."""
         return {"results": [encode_row_result(r) for r in result.results],
-                "usage": encode_usage(result.usage), "calls": result.calls}
+                "usage": encode_usage(result.usage), "calls": result.calls.text}
 
     def decode(self, index: int, stored: dict, items: list[EvalRow]) -> ChunkResult:
         """Row results resolved through this run's plan, each holding the run's own row."""
@@ -122,7 +131,7 @@ class JudgedRowChunks:
                                    f"{len(items)} rows")
         return ChunkResult(index, [decode_row_result(r, self.plan, row)
                                    for r, row in zip(results, items, strict=True)],
-                           decode_usage(stored["usage"]), list(stored["calls"]))
+                           decode_usage(stored["usage"]), _stored_calls(stored["calls"]))
 
     def size(self, result: ChunkResult) -> int:
         """Rows judged."""
@@ -135,7 +144,7 @@ class JudgedRowChunks:
 
     def failed(self, index: int, items: list[EvalRow], failure: str) -> ChunkResult:
         """Every applicable judge of every row carries the failure."""
-        return ChunkResult(index, failed_rows(items, self.plan, failure), Usage(), [])
+        return ChunkResult(index, failed_rows(items, self.plan, failure), Usage())
 
     def missing(self, index: int, items: list[EvalRow], why: str) -> ChunkResult:
         """As a failed chunk, saying why no shard finished it."""
@@ -156,12 +165,12 @@ class GeneratedRowChunks:
     def encode(self, result: GeneratedChunk) -> dict:
         """The rows as given to the judges, the usage and the call log."""
         return {"rows": [row_json(r) for r in result.rows], "usage": encode_usage(result.usage),
-                "calls": result.calls}
+                "calls": result.calls.text}
 
     def decode(self, index: int, stored: dict, items: list[EvalRow]) -> GeneratedChunk:
         """The stored rows (the items with their generated responses), validated again."""
         return GeneratedChunk([EvalRow.model_validate(r) for r in stored["rows"]],
-                              decode_usage(stored["usage"]), list(stored["calls"]))
+                              decode_usage(stored["usage"]), _stored_calls(stored["calls"]))
 
     def size(self, result: GeneratedChunk) -> int:
         """Rows answered (or marked failed)."""
@@ -195,7 +204,8 @@ class JudgedPairChunks:
         verdicts = await judge_pairs(ctx, items, self.options)
         records = [pair_fields(PairResult(p, v, self.options.swap))
                    for p, v in zip(items, verdicts, strict=True)]
-        return PairChunkResult(index, records, verdicts, ctx.usage, ctx.calls)
+        return PairChunkResult(index, records, verdicts, ctx.usage,
+                           CallLog.of(ctx.calls))
 
     def fingerprint(self, items: list[Pair]) -> str:
         """Pairs, rubric, rules and model."""
@@ -205,14 +215,14 @@ class JudgedPairChunks:
         """Published records, verdicts, usage and the call log."""
         return {"records": result.records,
                 "verdicts": [encode_pair_verdict(v) for v in result.verdicts],
-                "usage": encode_usage(result.usage), "calls": result.calls}
+                "usage": encode_usage(result.usage), "calls": result.calls.text}
 
     def decode(self, index: int, stored: dict, items: list[Pair]) -> PairChunkResult:
         """Verdicts reconciled again under this run's rules."""
         return PairChunkResult(
             index, list(stored["records"]),
             [decode_pair_verdict(v, self.options) for v in stored["verdicts"]],
-            decode_usage(stored["usage"]), list(stored["calls"]))
+            decode_usage(stored["usage"]), _stored_calls(stored["calls"]))
 
     def size(self, result: PairChunkResult) -> int:
         """Pairs judged."""
@@ -232,7 +242,7 @@ class JudgedPairChunks:
         verdicts = [failed_verdict(why, self.options.swap) for _ in items]
         records = [pair_fields(PairResult(p, v, self.options.swap))
                    for p, v in zip(items, verdicts, strict=True)]
-        return PairChunkResult(index, records, verdicts, Usage(), [])
+        return PairChunkResult(index, records, verdicts, Usage())
 
 
 AnyKind = ChunkKind[Any, Any]

@@ -25,7 +25,8 @@ from judges.rows import EvalRow
 # includes it, so results written by an older judgeflow are judged again rather than misread.
 # 2: a chunk's usage holds its cached input tokens, unpriced calls and spend per judge.
 # 3: a judged row's result no longer holds a copy of its row.
-CODEC_VERSION = 3
+# 4: a chunk's call log is stored as its JSON lines, one string (tasks/call_log.py).
+CODEC_VERSION = 4
 
 
 class ResultCodecError(ValueError):

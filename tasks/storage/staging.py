@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -21,14 +21,14 @@ class ResultStaging:
     def _path(self, index: int) -> Path:
         return self.folder / f"chunk-{index:06d}.jsonl"
 
-    def write_chunk(self, index: int, records: list[dict], calls: list[dict] = ()) -> None:
-        """Stage one chunk's records and its call audit log."""
+    def write_chunk(self, index: int, records: list[dict], calls: str = "") -> None:
+        """Stage one chunk's records and its call audit log (JSON lines, see CallLog.in_phase)."""
         _write_lines(self._path(index), records)
-        _write_lines(self.folder / f"calls-{index:06d}.jsonl", calls)
+        self.write_calls(f"{index:06d}", calls)
 
-    def write_calls(self, name: str, calls: Iterable[dict]) -> None:
-        """Stage more audit entries beside the chunks' (a phase's, e.g. the canary's)."""
-        _write_lines(self.folder / f"calls-{name}.jsonl", calls)
+    def write_calls(self, name: str, calls: str) -> None:
+        """Stage audit lines beside the chunks' (a phase's, e.g. the canary's)."""
+        (self.folder / f"calls-{name}.jsonl").write_text(calls, encoding="utf-8")
 
     def adopt_calls(self, other: ResultStaging, name: str | None = None) -> None:
         """Move `other`'s audit logs here (`other` keeps its records).
