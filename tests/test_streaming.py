@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import math
+import random
 from pathlib import Path
 
 import pandas as pd
@@ -73,6 +75,71 @@ def test_results_parquet_in_row_groups_reads_back_equal_to_the_records(monkeypat
     assert table.column("ratings").to_pylist() == [[], [], ["yes", None], ["no"], ["yes"]]
     assert table.column("tags").to_pylist() == [None, None, None, '{"team": "x"}', None]
     assert table.column("late").to_pylist() == [None, None, None, None, True]
+
+
+def _expected_column(values: list) -> tuple[pa.DataType, list]:
+    """The writer's rules, computed plainly: one kind per column (ints and floats are one), a
+    list of one item kind, else JSON text; NaN and missing are null."""
+    def absent(v):
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    def kind(v):
+        return "number" if type(v) in (int, float) else type(v).__name__
+
+    present = [v for v in values if not absent(v)]
+    kinds = {kind(v) for v in present}
+    items = [i for v in present if isinstance(v, list) for i in v if not absent(i)]
+    item_kinds = {kind(i) for i in items}
+    nested = any(isinstance(v, dict) for v in present) or any(
+        isinstance(i, dict | list) for i in items)
+    if nested or len(kinds) > 1 or len(item_kinds) > 1:
+        return pa.string(), [None if absent(v) else json.dumps(v) for v in values]
+
+    def scalar(k, floats):
+        return {"number": pa.float64() if floats else pa.int64(), "bool": pa.bool_()}.get(
+            k, pa.string())
+
+    def cell(v, floats):
+        return None if absent(v) else float(v) if floats and type(v) is int else v
+
+    if not kinds:
+        return pa.null(), [None] * len(values)
+    if kinds == {"list"}:
+        floats = any(type(i) is float for i in items)
+        item_type = scalar(next(iter(item_kinds)), floats) if item_kinds else pa.null()
+        return pa.list_(item_type), [None if absent(v) else [cell(i, floats) for i in v]
+                                     for v in values]
+    floats = any(type(v) is float for v in present)
+    return scalar(next(iter(kinds)), floats), [cell(v, floats) for v in values]
+
+
+def test_results_parquet_of_random_records_matches_its_rules_brute_force(monkeypatch):
+    monkeypatch.setattr(results_parquet, "ROW_GROUP_ROWS", 7)
+    rng = random.Random(20261127)
+    pools = [[None], [float("nan")], [0, 3, -2], [1.5, 2.0], [True, False], ["yes", "a\u2028b"],
+             [[], ["x", None], [1, 2.5], [0.5, float("nan")]], [[{"k": 1}], {"team": "x"}]]
+    for trial in range(60):
+        names = [f"c{i}" for i in range(6)]
+        # Each column draws from a few pools: sometimes one kind, sometimes mixed or nested.
+        allowed = {n: [v for pool in rng.sample(pools, rng.randint(1, 3)) for v in pool]
+                   for n in names}
+        records = [{n: rng.choice(allowed[n]) for n in names if rng.random() < 0.85}
+                   for _ in range(rng.randint(1, 30))]
+        staging = ResultStaging()
+        try:
+            for index in range(0, len(records), 5):
+                staging.write_chunk(index, records[index:index + 5])
+            handle = io.BytesIO()
+            _write_parquet(staging)(handle)
+        finally:
+            staging.cleanup()
+        table = pq.read_table(io.BytesIO(handle.getvalue()))
+        seen = list(dict.fromkeys(name for record in records for name in record))
+        assert table.column_names == seen, trial  # in the order the records first hold them
+        for name in seen:
+            arrow_type, cells = _expected_column([r.get(name) for r in records])
+            assert table.schema.field(name).type == arrow_type, (trial, name)
+            assert table.column(name).to_pylist() == cells, (trial, name)
 
 
 def test_a_parquet_set_in_many_row_groups_is_read_in_batches_equal_to_its_rows(tmp_path):

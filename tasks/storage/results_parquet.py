@@ -51,6 +51,11 @@ class ColumnProfile:
 
     def add(self, value: Any) -> None:
         """Take one value into account."""
+        if value is None:
+            return
+        if type(value) is str or type(value) is bool:  # most values: nothing more to learn
+            self.kinds.add(type(value))
+            return
         if _absent(value):
             return
         self.kinds.add(_kind(value))
@@ -96,25 +101,34 @@ class ResultsSchema:
         self.columns: dict[str, ColumnProfile] = {}
         for record in records:
             for name, value in record.items():
-                self.columns.setdefault(name, ColumnProfile()).add(value)
+                profile = self.columns.get(name)
+                if profile is None:  # not setdefault: it would build a profile per value
+                    profile = self.columns[name] = ColumnProfile()
+                profile.add(value)
         self.schema = pa.schema([(name, profile.arrow_type())
                                  for name, profile in self.columns.items()])
         self._json = {name for name, profile in self.columns.items() if profile.as_json}
 
-    def _cell(self, name: str, value: Any) -> Any:
-        if _absent(value):
-            return None
+    def _column(self, name: str, records: list[dict]) -> list:
+        values = [record.get(name) for record in records]
         if name in self._json:
-            return json.dumps(value, default=str)
-        if isinstance(value, list):
-            return [None if _absent(v) else v for v in value]
-        return value
+            return [None if _absent(v) else json.dumps(v, default=str) for v in values]
+        # A string, flag or null goes as it is (most cells); NaN is null, in lists too.
+        return [v if v is None or type(v) is str or type(v) is bool else _plain_cell(v)
+                for v in values]
 
     def table(self, records: list[dict]) -> pa.Table:
         """Records as a table of this schema (a field a record lacks is null)."""
-        rows = [{name: self._cell(name, record.get(name)) for name in self.columns}
-                for record in records]
-        return pa.Table.from_pylist(rows, schema=self.schema)
+        return pa.Table.from_pydict({name: self._column(name, records) for name in self.columns},
+                                    schema=self.schema)
+
+
+def _plain_cell(value: Any) -> Any:
+    if _absent(value):
+        return None
+    if isinstance(value, list):
+        return [None if _absent(v) else v for v in value]
+    return value
 
 
 def write_results_parquet(handle: IO[bytes], records: Callable[[], Iterable[dict]]) -> None:
