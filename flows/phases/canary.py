@@ -77,7 +77,7 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
                        "drifted": True}, [why])
     ctx = judge_context(settings, None, params.storage_options)  # never the cache
     results = await judge_rows(ctx, JudgePlan(tuple(judges), (), ()), rows)
-    # into calls.jsonl
+    # The canary's calls are audited in calls.jsonl like the run's own.
     judged.staging.write_calls("canary", CallLog.of(ctx.calls).in_phase("canary"))
     agreements = []
     for judge in judges:

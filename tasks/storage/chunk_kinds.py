@@ -204,8 +204,7 @@ class JudgedPairChunks:
         verdicts = await judge_pairs(ctx, items, self.options)
         records = [pair_fields(PairResult(p, v, self.options.swap))
                    for p, v in zip(items, verdicts, strict=True)]
-        return PairChunkResult(index, records, verdicts, ctx.usage,
-                           CallLog.of(ctx.calls))
+        return PairChunkResult(index, records, verdicts, ctx.usage, CallLog.of(ctx.calls))
 
     def fingerprint(self, items: list[Pair]) -> str:
         """Pairs, rubric, rules and model."""
