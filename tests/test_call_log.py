@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from judges.builtin.offline import MODEL as OFFLINE
+from judges.integrity import SIGNING_KEY_ENV
 from judges.model.settings import LLMSettings
 from judges.plan import plan_judges
 from tasks.call_log import CallLog, CallLogError
@@ -80,3 +81,23 @@ def test_a_stored_chunk_whose_log_does_not_fit_is_judged_again(tmp_path):
     document["result"]["calls"] = judged.calls.text + "not json\n"
     path.write_text(json.dumps(document))
     assert store.load(kind, 3, key, rows) is None
+
+
+def test_a_signed_chunk_whose_log_was_rewritten_in_the_bucket_is_refused(tmp_path, monkeypatch):
+    # Lines of the right shape pass the reader's check; with a signing key the MAC, which covers
+    # the log's text, is what refuses a forged entry.
+    monkeypatch.setenv(SIGNING_KEY_ENV, "operator-held-key")
+    rows = _rows()
+    plan = plan_judges(rows, ["safety"])
+    settings = LLMSettings(model=OFFLINE)
+    kind = JudgedRowChunks(plan, settings)
+    store = ChunkStore(str(tmp_path / ".chunks"))
+    key = judge_fingerprint(rows, plan, settings)
+    store.save(kind, 0, key, _judged(rows, plan, settings))
+    path = tmp_path / ".chunks" / "judge" / "000000.json"
+    document = json.loads(path.read_text())
+    document["result"]["calls"] += '{"judge": "safety", "verdict": "yes", "source": "forged"}\n'
+    path.write_text(json.dumps(document))
+
+    reader = ChunkStore(str(tmp_path / ".chunks"))
+    assert reader.load(kind, 0, key, rows) is None and reader.rejected == 1
