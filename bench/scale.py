@@ -13,6 +13,12 @@ The processes, as the issue that asked for this names them:
   the same Prefect server as its API;
 - shard processes: the process workers and the shard flow runs they start (reaped children);
 - central: the Prefect server during the sharded run, and the sharded run's parent command.
+
+And a control the issue did not ask for: N single-process commands at once, each with its
+share of the calls and of the concurrency, as the shards get theirs. Two processes busy at once
+on this machine's two vCPUs each spend more CPU per call than one alone does (they share caches
+and memory bandwidth), and the shards are two processes busy at once: their CPU per call over
+the control's is what scale-out itself costs beyond that.
 """
 
 from __future__ import annotations
@@ -21,11 +27,20 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import NamedTuple
 
-from bench.processes import Loopback
-from bench.sharded import PrefectStack, cpu_seconds, judged_rate
+from bench.processes import ROOT, Loopback
+from bench.sharded import (
+    PrefectStack,
+    cpu_seconds,
+    evaluate_command,
+    judged_rate,
+    rusage_env,
+)
 
 SIZES = (2000, 8000)
 REPEATS = 3
@@ -49,6 +64,7 @@ class SizeRun(NamedTuple):
     calls: int
     single: float
     shards: float  # every worker with its shard flow runs
+    together: float  # the control: as many single processes at once as there are shards
     server: float
     server_net: float  # less its idle CPU per second over the run and its settling
     parent: float
@@ -84,11 +100,36 @@ def _run_size(stack: PrefectStack, server: Loopback, calls: int, shards: int,
     after, elapsed = stack.cpu(), time.monotonic() - started
     spent = {name: after[name] - before[name] for name in after}
     server_cpu = spent.pop("prefect server")
+    together = _singles_at_once(stack, server, calls, shards)
+    _settle(stack, idle)
     return SizeRun(calls=sharded["calls"], single=single["cpu_seconds"],
-                   shards=sum(spent.values()), server=server_cpu,
+                   shards=sum(spent.values()), together=together, server=server_cpu,
                    server_net=server_cpu - idle * elapsed,
                    parent=sharded["cpu_seconds"], sharded_wall=sharded["wall_seconds"],
                    single_wall=single["wall_seconds"])
+
+
+def _singles_at_once(stack: PrefectStack, server: Loopback, calls: int, count: int) -> float:
+    """CPU seconds of `count` single-process commands started together, each with 1/count of
+    the calls and of the concurrency (as each of `count` shards gets)."""
+    server.reset()
+    with tempfile.TemporaryDirectory() as root:
+        folders = [Path(root) / f"process-{index}" for index in range(count)]
+        processes = []
+        for folder in folders:
+            folder.mkdir()
+            processes.append(subprocess.Popen(
+                evaluate_command(server, calls // count, CONCURRENCY // count, folder),
+                env=rusage_env(stack.env, folder), cwd=ROOT, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, text=True))
+        cpu = 0.0
+        for process, folder in zip(processes, folders, strict=True):
+            _, errors = process.communicate()
+            if process.returncode != 0:
+                raise RuntimeError(f"judgeflow exited {process.returncode}:\n{errors[-3000:]}")
+            usage = json.loads((folder / "rusage.json").read_text())
+            cpu += usage["cpu_seconds"] + usage["children_cpu_seconds"]
+    return cpu
 
 
 def _start_cost(stack: PrefectStack, server: Loopback, shards: int) -> float:
@@ -120,7 +161,7 @@ def _slope(small: float, large: float, calls: int) -> float:
     return (large - small) / calls
 
 
-KINDS = ("single", "shards", "server", "server_net", "parent")
+KINDS = ("single", "shards", "together", "server", "server_net", "parent")
 
 
 def measure(sizes: tuple[int, int] = SIZES, shards: int = 2, repeats: int = REPEATS) -> dict:
@@ -143,6 +184,8 @@ def measure(sizes: tuple[int, int] = SIZES, shards: int = 2, repeats: int = REPE
     slopes = [{kind: _slope(getattr(small, kind), getattr(large, kind), large.calls - small.calls)
                for kind in KINDS} for small, large in pairs]
     ratios = [{"shards": slope["shards"] / slope["single"],
+               "shards_vs_together": slope["shards"] / slope["together"],
+               "together": slope["together"] / slope["single"],
                "central": (slope["server"] + slope["parent"]) / slope["single"],
                "central_net": (max(0.0, slope["server_net"]) + slope["parent"]) / slope["single"]}
               for slope in slopes]
@@ -162,11 +205,14 @@ def measure(sizes: tuple[int, int] = SIZES, shards: int = 2, repeats: int = REPE
         "load_average": load,
         "ms_per_call": {kind: round(1000 * value, 3) for kind, value in per_call.items()},
         "shards_per_call_ratio": median_ratio("shards"),
+        "shards_vs_together_per_call_ratio": median_ratio("shards_vs_together"),
+        "together_per_call_ratio": median_ratio("together"),
         "central_per_call_ratio": median_ratio("central"),
         "central_net_per_call_ratio": median_ratio("central_net"),
         "ratio_ranges": {name: [round(min(r[name] for r in ratios), 3),
                                 round(max(r[name] for r in ratios), 3)]
-                         for name in ("shards", "central", "central_net")},
+                         for name in ("shards", "shards_vs_together", "together", "central",
+                                      "central_net")},
         "fixed_seconds": {kind: round(value, 2) for kind, value in fixed.items()},
         "fixed_seconds_per_shard": round(fixed["shards"] / shards, 2),
         # Direct: a 40-call sharded run, less its calls at the slope's CPU per call.

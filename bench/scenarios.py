@@ -390,6 +390,14 @@ def scale_out(sizes: tuple[int, int] = bench_scale.SIZES, shards: int = 2) -> li
                 limit=single, limit_label="one process's CPU ms per call",
                 ratio=result["shards_per_call_ratio"], cpu_ms_per_call=per_call["shards"],
                 target="<= 1.05", note=f"{note}; {pairs_range('shards')}"),
+        Measure(f"scale-out: shard processes' CPU per call / {shards} single processes at once",
+                **common, limit=per_call["together"],
+                limit_label=f"CPU ms per call of {shards} single processes at once",
+                ratio=result["shards_vs_together_per_call_ratio"],
+                cpu_ms_per_call=per_call["shards"], target="report",
+                note=f"each with 1/{shards} of the calls and of the concurrency, started "
+                     f"together: {result['together_per_call_ratio']:.3f}x one process's CPU per "
+                     f"call ({pairs_range('together')}); {pairs_range('shards_vs_together')}"),
         Measure("scale-out: central CPU per call (Prefect server + parent) / one process's",
                 **common, limit=single, limit_label="one process's CPU ms per call",
                 ratio=result["central_per_call_ratio"],

@@ -161,18 +161,28 @@ def _rows(folder: Path, count: int) -> Path:
     return path
 
 
+def evaluate_command(server: Loopback, rows: int, concurrency: int, folder: Path,
+                     *extra: str) -> list[str]:
+    """`judgeflow evaluate` of `rows` bench rows (one safety call each), written in `folder`."""
+    return [PYTHON, str(BENCH / "run_cli.py"), "evaluate", str(_rows(folder, rows)),
+            "--judge-model", "openai/bench", "--api-base", f"{server.url}/v1",
+            "--concurrency", str(concurrency), "--judges", "safety", "--no-cache",
+            "--output", f"{folder}/out", "--suite", "bench", *extra]
+
+
+def rusage_env(env: dict, folder: Path) -> dict:
+    """`env` with bench/run_cli.py told where to leave the command's CPU and peak RSS."""
+    return {**env, "BENCH_RUSAGE_FILE": f"{folder}/rusage.json"}
+
+
 def judged_rate(server: Loopback, env: dict, rows: int, concurrency: int, *extra: str) -> dict:
     """One `judgeflow evaluate` (one safety call per row): requests/s over the busy window."""
     server.reset()
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         done = subprocess.run(
-            [PYTHON, str(BENCH / "run_cli.py"), "evaluate", str(_rows(Path(folder), rows)),
-             "--judge-model", "openai/bench", "--api-base", f"{server.url}/v1",
-             "--concurrency", str(concurrency), "--judges", "safety", "--no-cache",
-             "--output", f"{folder}/out", "--suite", "bench", *extra],
-            env={**env, "BENCH_RUSAGE_FILE": f"{folder}/rusage.json"}, cwd=ROOT,
-            capture_output=True, text=True)
+            evaluate_command(server, rows, concurrency, Path(folder), *extra),
+            env=rusage_env(env, Path(folder)), cwd=ROOT, capture_output=True, text=True)
         wall = time.perf_counter() - started
         usage_file = Path(folder) / "rusage.json"
         usage = json.loads(usage_file.read_text()) if usage_file.exists() else {}
