@@ -111,22 +111,27 @@ def _run_size(stack: PrefectStack, server: Loopback, calls: int, shards: int,
 
 def _singles_at_once(stack: PrefectStack, server: Loopback, calls: int, count: int) -> float:
     """CPU seconds of `count` single-process commands started together, each with 1/count of
-    the calls and of the concurrency (as each of `count` shards gets)."""
+    the calls and of the concurrency (as each of `count` shards gets).
+
+    Each one's output goes to a file: a pipe left unread while the first is waited for could
+    fill and stall the others, and they would no longer run at once.
+    """
     server.reset()
     with tempfile.TemporaryDirectory() as root:
         folders = [Path(root) / f"process-{index}" for index in range(count)]
         processes = []
         for folder in folders:
             folder.mkdir()
-            processes.append(subprocess.Popen(
-                evaluate_command(server, calls // count, CONCURRENCY // count, folder),
-                env=rusage_env(stack.env, folder), cwd=ROOT, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, text=True))
+            with (folder / "output.txt").open("w") as output:
+                processes.append(subprocess.Popen(
+                    evaluate_command(server, calls // count, CONCURRENCY // count, folder),
+                    env=rusage_env(stack.env, folder), cwd=ROOT, stdout=output,
+                    stderr=subprocess.STDOUT))
         cpu = 0.0
         for process, folder in zip(processes, folders, strict=True):
-            _, errors = process.communicate()
-            if process.returncode != 0:
-                raise RuntimeError(f"judgeflow exited {process.returncode}:\n{errors[-3000:]}")
+            if process.wait() != 0:
+                output = (folder / "output.txt").read_text(errors="replace")
+                raise RuntimeError(f"judgeflow exited {process.returncode}:\n{output[-3000:]}")
             usage = json.loads((folder / "rusage.json").read_text())
             cpu += usage["cpu_seconds"] + usage["children_cpu_seconds"]
     return cpu
