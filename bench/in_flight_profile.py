@@ -27,10 +27,6 @@ class Profile(NamedTuple):
     in_flight: list[float]  # mean requests in flight over each bin
     refused_at: list[float]  # seconds from the first arrival
 
-    @property
-    def busy_seconds(self) -> float:
-        return self.bin_seconds * len(self.in_flight)
-
 
 def profile(arrivals: list[float], replies: list[float], refused: list[float] = (),
             bin_seconds: float = 0.25) -> Profile:
