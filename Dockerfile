@@ -59,4 +59,6 @@ RUN install -d -o judgeflow -g judgeflow /opt/judgeflow/results
 WORKDIR /opt/judgeflow
 # Numeric, so that Kubernetes' runAsNonRoot can check it.
 USER 10001
+# Loads the machine's /etc/judgeflow/judgeflow.env when the locked Docker pool mounts it.
+ENTRYPOINT ["/bin/sh", "/opt/judgeflow/deployments/pools/docker-entrypoint.sh"]
 CMD ["judgeflow", "--help"]
