@@ -57,8 +57,8 @@ COPY --from=builder /opt/venv /opt/venv
 COPY --from=builder /opt/judgeflow /opt/judgeflow
 RUN install -d -o judgeflow -g judgeflow /opt/judgeflow/results
 WORKDIR /opt/judgeflow
-# Numeric, so that Kubernetes' runAsNonRoot can check it.
-USER 10001
 # Loads the machine's /etc/judgeflow/judgeflow.env when the locked Docker pool mounts it.
 ENTRYPOINT ["/bin/sh", "/opt/judgeflow/deployments/pools/docker-entrypoint.sh"]
+# Numeric, so that Kubernetes' runAsNonRoot can check it.
+USER 10001
 CMD ["judgeflow", "--help"]
