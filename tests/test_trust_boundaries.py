@@ -139,3 +139,52 @@ def test_a_plain_path_under_a_star_endpoint_still_gets_its_key():
         model="openai/x", api_base="http://10.0.0.5:8000/teams/a/v1"))
     assert paired.api_key_env == "TEAM_A_API_KEY"
     assert not TEAM_A.matches("http://10.0.0.5:8000/teams/b/v1")
+
+
+# ------------------------------------ the regression's nested rejudge in a deployment run
+
+
+def test_a_deployment_regression_s_nested_rejudge_refuses_what_its_baseline_names(
+        fake_llm, tmp_path, monkeypatch):
+    """A planted baseline manifest names custom judges outside the read roots; the night's
+    re-judging of that baseline (a subflow) refuses them instead of loading them."""
+    import json
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from flows.regression import regression
+    from tests.fake_llm import Reply
+    from tests.planted import verdict
+    from tests.test_regression import manifest, params, rows, seed
+
+    fake_llm.script = lambda body: Reply(verdict("yes"))
+    same_rows = rows(4, set())
+    seed(fake_llm, tmp_path, same_rows, judges=None)  # the operator's own run: the baseline
+    elsewhere = Path(tempfile.mkdtemp(prefix="judgeflow-planted-"))  # outside every root
+    try:
+        planted = elsewhere / "judges.yaml"
+        planted.write_text("judges:\n  - name: planted\n    assessment_type: ANSWER\n"
+                           "    instructions: 'PLANTED-OUTSIDE {{ response }}'\n")
+        baseline = tmp_path / "out" / "nightly" / "seed" / "manifest.json"
+        record = json.loads(baseline.read_text())
+        record["config"]["custom_judges"] = str(planted)
+        baseline.write_text(json.dumps(record))  # no signing key: trusted as found
+
+        monkeypatch.setenv("JUDGEFLOW_READ_ROOTS", str(tmp_path))
+        monkeypatch.setenv("JUDGEFLOW_WRITE_ROOTS", str(tmp_path / "out"))
+        monkeypatch.setenv("JUDGEFLOW_MODEL_ENDPOINTS", fake_llm.api_base)
+        tonight = params(fake_llm, tmp_path, same_rows, "n1", judges=None, rejudge_baseline=True,
+                         judge=JudgeModel(model="openai/planted-v2", api_base=fake_llm.api_base,
+                                          backoff_seconds=0.05))
+        flow_run = _deployment_run(regression)
+        asyncio.run(run_flow(regression, flow_run=flow_run, parameters={"params": tonight},
+                             return_type="state"))
+    finally:
+        shutil.rmtree(elsewhere)
+    section = manifest(tmp_path, "n1")["regression"]
+    assert section["baseline_rejudged_from"] is None
+    error = section["baseline_rejudge_error"]
+    assert "parameter 'custom_judges' names" in error, error
+    assert "outside what a deployment run may read" in error
+    assert not any("PLANTED-OUTSIDE" in json.dumps(body) for body in fake_llm.requests)
