@@ -33,7 +33,7 @@ from flows.commands.pools import locked_template
 from flows.preflight.trust import WRITE_ROOTS_ENV
 from judges.integrity import SIGNING_KEY_ENV
 from tests import test_deployments
-from tests.docker_pool import DockerJobConfiguration
+from tests.docker_pool import DockerJobConfiguration, DockerShapedWorker
 from tests.test_deployments import BIN, REPO, Server
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -344,10 +344,12 @@ def test_the_docker_deployment_deploys_on_the_locked_pool_and_its_containers_get
     # The locked template, checked against prefect-docker's variable names (tests/docker_pool).
     template = locked_template("docker", image)
     assert set(template["job_configuration"]) <= set(DockerJobConfiguration.model_fields)
-    installed = server.run(BIN / "judgeflow", "install-pools", "--type", "docker", "--image",
-                           image)
-    assert f"work pool {pool!r}" in installed.stdout
-    _deploy(server.env)
+    # A pool as Prefect's defaults make it (every field a job variable): the deploy locks it.
+    _put_pool(server, pool, DockerShapedWorker.get_default_base_job_template())
+    _deploy({**server.env, "JUDGEFLOW_IMAGE": image})
+    with server.client() as api:
+        stored = api.get(f"/work_pools/{pool}").raise_for_status().json()["base_job_template"]
+    assert stored == template
 
     with server.client() as api:
         deployment = api.get(f"/deployments/name/{SHARD}/{SHARD}").raise_for_status().json()
@@ -357,12 +359,14 @@ def test_the_docker_deployment_deploys_on_the_locked_pool_and_its_containers_get
                                          {"directory": "/opt/judgeflow"}}]
     assert not deployment["job_variables"]
 
-    # What the Docker worker starts each container with: the pool's image, heartbeat and
-    # mount of the machine's file; no key, and nothing from the server but Prefect's settings.
+    # What the Docker worker starts each container with: the pool's image and mount of the
+    # machine's file; no key, and no environment from the server but Prefect's own settings.
     resolved = server.run(BIN / "python", "-m", "tests.docker_pool", pool, f"{SHARD}/{SHARD}")
     job = json.loads(resolved.stdout.strip().splitlines()[-1])
     assert job["image"] == image and job["image_pull_policy"] == "IfNotPresent"
-    assert job["env"] == {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"}
+    assert job["env"] == {}  # the heartbeat is the image's (below), the rest the machine's
+    _, final = _builder_and_final()
+    assert final.env()["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"
     assert job["volumes"] == [f"/etc/judgeflow/judgeflow.env:{SECRETS}:ro"]
     assert job["command"] is None and job["privileged"] is False
 
@@ -459,7 +463,10 @@ def test_docker_workers_run_a_sharded_run_s_shards_in_the_image(server: Server, 
     template["job_configuration"]["volumes"] = [f"{machine_file}:{SECRETS}:ro", f"{out}:{out}"]
     _put_pool(server, pool, template)
     env = dict(server.env)
-    _deploy(env)
+    _deploy({**env, "JUDGEFLOW_IMAGE": image})
+    # The deploy locked the pool again, with the machine's file at /etc/judgeflow: put the
+    # test's mounts back.
+    _put_pool(server, pool, template)
     workers = [subprocess.Popen([worker_prefect, "worker", "start", "--pool", pool, "--type",
                                  "docker", "--limit", "1", "--name", f"docker-worker-{n}"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

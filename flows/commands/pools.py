@@ -43,7 +43,8 @@ def locked_template(pool_type: str, image: str | None = None) -> dict[str, Any]:
     if IMAGE_SLOT in text:
         if not image or not image.strip() or any(c in image for c in ' "{}\\'):
             raise ValueError(f"a {pool_type} pool runs judgeflow's worker image: give it as "
-                             f"--image REGISTRY/judgeflow:TAG (not {image!r})")
+                             f"--image REGISTRY/judgeflow:TAG (JUDGEFLOW_IMAGE when deploying "
+                             f"deployments/docker.yaml), not {image!r}")
         text = text.replace(IMAGE_SLOT, image.strip())
     return json.loads(text)
 
@@ -66,6 +67,19 @@ async def install_pool(name: str, pool_type: str, template: dict[str, Any]) -> s
                                  f"{pool_type!r}: give another --name") from None
             await client.update_work_pool(name, WorkPoolUpdate(base_job_template=template))
             return "updated"
+
+
+def lock_pool(name: str, pool_type: str = "process", image: str | None = None) -> dict[str, str]:
+    """A `prefect deploy` build step: give the deployments' pool its locked template.
+
+    deployments/prefect.yaml and docker.yaml run it, so a pool created some other way
+    (`prefect work-pool create`, the UI) is locked by the deploy that puts judgeflow's
+    deployments on it. It runs in `prefect deploy`'s own process, in a thread of its own.
+    """
+    import asyncio
+
+    outcome = asyncio.run(install_pool(name, pool_type, locked_template(pool_type, image)))
+    return {"pool": name, "outcome": outcome}
 
 
 def install_pools_command(
