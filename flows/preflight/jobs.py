@@ -48,8 +48,8 @@ def _deployment_job_variables(deployment_id: Any) -> dict[str, Any]:
 def refused_job_variables(variables: dict[str, Any], deployment_id: Any) -> list[str]:
     """The names among `variables` a deployment run may not carry, sorted."""
     chosen = sorted(set(variables) - HARMLESS)
-    if not chosen or deployment_id is None:
-        return chosen if deployment_id is not None else []
+    if deployment_id is None or not chosen:
+        return []
     own = _deployment_job_variables(deployment_id)
     return [name for name in chosen if name not in own or own[name] != variables[name]]
 
