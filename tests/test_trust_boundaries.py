@@ -100,7 +100,8 @@ def test_harmless_or_the_deployment_s_own_job_variables_do_not_refuse():
     own = {"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"}}
     flow_run = _deployment_run(guarded, deployment_variables=own,
                                run_variables={**own, "labels": {"team": "a"},
-                                              "stream_output": False})
+                                              "stream_output": False, "command": None,
+                                              "working_dir": ""})
     assert run_flow(guarded, flow_run=flow_run) == "started"
 
 

@@ -46,8 +46,10 @@ def _deployment_job_variables(deployment_id: Any) -> dict[str, Any]:
 
 
 def refused_job_variables(variables: dict[str, Any], deployment_id: Any) -> list[str]:
-    """The names among `variables` a deployment run may not carry, sorted."""
-    chosen = sorted(set(variables) - HARMLESS)
+    """The names among `variables` a deployment run may not carry (non-empty), sorted."""
+    # An empty value (a form that sends `"env": {}`) changes nothing in any template.
+    chosen = sorted(name for name, value in variables.items()
+                    if name not in HARMLESS and value not in (None, "", {}, []))
     if deployment_id is None or not chosen:
         return []
     own = _deployment_job_variables(deployment_id)
