@@ -46,17 +46,22 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 RUN /opt/venv/bin/python -m compileall -q --invalidation-mode checked-hash flows tasks judges
 
 FROM ${PYTHON_IMAGE}
+# A shard's heartbeat every 30 s, which its parent's liveness check reads: in the image, since
+# the locked pools take no environment from a job (deployments/pools/).
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \
     LITELLM_LOCAL_MODEL_COST_MAP=True \
     PREFECT_SERVER_ANALYTICS_ENABLED=false \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    PREFECT_FLOWS_HEARTBEAT_FREQUENCY=30
 RUN useradd --create-home --uid 10001 --user-group --shell /usr/sbin/nologin judgeflow
 # Code and virtualenv stay root's (a run cannot rewrite them); results/ is the user's.
 COPY --from=builder /opt/venv /opt/venv
 COPY --from=builder /opt/judgeflow /opt/judgeflow
 RUN install -d -o judgeflow -g judgeflow /opt/judgeflow/results
 WORKDIR /opt/judgeflow
+# Loads the machine's /etc/judgeflow/judgeflow.env when the locked Docker pool mounts it.
+ENTRYPOINT ["/bin/sh", "/opt/judgeflow/deployments/pools/docker-entrypoint.sh"]
 # Numeric, so that Kubernetes' runAsNonRoot can check it.
 USER 10001
 CMD ["judgeflow", "--help"]

@@ -115,11 +115,10 @@ class PrefectStack:
         port = self.url.split(":")[2].split("/")[0]
         self._start("server", "start", "--host", "127.0.0.1", "--port", port, log="server.log")
         _wait(lambda: _api(self.url, "/health") is not None, "Prefect server")
-        from prefect.workers.process import ProcessWorker
+        from flows.commands.pools import locked_template
 
         _api(self.url, "/work_pools/", {
-            "name": POOL, "type": "process",
-            "base_job_template": ProcessWorker.get_default_base_job_template()})
+            "name": POOL, "type": "process", "base_job_template": locked_template("process")})
         subprocess.run([str(BIN / "prefect"), "--no-prompt", "deploy", "--prefect-file",
                         "deployments/prefect.yaml", "--name", "judge-shard"],
                        cwd=ROOT, env=self.env, check=True, capture_output=True)

@@ -29,6 +29,7 @@ from flows.commands.compare import compare_command  # noqa: E402
 from flows.commands.estimate import estimate_command  # noqa: E402
 from flows.commands.evaluate import evaluate_command  # noqa: E402
 from flows.commands.mlflow_relay import mlflow_relay_command  # noqa: E402
+from flows.commands.pools import install_pools_command  # noqa: E402
 from flows.commands.regression import regression_command  # noqa: E402
 from flows.commands.rejudge import rejudge_command  # noqa: E402
 from flows.commands.worker import worker_command  # noqa: E402
@@ -54,6 +55,8 @@ def _root(
 
 # The server side of a deployment: the automation that re-runs a crashed night.
 app.command(name="install-automations")(install_automations_command)
+# ... and the work pools its deployments run on, with job templates no run can change.
+app.command(name="install-pools")(install_pools_command)
 app.command(name="evaluate")(evaluate_command)
 app.command(name="compare")(compare_command)
 app.command(name="regression")(regression_command)

@@ -63,15 +63,6 @@ class DockerShapedWorker(BaseWorker):
         raise NotImplementedError
 
 
-def base_job_template(env_default: dict[str, str]) -> dict[str, Any]:
-    """The pool's template: the operator's `env` default (secret references) and no extras."""
-    template = DockerShapedWorker.get_default_base_job_template()
-    variables = template["variables"]
-    variables["additionalProperties"] = False
-    variables["properties"]["env"]["default"] = env_default
-    return template
-
-
 async def _resolve(pool_name: str, deployment_name: str) -> dict[str, Any]:
     from prefect import get_client
 

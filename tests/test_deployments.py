@@ -140,15 +140,9 @@ def server(tmp_path_factory, llm_server) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def deployed(server) -> dict[str, dict]:
     """`prefect deploy --all` run from deployments/, as the README says; deployments by key."""
-    # What `prefect work-pool create judgeflow-process --type process` does, minus its lookup
-    # of the online collections registry, which costs ~10 s of timeout on a machine offline.
-    from prefect.workers.process import ProcessWorker
-
-    with server.client() as api:
-        api.post("/work_pools/", json={
-            "name": POOL, "type": "process",
-            "base_job_template": ProcessWorker.get_default_base_job_template(),
-        }).raise_for_status()
+    # The locked pool, as the README has the operator create it.
+    installed = server.run(BIN / "judgeflow", "install-pools")
+    assert f"created work pool {POOL!r}" in installed.stdout, installed.stdout
     done = server.run(BIN / "prefect", "--no-prompt", "deploy", "--all", cwd=DEPLOYMENTS)
     output = done.stdout + done.stderr
     # prefect deploy skips a prefect.yaml that fails validation with only a yellow warning.

@@ -29,10 +29,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flows.commands.pools import locked_template
 from flows.preflight.trust import WRITE_ROOTS_ENV
 from judges.integrity import SIGNING_KEY_ENV
 from tests import test_deployments
-from tests.docker_pool import DockerJobConfiguration, base_job_template
+from tests.docker_pool import DockerJobConfiguration, DockerShapedWorker
 from tests.test_deployments import BIN, REPO, Server
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -41,7 +42,8 @@ DOCKER_YAML = REPO / "deployments" / "docker.yaml"
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
 SHARD = "judge-shard"
 BUILD_TOOLS = re.compile(r"\b(apt-get|apt|apk|gcc|cc|g\+\+|make|build-essential|pip|uv)\b")
-SECRET_REFERENCE = re.compile(r"^\{\{ prefect\.blocks\.secret\.[a-z0-9-]+ \}\}$")
+ENTRYPOINT_SCRIPT = REPO / "deployments" / "pools" / "docker-entrypoint.sh"
+SECRETS = "/run/secrets/judgeflow.env"
 
 server = test_deployments.server
 
@@ -272,13 +274,10 @@ def test_the_docker_shard_deployment_runs_what_the_process_one_runs():
     for key in ("entrypoint", "tags"):
         assert docker[key] == process[key]
     assert "parameters" not in docker and "parameters" not in process  # the parent sends them
-    variables = docker["work_pool"]["job_variables"]
-    # The heartbeat the parent's liveness check reads, as on the process pool.
-    heartbeat = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
-    assert variables["env"][heartbeat] == process["work_pool"]["job_variables"]["env"][heartbeat]
-    assert variables["env"][WRITE_ROOTS_ENV] == "{{ $" + WRITE_ROOTS_ENV + " }}"
-    assert variables["image"] == "{{ $JUDGEFLOW_IMAGE }}"
-    assert set(variables) <= set(DockerJobConfiguration.model_fields)
+    # Neither carries job variables: the locked pools fix the job (deployments/pools/).
+    assert "job_variables" not in docker["work_pool"]
+    assert "job_variables" not in process["work_pool"]
+    assert docker["work_pool"]["name"] == "judgeflow-docker"
 
     config = yaml.safe_load(DOCKER_YAML.read_text())
     assert config["prefect-version"] == yaml.safe_load(PREFECT_YAML.read_text())["prefect-version"]
@@ -286,18 +285,33 @@ def test_the_docker_shard_deployment_runs_what_the_process_one_runs():
     [pull] = config["pull"]
     assert pull["prefect.deployments.steps.set_working_directory"]["directory"] == \
         final.args("WORKDIR")[-1]
-    # Credentials only as references, in the pool's env, never in the deployment.
-    pool_env = config["definitions"]["pool_env"]
-    assert SIGNING_KEY_ENV in pool_env and "OPENAI_API_KEY" in pool_env
-    assert all(SECRET_REFERENCE.match(value) for value in pool_env.values()), pool_env
-    assert not set(pool_env) & set(variables["env"])
+    # The image's entrypoint loads the file the locked pool mounts, from the image's checkout.
+    [entrypoint] = final.args("ENTRYPOINT")
+    script = json.loads(entrypoint)[-1]
+    assert script.startswith(final.args("WORKDIR")[-1] + "/")
+    assert (REPO / script.removeprefix(final.args("WORKDIR")[-1] + "/")) == ENTRYPOINT_SCRIPT
+    template = locked_template("docker", "registry.example.com/judgeflow:test")
+    machine_file = "/etc/judgeflow/judgeflow.env"
+    assert template["job_configuration"]["volumes"] == [f"{machine_file}:{SECRETS}:ro"]
+    assert SECRETS in ENTRYPOINT_SCRIPT.read_text()
 
 
-def _save_secrets(server: Server, secrets: dict[str, str]) -> None:
-    code = ("import json, sys\nfrom prefect.blocks.system import Secret\n"
-            "for name, value in json.loads(sys.argv[1]).items():\n"
-            "    Secret(value=value).save(name, overwrite=True)\n")
-    server.run(BIN / "python", "-c", code, json.dumps(secrets))
+def test_the_entrypoint_loads_the_machine_s_file_over_the_container_s_environment(tmp_path):
+    secrets = tmp_path / "judgeflow.env"
+    secrets.write_text("JUDGEFLOW_WRITE_ROOTS=s3://eval-results/judgeflow\n"
+                       "JUDGEFLOW_SIGNING_KEY=from-the-machine\n")
+    script = tmp_path / "entrypoint.sh"
+    script.write_text(ENTRYPOINT_SCRIPT.read_text().replace(SECRETS, str(secrets)))
+    probe = ["sh", str(script), "sh", "-c",
+             'printf "%s|%s|%s" "$JUDGEFLOW_WRITE_ROOTS" "$JUDGEFLOW_SIGNING_KEY" "$1"', "-",
+             "arg"]
+    # A value a job put in the container's environment does not win over the machine's file.
+    env = {"PATH": os.environ["PATH"], "JUDGEFLOW_SIGNING_KEY": ""}
+    done = subprocess.run(probe, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout == "s3://eval-results/judgeflow|from-the-machine|arg"
+    secrets.unlink()  # no file: the command runs with the environment it was given
+    done = subprocess.run(probe, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout == "||arg"
 
 
 def _put_pool(server: Server, pool: str, template: dict) -> None:
@@ -313,7 +327,7 @@ def _put_pool(server: Server, pool: str, template: dict) -> None:
 
 
 def _deploy(env: dict[str, str]) -> None:
-    """`prefect deploy` of deployments/docker.yaml, with `{{ $NAME }}` values from `env`."""
+    """`prefect deploy` of deployments/docker.yaml."""
     done = subprocess.run([BIN / "prefect", "--no-prompt", "deploy", "--all", "--prefect-file",
                            DOCKER_YAML], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=180)
@@ -323,16 +337,19 @@ def _deploy(env: dict[str, str]) -> None:
     assert output.count("successfully created") == 1, output[-4000:]
 
 
-def test_the_docker_deployment_deploys_and_its_containers_get_the_secrets_by_reference(
+def test_the_docker_deployment_deploys_on_the_locked_pool_and_its_containers_get_no_secret(
         server: Server):
-    pool_env = yaml.safe_load(DOCKER_YAML.read_text())["definitions"]["pool_env"]
-    secrets = {ref.split(".")[-1].removesuffix(" }}"): f"sk-docker-{uuid.uuid4().hex}"
-               for ref in pool_env.values()}
-    _save_secrets(server, secrets)
     pool = yaml.safe_load(DOCKER_YAML.read_text())["deployments"][0]["work_pool"]["name"]
-    _put_pool(server, pool, base_job_template(pool_env))
-    image, roots = "registry.example.com/judgeflow:test", "s3://eval-results/judgeflow"
-    _deploy({**server.env, "JUDGEFLOW_IMAGE": image, WRITE_ROOTS_ENV: roots})
+    image = "registry.example.com/judgeflow:test"
+    # The locked template, checked against prefect-docker's variable names (tests/docker_pool).
+    template = locked_template("docker", image)
+    assert set(template["job_configuration"]) <= set(DockerJobConfiguration.model_fields)
+    # A pool as Prefect's defaults make it (every field a job variable): the deploy locks it.
+    _put_pool(server, pool, DockerShapedWorker.get_default_base_job_template())
+    _deploy({**server.env, "JUDGEFLOW_IMAGE": image})
+    with server.client() as api:
+        stored = api.get(f"/work_pools/{pool}").raise_for_status().json()["base_job_template"]
+    assert stored == template
 
     with server.client() as api:
         deployment = api.get(f"/deployments/name/{SHARD}/{SHARD}").raise_for_status().json()
@@ -340,17 +357,18 @@ def test_the_docker_deployment_deploys_and_its_containers_get_the_secrets_by_ref
     assert deployment["entrypoint"] == "flows.shards.flow.judge_shard"
     assert deployment["pull_steps"] == [{"prefect.deployments.steps.set_working_directory":
                                          {"directory": "/opt/judgeflow"}}]
-    assert not any(value in json.dumps(deployment) for value in secrets.values())
+    assert not deployment["job_variables"]
 
-    # What the Docker worker starts each container with: the secrets resolved from the pool,
-    # the deployment's image, heartbeat and write roots.
+    # What the Docker worker starts each container with: the pool's image and mount of the
+    # machine's file; no key, and no environment from the server but Prefect's own settings.
     resolved = server.run(BIN / "python", "-m", "tests.docker_pool", pool, f"{SHARD}/{SHARD}")
     job = json.loads(resolved.stdout.strip().splitlines()[-1])
     assert job["image"] == image and job["image_pull_policy"] == "IfNotPresent"
-    assert job["env"]["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"
-    assert job["env"][WRITE_ROOTS_ENV] == roots
-    for variable, reference in pool_env.items():
-        assert job["env"][variable] == secrets[reference.split(".")[-1].removesuffix(" }}")]
+    assert job["env"] == {}  # the heartbeat is the image's (below), the rest the machine's
+    _, final = _builder_and_final()
+    assert final.env()["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"
+    assert job["volumes"] == [f"/etc/judgeflow/judgeflow.env:{SECRETS}:ro"]
+    assert job["command"] is None and job["privileged"] is False
 
 
 # ----------------------------------------------------------------------------- the image
@@ -432,23 +450,23 @@ def test_docker_workers_run_a_sharded_run_s_shards_in_the_image(server: Server, 
     worker_prefect = _docker_worker_prefect()
     config = yaml.safe_load(DOCKER_YAML.read_text())
     pool = config["deployments"][0]["work_pool"]["name"]
-    pool_env = config["definitions"]["pool_env"]
     signing_key = f"docker-signing-{uuid.uuid4().hex}"
-    _save_secrets(server, {ref.split(".")[-1].removesuffix(" }}"):
-                           signing_key if "signing" in ref else "unused-in-this-test"
-                           for ref in pool_env.values()})
-    # The pool as `prefect work-pool create --type docker` makes it, with the operator's env
-    # default (the secret references) and the run's folder mounted at the same path.
+    # The locked pool, with the machine's file (keys, write roots) and the run's folder
+    # mounted from tmp instead of /etc/judgeflow (a test does not write there).
     out = tmp_path / "out"
     out.mkdir()
     out.chmod(0o777)  # the container's user is 10001
-    template = json.loads(server.run(worker_prefect, "work-pool",
-                                     "get-default-base-job-template", "--type", "docker").stdout)
-    template["variables"]["properties"]["env"]["default"] = pool_env
-    template["variables"]["properties"]["volumes"]["default"] = [f"{out}:{out}"]
+    machine_file = tmp_path / "judgeflow.env"
+    machine_file.write_text(f"{SIGNING_KEY_ENV}={signing_key}\n{WRITE_ROOTS_ENV}={out}\n")
+    machine_file.chmod(0o644)
+    template = locked_template("docker", image)
+    template["job_configuration"]["volumes"] = [f"{machine_file}:{SECRETS}:ro", f"{out}:{out}"]
     _put_pool(server, pool, template)
-    env = {**server.env, "JUDGEFLOW_IMAGE": image, WRITE_ROOTS_ENV: str(out)}
-    _deploy(env)
+    env = dict(server.env)
+    _deploy({**env, "JUDGEFLOW_IMAGE": image})
+    # The deploy locked the pool again, with the machine's file at /etc/judgeflow: put the
+    # test's mounts back.
+    _put_pool(server, pool, template)
     workers = [subprocess.Popen([worker_prefect, "worker", "start", "--pool", pool, "--type",
                                  "docker", "--limit", "1", "--name", f"docker-worker-{n}"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -470,7 +488,7 @@ def test_docker_workers_run_a_sharded_run_s_shards_in_the_image(server: Server, 
     assert {run["state"] for run in manifest["shards"]["runs"]} == {"COMPLETED"}
     assert {run["worker"] for run in manifest["shards"]["runs"]} == {
         "docker-worker-1", "docker-worker-2"}
-    # The shards signed their chunks with the key the workers resolved from the pool's
-    # secret reference: the parent accepted every one.
+    # The shards signed their chunks with the key their containers read from the machine's
+    # file: the parent accepted every one.
     assert manifest["integrity"]["signing"] == "hmac-sha256"
     assert manifest["integrity"]["rejected_chunks"] == 0

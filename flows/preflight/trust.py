@@ -28,10 +28,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel
 
+from flows.preflight.jobs import check_job_variables
 from judges.errors import ConfigError
 from judges.storage import is_local, local_path, protocol_of
 
@@ -51,14 +52,51 @@ class ParameterRefused(ConfigError):
 
 
 def parameters_untrusted() -> bool:
-    """Whether this flow run's parameters came from someone other than the operator."""
+    """Whether this flow run's parameters came from someone other than the operator.
+
+    A subflow of a deployment run (the regression's re-judging of its baseline) is as
+    untrusted as the run it serves: what it is given derives from that run's parameters or
+    from files they named.
+    """
     if os.environ.get(UNTRUSTED_ENV, "").strip().lower() in ("1", "true", "yes"):
         return True
     from prefect.context import FlowRunContext
 
     context = FlowRunContext.get()
     flow_run = getattr(context, "flow_run", None)
-    return getattr(flow_run, "deployment_id", None) is not None
+    if getattr(flow_run, "deployment_id", None) is not None:
+        return True
+    return flow_run is not None and _deployment_ancestor(flow_run)
+
+
+MAX_ANCESTORS = 16
+
+
+def _deployment_ancestor(flow_run: Any) -> bool:
+    """Whether a flow run above this one (parent task run -> its flow run, ...) is a deployment run.
+
+    An ancestor that cannot be read, or a chain deeper than MAX_ANCESTORS, counts as one.
+    """
+    parent_task_run_id = getattr(flow_run, "parent_task_run_id", None)
+    if parent_task_run_id is None:
+        return False
+    from prefect.client.orchestration import get_client
+
+    try:
+        with get_client(sync_client=True) as client:
+            for _ in range(MAX_ANCESTORS):
+                task_run = client.read_task_run(parent_task_run_id)
+                if task_run.flow_run_id is None:
+                    return False
+                parent = client.read_flow_run(task_run.flow_run_id)
+                if parent.deployment_id is not None:
+                    return True
+                parent_task_run_id = parent.parent_task_run_id
+                if parent_task_run_id is None:
+                    return False
+    except Exception:  # noqa: BLE001 - an ancestor we cannot read may be a deployment run
+        return True
+    return True
 
 
 def _entries(name: str) -> list[str]:
@@ -98,6 +136,26 @@ class Root:
         return self.path if self.protocol == "file" else f"{self.protocol}://{self.path}"
 
 
+def plain_url_path(url: str) -> bool:
+    """Whether the path of `url` has no '.' or '..' segment and no backslash.
+
+    Decoded or percent-encoded (`%2e%2e`, `%5c`, `%252e`) alike: a server resolves them,
+    climbing out of the prefix a `*` endpoint allows (`/teams/a/../b/` is `/teams/b/`).
+    """
+    try:
+        path = urlsplit(url).path
+    except ValueError:
+        return False
+    for _ in range(4):  # undo encodings of encodings; a path still changing after that is odd
+        decoded = unquote(path)
+        if decoded == path:
+            break
+        path = decoded
+    else:
+        return False
+    return "\\" not in path and not any(part in (".", "..") for part in path.split("/"))
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """A model endpoint the operator allows, and the key variable paired with it."""
@@ -115,6 +173,8 @@ class Endpoint:
 
     def matches(self, api_base: str) -> bool:
         """Whether `api_base` is this endpoint (or lies under it, for a `*` prefix)."""
+        if not plain_url_path(api_base):
+            return False
         try:
             wanted, given = urlsplit(self.url.rstrip("*")), urlsplit(api_base)
             if (given.scheme, given.hostname, given.port) != (wanted.scheme, wanted.hostname,
@@ -208,6 +268,11 @@ class OperatorPolicy:
                     f"endpoint and its key are paired by the operator in {MODEL_ENDPOINTS_ENV}"
                 )
             return model
+        if not plain_url_path(api_base):
+            raise ParameterRefused(
+                f"parameter {field}.api_base {api_base!r} has a '.' or '..' segment or a "
+                "backslash in its path (maybe percent-encoded): give the endpoint's plain URL"
+            )
         endpoint = next((e for e in self.endpoints if e.matches(api_base)), None)
         if endpoint is None:
             listed = ", ".join(e.url for e in self.endpoints) or "none"
@@ -233,9 +298,11 @@ def guard_parameters(params: P) -> P:
     variable is the one the operator paired with its endpoint.
 
     Raises:
+        JobVariablesRefused: a deployment run created with job variables (flows/preflight/jobs.py).
         ParameterRefused: the first parameter the policy does not allow, before anything is
             read, written or called.
     """
+    check_job_variables()
     if not parameters_untrusted():
         return params
     policy = OperatorPolicy.from_env()

@@ -55,8 +55,8 @@ async def shard_pool(deployment: str) -> str:
         except ObjectNotFound:
             raise ShardSetupError(
                 f"work pool {pool!r} (of the shard deployment) does not exist on {api}: create "
-                f"it with `prefect work-pool create {pool} --type process`, then start workers "
-                f"with `prefect worker start --pool {pool}`") from None
+                f"it locked with `judgeflow install-pools --name {pool}`, then start workers "
+                f"with `judgeflow worker --pool {pool}`") from None
         await _wait_for_worker(client, pool)
     return pool
 

@@ -26,6 +26,12 @@ from prefect.workers.process import ProcessJobConfiguration, ProcessWorker
 from flows.shards.flow import SHARD_FLOW_NAME
 from flows.shards.warm_start import WARM_SOCKET_ENV
 
+# A shard's flow run sends a heartbeat event every 30 s (Prefect's minimum) from a thread of
+# its own. Set here, not as a job variable: judgeflow's pools take no environment from job
+# variables (deployments/pools/); a worker started with another value keeps it.
+HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
+SHARD_HEARTBEAT_SECONDS = "30"
+
 
 class WarmJobConfiguration(ProcessJobConfiguration):
     """A process job whose shard flow runs start through the warm process, when there is one."""
@@ -35,9 +41,11 @@ class WarmJobConfiguration(ProcessJobConfiguration):
         """Prefect's preparation; then a shard's command becomes flows/shards/warm_start.py."""
         super().prepare_for_flow_run(flow_run, deployment, flow, work_pool, worker_name,
                                      worker_id=worker_id)
+        shard = getattr(flow, "name", None) == SHARD_FLOW_NAME
+        if shard:  # the parent's liveness check reads it (flows/shards/watch.py)
+            self.env.setdefault(HEARTBEAT_ENV, SHARD_HEARTBEAT_SECONDS)
         warm = os.environ.get(WARM_SOCKET_ENV)
-        if warm and not self._command_configured and getattr(flow, "name", None) == \
-                SHARD_FLOW_NAME:
+        if warm and not self._command_configured and shard:
             self.command = command_to_string([sys.executable, "-m", "flows.shards.warm_start"])
             self._command_configured = True
             self.env[WARM_SOCKET_ENV] = warm
