@@ -106,7 +106,8 @@ def test_a_planted_ledger_entry_is_refused_and_its_calls_submitted_anew(provider
     result = runner.invoke(app, _command(provider, data, out, "victim", "--batch"))
 
     assert result.exit_code == 0, result.output
-    assert _verdicts(_published(out, "victim")[2]) == honest  # not the planted answers
+    _, manifest, records = _published(out, "victim")
+    assert _verdicts(records) == honest  # not the planted answers
     resubmitted = provider.batches_created[created_before:]
     assert len(resubmitted) == 1 and sorted(resubmitted[0].custom_ids) == sorted(custom_ids)
     assert resubmitted[0].metadata["judgeflow_run"] == "b/victim"
@@ -114,7 +115,7 @@ def test_a_planted_ledger_entry_is_refused_and_its_calls_submitted_anew(provider
     # The run's log (the Prefect flow run's, and the process's) says which entry and why.
     refusals = [r.getMessage() for r in caplog.records if "named by the run's ledger" in
                 r.getMessage() and r.name == "prefect.flow_runs"]
-    assert len(refusals) == 1
+    assert len(refusals) == 1 and manifest["integrity"]["refused_batches"] == refusals
     assert refusals[0].startswith(f"batch '{planted['batch_id']}' named by the run's ledger "
                                   "was refused: its ")
 

@@ -295,10 +295,10 @@ class BatchBroker:
         return await retrieve()
 
     def _refuse(self, record: BatchRecord, problem: str) -> None:
-        self.ledger.refuse(record)
         # The id comes from the ledger, whoever wrote it: quoted and cut.
         message = (f"batch {record.batch_id!r:.80} named by the run's ledger was refused: "
                    f"{problem}; its {len(record.requests)} request(s) are submitted anew")
+        self.ledger.refuse(record, message)
         self.refused.append(message)
         logger.warning(message)
         self._say(message)

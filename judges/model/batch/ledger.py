@@ -87,8 +87,15 @@ class BatchLedger:
                 self._by_request[custom_id] = position
         return position
 
-    def refuse(self, record: BatchRecord) -> None:
-        """A batch that is not this run's: its requests are no longer found in it."""
+    def refuse(self, record: BatchRecord, why: str) -> None:
+        """A batch that is not this run's: its requests are no longer found in it.
+
+        The store, when it keeps a list of refused batches (the run's chunk store does, for
+        the manifest's integrity section), is told which and why.
+        """
+        noted = getattr(self._store, "refused_batches", None)
+        if isinstance(noted, list):
+            noted.append(why)
         with self._lock:
             position = next(i for i, kept in enumerate(self.records) if kept is record)
             for custom_id in record.requests:
