@@ -31,9 +31,10 @@ NEUTRAL_BRACKET = "&lt;"
 _BRACKETS = re.compile(
     "[<\uFF1C\uFE64\u2039\u3008\u27E8\u2329\u276C\u276E\u27EA\u29FC\u02C2\u1438\u2D66"
     "\u227A\uFE3F\u300A\u00AB]"
-    # Only where a tag may follow: ASCII spaces, slashes and controls, then a "u" or anything
-    # not ASCII. Markup such as `<div>` or `</p>` is passed over at the regex engine's speed.
-    "(?=[\\s/\x00-\x1f\x7f]*(?:[uU]|[^\x00-\x7f]))"
+    # Only where a tag may follow: ASCII spaces, slashes, backslashes (`<\/` is a slash
+    # escaped in JSON) and controls, then a "u" or anything not ASCII. Markup such as `<div>`
+    # or `</p>` is passed over at the regex engine's speed.
+    "(?=[\\s/\\\\\x00-\x1f\x7f]*(?:[uU]|[^\x00-\x7f]))"
 )
 # Letters NFKC leaves alone that look like one of WORD's (Cyrillic, Greek, Armenian, small
 # capitals, modifier letters), and slashes that look like "/".
@@ -70,7 +71,7 @@ def _reads_as_tag(text: str, start: int) -> bool:
         folded = _folded(text[index])
         if not folded:  # invisible, or a space
             continue
-        if matched == 0 and set(folded) <= {"/", " "}:
+        if matched == 0 and set(folded) <= {"/", "\\", " "}:  # "<\/": a JSON-escaped slash
             continue
         if not WORD.startswith(folded, matched):
             return False

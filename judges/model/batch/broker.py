@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
@@ -89,8 +90,11 @@ class BatchBroker:
         self.ledger = ledger
         self._say = on_progress or logger.info
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="judgeflow-batches",
-                                        daemon=True)
+        # The thread runs in the opening flow run's context: what it reads and writes (the
+        # ledger) is checked against that run's roots (judges/storage.py) like the rest.
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._loop.run_forever,),
+                                        name="judgeflow-batches", daemon=True)
         self._thread.start()
         self._waiters: dict[str, list[concurrent.futures.Future]] = {}
         self._answers: dict[str, BatchAnswer] = {}
