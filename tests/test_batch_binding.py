@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from judges.model.batch.binding import batch_metadata, input_problem
+from judges.model.batch.binding import batch_metadata, input_problem, stray_answers
 from judges.model.batch.ledger import FINGERPRINT, KIND, BatchRecord
 from judges.model.batch.requests import batch_line, custom_id_of
 from tasks.storage.chunk_store import ChunkStore
@@ -133,3 +133,10 @@ def test_only_the_bodies_a_custom_id_was_made_from_pass_the_input_check():
     assert input_problem(own, {custom_id: who}) is None
     assert "a request this run does not make" in input_problem(forged, {custom_id: who})
     assert "lacks requests" in input_problem(own, {custom_id: who, "jf-other-1": who})
+
+
+def test_answers_to_requests_the_batch_was_not_given_refuse_the_batch():
+    requests = {"jf-a-1": {}, "jf-b-1": {}}
+    assert stray_answers(["jf-a-1"], requests) is None
+    assert "answers 1 request(s) it was not given ('jf-zz-1')" in stray_answers(
+        ["jf-a-1", "jf-zz-1"], requests)

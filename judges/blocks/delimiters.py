@@ -32,9 +32,10 @@ _BRACKETS = re.compile(
     "[<\uFF1C\uFE64\u2039\u3008\u27E8\u2329\u276C\u276E\u27EA\u29FC\u02C2\u1438\u2D66"
     "\u227A\uFE3F\u300A\u00AB]"
     # Only where a tag may follow: ASCII spaces, slashes, backslashes (`<\/` is a slash
-    # escaped in JSON) and controls, then a "u" or anything not ASCII. Markup such as `<div>`
-    # or `</p>` is passed over at the regex engine's speed.
-    "(?=[\\s/\\\\\x00-\x1f\x7f]*(?:[uU]|[^\x00-\x7f]))"
+    # escaped in JSON) and controls, then a "u" or anything not ASCII but accented Latin,
+    # CJK ideographs and Hangul syllables (none reads as a "u", an invisible or a slash).
+    # Markup such as `<div>` or `</p>`, and prose in most scripts, pass at the regex's speed.
+    "(?=[\\s/\\\\\x00-\x1f\x7f]*(?:[uU]|[^\x00-\x7f\u00c0-\u024f\u4e00-\u9fff\uac00-\ud7a3]))"
 )
 # Letters NFKC leaves alone that look like one of WORD's (Cyrillic, Greek, Armenian, small
 # capitals, modifier letters), and slashes that look like "/".
