@@ -13,21 +13,12 @@ from typing import Literal
 import jinja2
 from pydantic import BaseModel, ConfigDict, Field
 
+from judges.blocks.delimiters import neutralised
 from judges.rows import Chunk, EvalRow
 from judges.trajectory.conversation import has_turn_context
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 SYSTEM_TEMPLATE = "_system.j2"
-
-# Evaluated text must not be able to close (or open) a block: neutralise anything a model
-# could read as one of our tags, including look-alike brackets, full-width slashes and
-# invisible characters between the bracket and the word.
-_DELIMITER_LOOKALIKE = re.compile(
-    "[<\uFF1C\uFE64\u2039\u3008\u27E8\u2329]"
-    "([\\s\u200B-\u200F\u2060\uFEFF/\uFF0F\u2215\u29F8]*untrusted)",
-    re.IGNORECASE,
-)
-
 
 UNTRUSTED_BLOCK = re.compile(r"<untrusted-([\w-]+)>\n(.*?)\n</untrusted-\1>", re.DOTALL)
 
@@ -43,8 +34,12 @@ def untrusted_blocks(messages: list[dict]) -> list[str]:
 
 
 def untrusted(text: object, label: str) -> str:
-    """Wrap evaluated text in a block that the text itself cannot close."""
-    body = _DELIMITER_LOOKALIKE.sub(r"&lt;\1", "" if text is None else str(text))
+    """Wrap evaluated text in a block that the text itself cannot close.
+
+    Anything in it that reads as one of the block's tags, look-alike and invisible characters
+    included (judges/blocks/delimiters.py), is made inert.
+    """
+    body = neutralised("" if text is None else str(text))
     return f"<untrusted-{label}>\n{body}\n</untrusted-{label}>"
 
 

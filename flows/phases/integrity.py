@@ -41,6 +41,9 @@ def integrity_section(usages: Iterable[Usage], store: Any, *, calibration: str |
     rejected_chunks = getattr(store, "rejected", 0) if store is not None else 0
     section: dict[str, Any] = {**signing_fields(key), "rejected_cache_entries": rejected_cache,
                                "rejected_chunks": rejected_chunks}
+    refused_batches = list(getattr(store, "refused_batches", None) or [])
+    if refused_batches:  # a batch ledger entry the provider did not confirm (batch mode)
+        section["refused_batches"] = refused_batches
     if calibration is not None:
         section["calibration_source"] = "verified" if key is not None else "unchecked"
     if baseline is not None:

@@ -3,3 +3,8 @@
 Models, keys and endpoints, the output location, the set, the gates, and the operator's policy
 for a deployment run's parameters (trust.py). May import flows/run, tasks/ and judges/.
 """
+
+from flows.preflight.file_roots import install as _confine_local_files
+
+# Before any flow opens a file: every flow imports this package (guard_parameters).
+_confine_local_files()

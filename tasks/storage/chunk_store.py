@@ -71,6 +71,8 @@ class ChunkStore:
         self._key = signing_key()
         self._lock = threading.Lock()  # reads run in worker threads
         self.refused: set[tuple[str, int]] = set()  # (kind, index) refused for their MAC
+        # Why each batch named by the ledger was refused at the provider (judges/model/batch).
+        self.refused_batches: list[str] = []
 
     @classmethod
     def for_run(cls, location: RunLocation) -> ChunkStore:

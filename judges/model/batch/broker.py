@@ -7,13 +7,16 @@ batch is full: the provider's limits on requests and bytes per file), then uploa
 JSONL file and submitted as one batch, which the ledger records before anything waits on it.
 Each batch is polled with a growing delay; when it ends (completed, expired, failed or
 cancelled) its output and error files are read and every waiting call gets its answer, or the
-reason it has none (then the model client retries it within its attempts).
+reason it has none (then the model client retries it within its attempts). A batch named by the
+ledger of an earlier attempt is checked at the provider before anything waits on it
+(binding.py): one that is not this run's is refused and its requests are submitted anew.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
@@ -21,7 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import judges.model.litellm_door as door
-from judges.model.batch.ledger import BatchLedger, BatchRecord
+from judges.model.batch.binding import (
+    batch_metadata,
+    input_problem,
+    metadata_problem,
+    stray_answers,
+)
+from judges.model.batch.ledger import REFUSED, BatchLedger, BatchRecord
 from judges.model.batch.requests import ENDPOINT, BatchAnswer, BatchLine, read_answers
 from judges.model.retry import status_of
 
@@ -81,8 +90,11 @@ class BatchBroker:
         self.ledger = ledger
         self._say = on_progress or logger.info
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="judgeflow-batches",
-                                        daemon=True)
+        # The thread runs in the opening flow run's context: what it reads and writes (the
+        # ledger) is checked against that run's roots (judges/storage.py) like the rest.
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._loop.run_forever,),
+                                        name="judgeflow-batches", daemon=True)
         self._thread.start()
         self._waiters: dict[str, list[concurrent.futures.Future]] = {}
         self._answers: dict[str, BatchAnswer] = {}
@@ -90,9 +102,14 @@ class BatchBroker:
         self._polling: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self.submitted_batches = 0
-        if ledger.records:
-            self._say(f"resuming {len(ledger.records)} batch(es) submitted by an earlier "
-                      "attempt of this run: none is submitted again")
+        self._vouched: set[str] = set()  # batch ids submitted by this process: not checked
+        # Batches of the ledger being checked at the provider, with the calls waiting on them.
+        self._checking: dict[str, list[tuple[Endpoint, BatchLine]]] = {}
+        self.refused: list[str] = []  # why each batch named by the ledger was refused
+        kept = [r for r in ledger.records if r.status != REFUSED]
+        if kept:
+            self._say(f"resuming {len(kept)} batch(es) submitted by an earlier attempt of this "
+                      "run: each is checked at the provider, none is submitted again")
 
     # -- the caller's side (any thread) --
 
@@ -130,6 +147,8 @@ class BatchBroker:
         """Requests submitted, and how many are in progress, completed and failed."""
         counts = {"submitted": 0, "in_progress": 0, "completed": 0, "failed": 0}
         for record in self.ledger.records:
+            if record.status == REFUSED:
+                continue
             total = len(record.requests)
             done = record.counts.get("completed", 0)
             failed = record.counts.get("failed", 0)
@@ -152,9 +171,17 @@ class BatchBroker:
         if len(waiting) > 1:
             return  # the same request is already gathered or submitted
         record = self.ledger.batch_of(line.custom_id)
-        if record is not None:  # submitted by an earlier attempt of the run: never again
+        if record is None:
+            self._gather(endpoint, line)
+        elif record.batch_id in self._vouched:
             self._watch(record, endpoint)
-            return
+        elif record.batch_id in self._checking:
+            self._checking[record.batch_id].append((endpoint, line))
+        else:  # named by an earlier attempt's ledger: this run's only if the provider says so
+            self._checking[record.batch_id] = [(endpoint, line)]
+            self._spawn(self._check(record, endpoint))
+
+    def _gather(self, endpoint: Endpoint, line: BatchLine) -> None:
         gathering = self._gathering.setdefault(endpoint, _Gathering())
         if (gathering.lines and (len(gathering.lines) + 1 > self.options.max_requests
                                  or gathering.size + len(line.data) > self.options.max_bytes)):
@@ -202,7 +229,8 @@ class BatchBroker:
                     file=("judgeflow-batch.jsonl", data), purpose="batch", **endpoint.access())
                 created = await llm.acreate_batch(
                     completion_window="24h", endpoint=ENDPOINT, input_file_id=uploaded.id,
-                    metadata={"source": "judgeflow"}, **endpoint.access())
+                    metadata=batch_metadata(self.ledger.run, [line.custom_id for line in lines]),
+                    **endpoint.access())
                 break
             except Exception as error:  # noqa: BLE001 - every request gets the reason
                 transient = door.is_transient(error)
@@ -218,10 +246,66 @@ class BatchBroker:
                              api_base=endpoint.api_base, input_file_id=uploaded.id,
                              requests={line.custom_id: line.who for line in lines},
                              status=str(created.status or "submitted"))
+        self._vouched.add(created.id)
         self.ledger.add(record)
         self.submitted_batches += 1
         self._say(f"batch {created.id} submitted: {len(lines)} request(s) to {endpoint.model}")
         self._watch(record, endpoint)
+
+    async def _check(self, record: BatchRecord, endpoint: Endpoint) -> None:
+        """Watch a batch named by the ledger if the provider confirms it; else submit anew."""
+        try:
+            problem = await self._problem_at_provider(record, endpoint)
+        except Exception as error:  # noqa: BLE001 - a batch that cannot be confirmed is refused
+            problem = f"it could not be read back from the provider ({_describe(error)})"
+        parked = self._checking.pop(record.batch_id, [])
+        if problem is None:
+            self._vouched.add(record.batch_id)
+            self._watch(record, endpoint)
+            return
+        self._refuse(record, problem)
+        for waiting_endpoint, line in parked:
+            self._gather(waiting_endpoint, line)
+
+    async def _problem_at_provider(self, record: BatchRecord, endpoint: Endpoint) -> str | None:
+        """Why the provider's batch is not this run's; None, with its state taken, if it is."""
+        batch = await self._retrieve(record, endpoint)
+        problem = metadata_problem(batch, self.ledger.run, record.input_file_id, record.requests)
+        if problem is not None:
+            return problem
+        data = await self._download(record.input_file_id, endpoint)
+        if data is None:
+            return "its input file could not be read back from the provider"
+        problem = input_problem(data, record.requests)
+        if problem is None:
+            self._observe(record, batch)  # its state is the provider's, never the ledger's
+        return problem
+
+    async def _retrieve(self, record: BatchRecord, endpoint: Endpoint) -> Any:
+        def retrieve() -> Any:
+            return door.litellm().aretrieve_batch(
+                batch_id=record.batch_id, **endpoint.access(),
+                litellm_metadata={"batch_ignore_default_logging": True})
+
+        delay = self.options.first_poll_seconds
+        for _ in range(SUBMIT_ATTEMPTS - 1):
+            try:
+                return await retrieve()
+            except Exception as error:
+                if not door.is_transient(error):
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(self.options.max_poll_seconds, delay * 2)
+        return await retrieve()
+
+    def _refuse(self, record: BatchRecord, problem: str) -> None:
+        # The id comes from the ledger, whoever wrote it: quoted and cut.
+        message = (f"batch {record.batch_id!r:.80} named by the run's ledger was refused: "
+                   f"{problem}; its {len(record.requests)} request(s) are submitted anew")
+        self.ledger.refuse(record, message)
+        self.refused.append(message)
+        logger.warning(message)
+        self._say(message)
 
     def _watch(self, record: BatchRecord, endpoint: Endpoint) -> None:
         """Poll the batch until it ends and answer its requests (again, if it has ended)."""
@@ -265,6 +349,10 @@ class BatchBroker:
         output = await self._download(record.output_file_id, endpoint)
         errors = await self._download(record.error_file_id, endpoint)
         answers = read_answers(output, errors)
+        stray = stray_answers(answers, record.requests)
+        if stray is not None:
+            self._give_up(record, f"batch {record.batch_id} was refused: {stray}")
+            return
         missing = BatchAnswer(None, f"batch {record.batch_id} {record.status} without an answer "
                                     "for this request")
         for custom_id in record.requests:

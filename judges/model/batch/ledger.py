@@ -5,6 +5,9 @@ provider's batch id, the endpoint it went to, its last known state and every req
 custom_id with who asked. A rerun with the same run id reads them back first: a call whose
 custom_id is in a batch already submitted waits for that batch instead of being sent again.
 The store signs its documents when the run has a signing key, so a planted ledger is refused.
+Without a key, an entry read back is believed only once the provider confirms the batch is
+this run's (binding.py); one it does not confirm is marked "refused" and its requests asked
+anew.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 KIND = "batches"
 FINGERPRINT = "batch-ledger-1"
-TERMINAL = ("completed", "expired", "failed", "cancelled")
+TERMINAL = ("completed", "expired", "failed", "cancelled", "refused")
+REFUSED = "refused"  # read back from the ledger, and not this run's batch at the provider
 logger = logging.getLogger(__name__)
 
 
@@ -53,8 +57,10 @@ class BatchRecord(BaseModel):
 class BatchLedger:
     """Every batch this run submitted, in this process and in earlier attempts of the run."""
 
-    def __init__(self, store: DocumentStore | None):
+    def __init__(self, store: DocumentStore | None, run: str | None = None):
         self._store = store
+        # The run the batches belong to ("suite/run_id"), named in each batch's metadata.
+        self.run = run if run is not None else str(getattr(store, "run", "") or "")
         self._lock = threading.Lock()
         self.records: list[BatchRecord] = []
         self._by_request: dict[str, int] = {}
@@ -76,9 +82,27 @@ class BatchLedger:
     def _index(self, record: BatchRecord) -> int:
         self.records.append(record)
         position = len(self.records) - 1
-        for custom_id in record.requests:
-            self._by_request[custom_id] = position
+        if record.status != REFUSED:
+            for custom_id in record.requests:
+                self._by_request[custom_id] = position
         return position
+
+    def refuse(self, record: BatchRecord, why: str) -> None:
+        """A batch that is not this run's: its requests are no longer found in it.
+
+        The store, when it keeps a list of refused batches (the run's chunk store does, for
+        the manifest's integrity section), is told which and why.
+        """
+        noted = getattr(self._store, "refused_batches", None)
+        if isinstance(noted, list):
+            noted.append(why)
+        with self._lock:
+            position = next(i for i, kept in enumerate(self.records) if kept is record)
+            for custom_id in record.requests:
+                if self._by_request.get(custom_id) == position:
+                    del self._by_request[custom_id]
+            record.status = REFUSED
+        self._save(position, record)
 
     def batch_of(self, custom_id: str) -> BatchRecord | None:
         """The batch this request was submitted in, if any."""
