@@ -10,6 +10,8 @@ printed, with the spans and steps read.
 
     .venv/bin/python -m bench.trajectory_cell                    # 16 MiB, trajectory column
     .venv/bin/python -m bench.trajectory_cell --mib 3 --column trace
+
+Measured at 4fa6454 (16 MiB, trajectory column): 2.5 s; before it (a097a0d), 459.7 s.
 """
 
 from __future__ import annotations
