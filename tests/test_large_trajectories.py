@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import flows.evaluate  # noqa: F401 - binds Prefect's console log handler to the session
 from bench.trajectory_cell import trace_cell
 from flows.cli import app
+from judges.toolcalls.matching import _max_matching, multiset_pairs
 from judges.trajectory.model import ToolCall
 from tasks.agents import mlflow_spans
 from tasks.agents.errors import MAX_SPAN_DEPTH
@@ -174,3 +175,42 @@ def test_a_jsonl_line_nested_too_deeply_is_that_row_s_problem(tmp_path):
     assert done.exit_code == 0, done.output
     rejected = (tmp_path / "out/a/r/rejected.jsonl").read_text().splitlines()
     assert len(rejected) == 1 and "nested too deeply" in rejected[0]
+
+
+def _recursive_matching(lefts, rights, agrees):
+    """The augmenting-path matching as it was written recursively: the reference."""
+    owner = {}
+
+    def augment(i, seen):
+        candidates = [j for j in rights if j not in seen and agrees(i, j)]
+        free = next((j for j in candidates if j not in owner), None)
+        if free is not None:
+            owner[free] = i
+            return True
+        for j in candidates:
+            if j not in seen:
+                seen.add(j)
+                if augment(owner[j], seen):
+                    owner[j] = i
+                    return True
+        return False
+
+    for i in lefts:
+        augment(i, set())
+    return {i: j for j, i in owner.items()}
+
+
+def test_repeated_calls_pair_as_the_recursive_matching_did_and_a_long_path_reads():
+    rng = random.Random(7)
+    for _ in range(300):
+        lefts, rights = list(range(rng.randint(0, 9))), list(range(rng.randint(0, 9)))
+        table = {(i, j): rng.random() < 0.4 for i in lefts for j in rights}
+        agrees = lambda i, j, table=table: table[i, j]  # noqa: E731
+        assert _max_matching(lefts, rights, agrees) == _recursive_matching(lefts, rights, agrees)
+    # expected call k agrees with actual calls k and k+1, and the last one only with actual 0:
+    # pairing it moves every earlier pair along, an augmenting path 1,500 calls long (past
+    # the 1,000 frames Python allows a recursion)
+    n = 1500
+    chain = lambda i, j: j in (i, i + 1) if i < n else j == 0  # noqa: E731
+    paired = multiset_pairs(["search"] * (n + 1), ["search"] * (n + 1), chain)
+    assert paired == [*((k, k + 1) for k in range(n)), (n, 0)]
