@@ -102,8 +102,11 @@ def test_a_planted_source_manifest_cannot_reach_a_file_the_operator_did_not_allo
     monkeypatch.setenv("JUDGEFLOW_READ_ROOTS", str(tmp_path / "sets"))
     monkeypatch.setenv("JUDGEFLOW_MODEL_ENDPOINTS", f"{fake_llm.api_base}=OPENAI_API_KEY")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    with pytest.raises(ParameterRefused, match="custom_judges"):
+    asked = len(fake_llm.requests)
+    with pytest.raises(ParameterRefused, match="seed/manifest.json is refused: parameter "
+                       "'custom_judges' names '/etc/passwd', outside"):
         _rejudge(fake_llm, tmp_path, "leak")
+    assert len(fake_llm.requests) == asked and not (tmp_path / "out/nightly/leak").exists()
 
 
 @pytest.mark.parametrize(("planted", "field"), [
