@@ -19,7 +19,7 @@ from flows.params import EvaluateParams, SafeName
 from flows.phases.evaluation import JudgedRun, judge, prepare, publish, warn_if_offline
 from flows.phases.rejudge import rejudge_section, source_run, with_source
 from flows.preflight.tracking import check_tracking_server
-from flows.preflight.trust import guard_parameters
+from flows.preflight.trust import ParameterRefused, guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
 from judges.fingerprint import fingerprint
 from judges.model.budget import current_budget, use_budget
@@ -66,7 +66,7 @@ async def rejudge(params: RejudgeParams) -> dict:
     source = source_run(params)
     # What the source's manifest names (its set's results, its custom judges file) is checked
     # like a parameter: a planted manifest must not reach a file the operator did not allow.
-    params = guard_parameters(with_source(params, source))
+    params = guard_source(with_source(params, source), source)
     warn_if_offline(params)
     location = run_location(params, started_at)
     prepared = prepare(params)
@@ -81,6 +81,19 @@ async def rejudge(params: RejudgeParams) -> dict:
     get_run_logger().info("report: %s", visible(urls["report.html"]))
     return final_state({**run_summary(location, manifest, judged.metrics, urls),
                         "rejudge": section, **tracked})
+
+
+def guard_source(params: RejudgeParams, source: BaselineRun) -> RejudgeParams:
+    """`guard_parameters` of what the source's manifest filled in; a refusal names the manifest.
+
+    The run's own parameters passed the guard already: what it refuses now came from the
+    manifest (or is the source's results, under the output the run may read).
+    """
+    try:
+        return guard_parameters(params)
+    except ParameterRefused as error:
+        raise ParameterRefused(f"the source run's manifest {source.url}/manifest.json is "
+                               f"refused: {error}") from None
 
 
 async def rejudged_baseline(params: Any, baseline: BaselineRun, judged: JudgedRun

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.params import JudgeModel
+from flows.phases.rejudge import SourceManifestInvalid
 from flows.preflight.trust import ParameterRefused
 from flows.rejudge import RejudgeParams, rejudge
 from tests.fake_llm import Reply
@@ -101,5 +102,49 @@ def test_a_planted_source_manifest_cannot_reach_a_file_the_operator_did_not_allo
     monkeypatch.setenv("JUDGEFLOW_READ_ROOTS", str(tmp_path / "sets"))
     monkeypatch.setenv("JUDGEFLOW_MODEL_ENDPOINTS", f"{fake_llm.api_base}=OPENAI_API_KEY")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    with pytest.raises(ParameterRefused, match="custom_judges"):
+    asked = len(fake_llm.requests)
+    with pytest.raises(ParameterRefused, match="seed/manifest.json is refused: parameter "
+                       "'custom_judges' names '/etc/passwd', outside"):
         _rejudge(fake_llm, tmp_path, "leak")
+    assert len(fake_llm.requests) == asked and not (tmp_path / "out/nightly/leak").exists()
+
+
+@pytest.mark.parametrize(("planted", "field"), [
+    ({"strictness": 301}, "'strictness'"),  # 301 samples of every aspect, on every row
+    ({"strictness": 16}, "'strictness'"),  # even, and above the parameter's 15 as well
+    ({"strictness": 0}, "'strictness'"),
+    ({"aspects": ["no_such_aspect"]}, "'aspects'"),
+    ({"aspects": "coherence"}, "'aspects'"),  # a string, not a list
+], ids=["301", "16", "0", "unknown-aspect", "aspects-string"])
+def test_a_planted_judge_setting_in_the_source_manifest_is_refused_before_any_call(
+        fake_llm, tmp_path, planted, field):
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(4, set()))
+    path = tmp_path / "out/nightly/seed/manifest.json"
+    written = json.loads(path.read_text())
+    written["config"] |= {"aspects": ["coherence"], **planted}  # anyone who can write the bucket
+    path.write_text(json.dumps(written))
+    asked = len(fake_llm.requests)
+    result = runner.invoke(app, ["rejudge", "seed", "--suite", "nightly", "--judge-model",
+                                 "openai/planted", "--api-base", fake_llm.api_base,
+                                 "--output", str(tmp_path / "out"), "--run-id", "again"])
+    assert result.exit_code == 2, result.output
+    assert f"{tmp_path / 'out/nightly/seed'}/manifest.json has an invalid {field}" in (
+        " ".join(result.output.split()))
+    assert "Traceback" not in result.output
+    with pytest.raises(SourceManifestInvalid, match=field):  # a flow run (the API's) fails too
+        _rejudge(fake_llm, tmp_path, "again-flow")
+    assert len(fake_llm.requests) == asked  # no judge call reached the server
+    assert not (tmp_path / "out/nightly/again").exists()
+    assert not (tmp_path / "out/nightly/again-flow").exists()
+
+
+def test_an_even_strictness_in_the_source_manifest_counts_as_the_same_parameter(
+        fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(4, set()), aspects=["coherence"], strictness=2)
+    asked = len(fake_llm.requests)
+    summary = _rejudge(fake_llm, tmp_path, "again", use_cache=False)
+    # a parameter of 2 is rounded up to 3 samples, with a warning: the manifest's 2 likewise
+    assert summary["status"] == "complete"
+    assert len(fake_llm.requests) - asked == 4 * (1 + 3)  # correctness once, coherence 3 times

@@ -61,9 +61,10 @@ def rejudge_command(**options: Any) -> None:
     params = build_params(RejudgeParams, source_run=options["source_run"],
                           as_baseline=options["as_baseline"], **judging_fields(options))
     checked(check_run_options, params)
-    from flows.phases.rejudge import source_run
+    from flows.phases.rejudge import source_run, with_source
 
-    checked(source_run, params)  # a missing or refused run exits 2 before the flow starts
+    source = checked(source_run, params)  # a missing or refused run exits 2 before the flow
+    checked(with_source, params, source)  # starts, as does a judge setting its manifest spoils
     from flows.rejudge import rejudge
 
     summary = run_flow(rejudge, params, progress=not options["no_progress"])

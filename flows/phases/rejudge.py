@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from flows.phases.evaluation import JudgedRun
+from judges.builtin.aspect_critic import AspectError
+from judges.catalogue import JudgeCatalogue
 from judges.errors import ConfigError
 from judges.fingerprint import differences, fingerprint, recorded_judges
 from tasks.metric_fields import judge_failed, yes_no_verdict
@@ -27,6 +31,10 @@ from tasks.storage.run_integrity import VERIFIED
 
 class SourceRunRefused(ConfigError):
     """The run to judge again fails its integrity check."""
+
+
+class SourceManifestInvalid(ConfigError):
+    """A judge setting the source's manifest supplies is not a valid parameter."""
 
 
 def source_run(params: Any) -> BaselineRun:
@@ -49,17 +57,59 @@ def source_run(params: Any) -> BaselineRun:
 
 
 def with_source(params: Any, source: BaselineRun) -> Any:
-    """`params` reading the source's rows, with the source's judges wherever none were named."""
-    config = source.manifest.get("config") or {}
-    ran = [j.get("name") for j in source.manifest.get("judges") or [] if j.get("name")]
-    builtin = [name for name in ran if name not in {a.partition("=")[0] for a in
-                                                    config.get("aspects") or []}]
-    update: dict[str, Any] = {"data": f"{source.url}/results.jsonl"}
+    """`params` reading the source's rows, with the source's judges wherever none were named.
+
+    What the manifest supplies is validated as the same parameters would be (the parameter
+    model's own validators, then the aspect critics built as planning builds them), so a
+    planted manifest can ask for nothing a parameter could not.
+
+    Raises:
+        SourceManifestInvalid: a value the manifest supplies is not a valid parameter.
+    """
+    rebuilt = params
     if params.judges is None and not params.aspects and params.custom_judges is None:
-        update |= {"judges": builtin or None, "aspects": list(config.get("aspects") or []),
-                   "custom_judges": config.get("custom_judges"),
-                   "strictness": config.get("strictness") or params.strictness}
-    return params.model_copy(update=update)
+        rebuilt = _validated(params, source, _source_judges(source, params.strictness))
+    return rebuilt.model_copy(update={"data": f"{source.url}/results.jsonl"})
+
+
+def _validated(params: Any, source: BaselineRun, update: dict[str, Any]) -> Any:
+    """`params` with `update`, through the parameter model's validators and the aspects'."""
+    try:
+        rebuilt = type(params).model_validate({**params.model_dump(), **update})
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(map(str, first["loc"])) or "config"
+        raise _invalid(source, field, first["msg"].removeprefix("Value error, ")) from None
+    try:  # an aspect is checked when planning builds it: build them here, before any call
+        _ = JudgeCatalogue(aspects=tuple(rebuilt.aspects), strictness=rebuilt.strictness
+                           ).aspect_judges
+    except AspectError as error:
+        raise _invalid(source, "aspects", str(error)) from None
+    return rebuilt
+
+
+def _source_judges(source: BaselineRun, strictness: int) -> dict[str, Any]:
+    """The judges, aspects, custom judges and strictness the source's manifest records."""
+    config = source.manifest.get("config") or {}
+    ran = source.manifest.get("judges") or []
+    if not isinstance(config, dict):
+        raise _invalid(source, "config", "it is not an object")
+    if not isinstance(ran, list) or not all(isinstance(j, dict) for j in ran):
+        raise _invalid(source, "judges", "it is not a list of objects")
+    aspects = config.get("aspects") or []
+    if not isinstance(aspects, list):  # else a string would be split into letters
+        raise _invalid(source, "aspects", "it is not a list")
+    names = {str(a).partition("=")[0] for a in aspects}
+    builtin = [j["name"] for j in ran if j.get("name") and j["name"] not in names]
+    return {"judges": builtin or None, "aspects": aspects,
+            "custom_judges": config.get("custom_judges"),
+            "strictness": config.get("strictness", strictness)}
+
+
+def _invalid(source: BaselineRun, field: str, why: str) -> SourceManifestInvalid:
+    return SourceManifestInvalid(
+        f"the source run's manifest {source.url}/manifest.json has an invalid {field!r} "
+        f"({why}): rejudge another run, or name the judges, aspects and strictness yourself")
 
 
 def rejudge_section(params: Any, source: BaselineRun, judged: JudgedRun) -> dict[str, Any]:

@@ -49,24 +49,43 @@ def _max_matching(lefts: list[int], rights: list[int],
                   agrees: Callable[[int, int], bool]) -> dict[int, int]:
     """A maximum matching expected -> actual over the pairs that agree (augmenting paths)."""
     owner: dict[int, int] = {}  # actual index -> expected index
-
-    def augment(i: int, seen: set[int]) -> bool:
-        candidates = [j for j in rights if j not in seen and agrees(i, j)]
-        free = next((j for j in candidates if j not in owner), None)
-        if free is not None:  # a free call first, so calls pair in order when none compete
-            owner[free] = i
-            return True
-        for j in candidates:
-            if j not in seen:
-                seen.add(j)
-                if augment(owner[j], seen):
-                    owner[j] = i
-                    return True
-        return False
-
     for i in lefts:
-        augment(i, set())
+        _augment(i, rights, agrees, owner)
     return {i: j for j, i in owner.items()}
+
+
+def _augment(start: int, rights: list[int], agrees: Callable[[int, int], bool],
+             owner: dict[int, int]) -> bool:
+    """Find an augmenting path from expected call `start` and flip it into `owner`.
+
+    Depth first, each expected call trying a free agreeing call first (so calls pair in order
+    when none compete), then the calls it could take from their owners. A path may be as long
+    as the calls of one name: walked with a stack of frames, never recursion.
+    """
+    seen: set[int] = set()
+
+    def enter(i: int) -> tuple[list[int], int | None]:
+        candidates = [j for j in rights if j not in seen and agrees(i, j)]
+        return candidates, next((j for j in candidates if j not in owner), None)
+
+    candidates, free = enter(start)
+    path: list[list] = [[start, iter(candidates), None]]  # [expected, its candidates, taking]
+    while path:
+        if free is not None:  # the path ends at a free call: each frame takes the next call
+            owner[free] = path[-1][0]
+            for i, _, j in path[:-1]:
+                owner[j] = i
+            return True
+        frame = path[-1]
+        j = next((j for j in frame[1] if j not in seen), None)
+        if j is None:  # nothing left to take from this expected call: back up
+            path.pop()
+            continue
+        seen.add(j)
+        frame[2] = j
+        candidates, free = enter(owner[j])
+        path.append([owner[j], iter(candidates), None])
+    return False
 
 
 def multiset_pairs(expected: Sequence[str], actual: Sequence[str],

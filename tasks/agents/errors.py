@@ -1,8 +1,14 @@
-"""The error every agent-run reader raises for input it cannot read."""
+"""The error every agent-run reader raises for input it cannot read, and the depth limits."""
 
 from __future__ import annotations
 
+import sys
+
 from judges.errors import ConfigError
+
+# Spans nested deeper than this under their root make the row invalid (its problem, not the
+# run's). Agents nest tens deep; a chain thousands deep is a broken or hostile export.
+MAX_SPAN_DEPTH = 1_000
 
 
 class AgentRunError(ConfigError):
@@ -11,3 +17,9 @@ class AgentRunError(ConfigError):
     The message names where (`messages[3]`, `span 3 (TOOL 'search')`) and what is wrong, so the
     user can fix the input from it alone.
     """
+
+
+def too_deep(what: str) -> str:
+    """Why a value nested past what its readers can walk is refused (that row's problem)."""
+    return (f"{what} is nested too deeply to read: JSON values may nest at most about "
+            f"{sys.getrecursionlimit():,} levels, and spans at most {MAX_SPAN_DEPTH:,}")

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.agents.errors import too_deep
+
 SPAN_TYPE_KEY = "mlflow.spanType"
 SPAN_INPUTS_KEY = "mlflow.spanInputs"
 SPAN_OUTPUTS_KEY = "mlflow.spanOutputs"
@@ -149,6 +151,8 @@ def _load_trace(trace: Any) -> dict[str, Any]:
             raise TraceError(f"trace is not valid JSON: {exc.msg} at char {exc.pos}") from exc
         except UnicodeDecodeError as exc:
             raise TraceError(f"trace is not valid UTF-8 JSON: {exc.reason}") from exc
+        except RecursionError:  # that row's problem, not the run's
+            raise TraceError(too_deep("trace")) from None
     elif not isinstance(trace, Mapping):
         raise TraceError(f"trace must be a JSON string or dict, got {type(trace).__name__}")
     if not isinstance(trace, Mapping):

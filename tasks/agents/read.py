@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from judges.errors import shown
 from judges.trajectory.model import Trajectory
 from tasks.agents.chat_messages import trajectory_from_chat_messages
-from tasks.agents.errors import AgentRunError
+from tasks.agents.errors import AgentRunError, too_deep
 from tasks.agents.mlflow_spans import trajectory_from_mlflow
 from tasks.agents.mlflow_trace import TraceError, trace_id_of
 from tasks.agents.openinference import trajectory_from_openinference
@@ -36,33 +36,51 @@ def _is_message(value: Any) -> bool:
     return isinstance(value, Mapping) and "role" in value
 
 
+def decoded_cell(value: Any) -> Any:
+    """A cell as a value: JSON text decoded, anything else as it is.
+
+    Raises:
+        AgentRunError: the text is not JSON, or nests deeper than it can be read.
+    """
+    if not isinstance(value, str | bytes | bytearray):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise AgentRunError(f"trajectory is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise AgentRunError(too_deep("trajectory")) from None
+
+
 def read_trajectory(value: Any) -> Trajectory:
-    """The trajectory a cell holds.
+    """The trajectory a cell holds (JSON text, or the value `decoded_cell` made of it).
 
     Raises:
         AgentRunError: the cell is none of the forms, or the reader names what is malformed.
     """
-    if isinstance(value, str | bytes | bytearray):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise AgentRunError(f"trajectory is not valid JSON: {exc}") from None
+    value = decoded_cell(value)
     try:
-        if isinstance(value, Mapping) and "steps" in value:
-            return Trajectory.model_validate(value)
-        if isinstance(value, list) and value and all(map(_is_message, value)):
-            return trajectory_from_chat_messages(value)
-        if _is_mlflow_trace(value) or (
-                isinstance(value, list) and value and all(map(_is_mlflow_trace, value))):
-            return trajectory_from_mlflow(value)
-        if isinstance(value, list | Mapping) and value:
-            return trajectory_from_openinference(value)
+        return _read(value)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(map(str, first["loc"]))
         raise AgentRunError(f"trajectory {where}: {first['msg']}") from None
     except TraceError as error:
         raise AgentRunError(f"trajectory: {error}") from None
+    except RecursionError:  # a value nested past what the readers walk: this row's problem
+        raise AgentRunError(too_deep("trajectory")) from None
+
+
+def _read(value: Any) -> Trajectory:
+    if isinstance(value, Mapping) and "steps" in value:
+        return Trajectory.model_validate(value)
+    if isinstance(value, list) and value and all(map(_is_message, value)):
+        return trajectory_from_chat_messages(value)
+    if _is_mlflow_trace(value) or (
+            isinstance(value, list) and value and all(map(_is_mlflow_trace, value))):
+        return trajectory_from_mlflow(value)
+    if isinstance(value, list | Mapping) and value:
+        return trajectory_from_openinference(value)
     raise AgentRunError(f"trajectory: {FORMS}; got {shown(value)}")
 
 
@@ -74,11 +92,10 @@ def mlflow_trace_id(value: Any) -> str | None:
     Raises:
         AgentRunError: the trace's id is not a plain MLflow trace id.
     """
-    if isinstance(value, str | bytes | bytearray):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
+    try:
+        value = decoded_cell(value)
+    except AgentRunError:
+        return None
     if not _is_mlflow_trace(value):
         return None
     try:

@@ -9,8 +9,10 @@
   (a tool wrapping another tool, an HTTP span under a model call), so they add no step and a
   tool call is never counted twice.
 - A tool span answers the call a model call announced (same call id, else same name and
-  arguments, else same name, oldest first); a tool span no model call announced is shown as the
-  assistant's call followed by its result, so `Trajectory.tool_calls()` holds every call once.
+  arguments, else same name, oldest first: pending_calls.py, each a lookup); a tool span no
+  model call announced is shown as the assistant's call followed by its result, so
+  `Trajectory.tool_calls()` holds every call once.
+- Spans are walked with a stack, not recursion, and nested at most MAX_SPAN_DEPTH deep.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from judges.trajectory.model import Step, ToolCall, Trajectory
-from tasks.agents.errors import AgentRunError
+from judges.trajectory.model import Step, Trajectory
+from tasks.agents.errors import MAX_SPAN_DEPTH, AgentRunError
+from tasks.agents.pending_calls import PendingCalls
 from tasks.agents.span_facts import SpanFacts
 
 _WHOLE_STEP_ROLES = ("tool", "llm", "retriever")
@@ -81,7 +84,7 @@ class _Walk:
     def __init__(self, children: dict[str, list[SpanFacts]]):
         self.children = children
         self.steps: list[Step] = []
-        self.pending: list[ToolCall] = []
+        self.pending = PendingCalls()
 
     def turn(self, root: SpanFacts) -> None:
         first = len(self.steps)
@@ -104,10 +107,22 @@ class _Walk:
                           **_timing(root)))
 
     def descendants(self, span: SpanFacts) -> None:
-        for child in self.children.get(span.span_id, []) if span.span_id else []:
-            self.span(child)
+        """The steps of the spans under `span`, depth first: a loop, not recursion."""
+        stack = [(child, 1) for child in reversed(self._children_of(span))]
+        while stack:
+            child, depth = stack.pop()
+            if depth > MAX_SPAN_DEPTH:
+                raise AgentRunError(
+                    f"{child.where} is nested more than {MAX_SPAN_DEPTH:,} spans deep under "
+                    f"its root span; a trace may nest spans at most {MAX_SPAN_DEPTH:,} deep")
+            if self.span(child):
+                stack += [(kid, depth + 1) for kid in reversed(self._children_of(child))]
 
-    def span(self, span: SpanFacts) -> None:
+    def _children_of(self, span: SpanFacts) -> list[SpanFacts]:
+        return self.children.get(span.span_id, []) if span.span_id else []
+
+    def span(self, span: SpanFacts) -> bool:
+        """Add the span's step; whether its children add theirs (a tool's, a model's do not)."""
         if span.role == "tool":
             self.tool(span)
         elif span.role == "llm":
@@ -122,11 +137,12 @@ class _Walk:
                 self.add(Step(kind="agent", name=span.name, text=span.request,
                               result=_outcome(span, span.response), is_error=span.is_error,
                               **_timing(span)))
-            self.descendants(span)
+            return True
+        return False
 
     def tool(self, span: SpanFacts) -> None:
         call = span.call
-        announced = self.announced(call)
+        announced = self.pending.take(call)
         if announced is None:  # shown as the assistant's call, already answered
             self.steps.append(Step(kind="tool_call", tool_calls=(call,), source_id=span.span_id,
                                    start_time_ns=span.start_time_ns))
@@ -134,19 +150,6 @@ class _Walk:
         self.add(Step(kind="tool_result", name=call.name, call_id=call_id,
                       result=_outcome(span, span.response), is_error=span.is_error,
                       **_timing(span)))
-
-    def announced(self, call: ToolCall) -> ToolCall | None:
-        """The pending call this execution answers, taken off the pending list."""
-        rules = (lambda p: call.call_id is not None and p.call_id == call.call_id,
-                 lambda p: p.name == call.name and (p.arguments, p.raw_arguments)
-                 == (call.arguments, call.raw_arguments),
-                 lambda p: p.name == call.name)
-        for rule in rules:
-            found = next((p for p in self.pending if rule(p)), None)
-            if found is not None:
-                self.pending.remove(found)
-                return found
-        return None
 
     def model_call(self, span: SpanFacts) -> Step:
         if span.assistant is not None:
@@ -157,7 +160,8 @@ class _Walk:
     def add(self, step: Step) -> None:
         """Append a step; the calls it announces wait for the tool spans that answer them."""
         self.steps.append(step)
-        self.pending += step.tool_calls
+        for call in step.tool_calls:
+            self.pending.add(call)
 
 
 def _outcome(span: SpanFacts, response: str | None) -> str | None:

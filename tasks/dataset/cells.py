@@ -68,8 +68,13 @@ def trace_problem(value: Any) -> str | None:
     try:
         parse_trace(value)
     except TraceError as error:
-        return f"expected an MLflow trace JSON string with spans: {error}"
+        return trace_problem_text(error)
     return None
+
+
+def trace_problem_text(error: TraceError) -> str:
+    """What `trace_problem` says of a trace the parser refused."""
+    return f"expected an MLflow trace JSON string with spans: {error}"
 
 
 

@@ -15,6 +15,7 @@ from typing import IO, Any
 
 import pandas as pd
 
+from tasks.agents.errors import too_deep
 from tasks.dataset.input_limits import SetMeter
 from tasks.dataset.table import (
     DatasetReadError,
@@ -158,4 +159,6 @@ def _decode_nested(record: dict, column: str) -> str | None:
         record[column] = json.loads(text)
     except json.JSONDecodeError as error:
         return f"expected a JSON-encoded value in this CSV cell ({error.msg} at char {error.pos})"
+    except RecursionError:  # that row's problem, not the set's
+        return too_deep("this CSV cell")
     return None

@@ -13,10 +13,8 @@ from judges.trajectory.conversation import assistant_turns, with_response
 from judges.trajectory.expected import ExpectedToolCalls
 from judges.trajectory.model import Trajectory
 from tasks.agents.chat_messages import trajectory_from_chat_messages
-from tasks.agents.errors import AgentRunError
-from tasks.agents.mlflow_spans import trajectory_from_mlflow
-from tasks.agents.mlflow_trace import parse_trace
-from tasks.agents.read import mlflow_trace_id, read_trajectory
+from tasks.agents.errors import AgentRunError, too_deep
+from tasks.dataset.cell_readings import CellReadings
 from tasks.dataset.chat import request_messages
 from tasks.dataset.columns import KNOWN_COLUMNS
 from tasks.dataset.table import RowProblem
@@ -28,16 +26,17 @@ def stable_request_id(request: Any) -> str:
     return "req-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def _trace_fields(record: dict) -> dict:
+def _trace_fields(record: dict, readings: CellReadings) -> dict:
     """Fields derived from the trace; columns given explicitly win.
 
     The trace's id is the row's `trace_id` (the trajectory's, when that is one MLflow trace and
     the row has no trace column): the trace the row's verdicts are attached to in MLflow.
     """
     if record.get("trace") is None:
-        trace_id = mlflow_trace_id(record.get("trajectory"))
+        cell = record.get("trajectory")
+        trace_id = None if cell is None else readings.trajectory_trace_id(cell)
         return {} if trace_id is None else {"trace_id": trace_id}
-    facts = parse_trace(record["trace"])
+    facts = readings.trace_facts(record["trace"])
     derived = {
         "response": facts.response,
         "retrieved_context": facts.retrieved_context,
@@ -86,7 +85,8 @@ def _conversation(messages: list[dict], response: str | None) -> Trajectory | No
         return None
 
 
-def _agent_fields(record: dict, messages: list[dict], response: str | None) -> dict:
+def _agent_fields(record: dict, messages: list[dict], response: str | None,
+                  readings: CellReadings) -> dict:
     """The row's trajectory and expected tool calls.
 
     The trajectory is the row's own cell, else its trace's spans, else its request's messages;
@@ -96,9 +96,9 @@ def _agent_fields(record: dict, messages: list[dict], response: str | None) -> d
     if record.get("expected_tool_calls") is not None:
         fields["expected_tool_calls"] = ExpectedToolCalls.from_cell(record["expected_tool_calls"])
     if record.get("trajectory") is not None:
-        trajectory = read_trajectory(record["trajectory"])
+        trajectory = readings.trajectory(record["trajectory"])
     elif record.get("trace") is not None:
-        trajectory = trajectory_from_mlflow(record["trace"])
+        trajectory = readings.trace_trajectory(record["trace"])
     else:
         trajectory = _conversation(messages, response)
     if trajectory is not None:
@@ -142,8 +142,9 @@ def _check_expected_turns(row: EvalRow) -> None:
                              f"session {turns} assistant turns: give one entry (or null) each")
 
 
-def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
-    """A validated record as an EvalRow.
+def normalise(row_index: int, record: dict, request_id: str,
+              readings: CellReadings | None = None) -> EvalRow:
+    """A validated record as an EvalRow (its trajectory and trace cells read by `readings`).
 
     Raises:
         ValidationError: a field that does not fit the row model.
@@ -153,10 +154,11 @@ def normalise(row_index: int, record: dict, request_id: str) -> EvalRow:
     known = {k: v for k, v in record.items()
              if k in KNOWN_COLUMNS and k not in _DERIVED_COLUMNS}
     extra = {k: v for k, v in record.items() if k not in KNOWN_COLUMNS}
-    fields = {**known, **_trace_fields(record)}
+    readings = CellReadings() if readings is None else readings
+    fields = {**known, **_trace_fields(record, readings)}
     fields["request_id"] = request_id
     messages = request_messages(record["request"])
-    fields.update(_agent_fields(record, messages, fields.get("response")))
+    fields.update(_agent_fields(record, messages, fields.get("response"), readings))
     session = fields.get("trajectory")
     if len(messages) == 1 and session is not None and session.turns() and sum(
             turn.user_message is not None for turn in session.turns()) >= 2:
@@ -192,7 +194,8 @@ def _assign_request_ids(records: dict[int, dict], seen: dict[str, int]) -> dict[
 
 
 def normalise_rows(
-    valid: dict[int, dict], seen: dict[str, int] | None = None
+    valid: dict[int, dict], seen: dict[str, int] | None = None,
+    readings: CellReadings | None = None,
 ) -> tuple[list[EvalRow], list[RowProblem]]:
     """EvalRows of the records that passed validation, and the few that fail to normalise.
 
@@ -204,12 +207,15 @@ def normalise_rows(
         seen: how often each derived request id has occurred so far; a set read in batches
             passes the same dict for every batch, so that repeated requests are numbered
             across the whole set.
+        readings: what the column checks already read of the batch's trajectory and trace
+            cells (each is read once).
     """
     ids = _assign_request_ids(valid, {} if seen is None else seen)
+    readings = CellReadings() if readings is None else readings
     rows, problems = [], []
     for index, record in valid.items():
         try:
-            rows.append(normalise(index, record, ids[index]))
+            rows.append(normalise(index, record, ids[index], readings))
         except ValidationError as error:
             problems.append(_normalise_problem(index, ids[index], record, error))
         except TurnCountError as error:
@@ -217,4 +223,7 @@ def normalise_rows(
         except AgentRunError as error:
             column = next(c for c in ("trajectory", "trace", "request") if record.get(c))
             problems.append(RowProblem(index, ids[index], column, str(error)))
+        except RecursionError:  # a value nested past what a reader walks: this row's problem
+            column = next((c for c in ("trajectory", "trace") if record.get(c)), "(row)")
+            problems.append(RowProblem(index, ids[index], column, too_deep(column)))
     return rows, problems

@@ -18,6 +18,7 @@ from typing import IO, Any
 import pandas as pd
 
 from judges.storage import open_url
+from tasks.agents.errors import too_deep
 from tasks.dataset.csv_reader import csv_batches
 from tasks.dataset.input_limits import BATCH_BYTES, InputLimits, InputTooLarge, SetMeter, size_text
 from tasks.dataset.parquet_reader import parquet_batches
@@ -195,6 +196,8 @@ def _json_object(line: str) -> tuple[dict, str | None]:
         value = json.loads(line)
     except json.JSONDecodeError as error:
         return {}, f"line is not valid JSON ({error.msg} at char {error.pos})"
+    except RecursionError:  # that row's problem, not the set's
+        return {}, too_deep("line")
     if not isinstance(value, dict):
         return {}, f"expected a JSON object, got {line.strip()!r:.60}"
     return value, None

@@ -19,7 +19,9 @@ from judges.builtin import BUILTIN_JUDGES
 from judges.errors import ConfigError, shown
 from judges.result_names import LabelKind, label_kinds
 from judges.rows import LABELS_COLUMN, PREFERENCE_COLUMN, EvalRow
+from tasks.agents.errors import too_deep
 from tasks.agents.read import trajectory_problem
+from tasks.dataset.cell_readings import CellReadings
 from tasks.dataset.cells import (
     chunk_labels_problem,
     chunks_problem,
@@ -64,9 +66,16 @@ def cell_checks(label_judges: Mapping[str, LabelKind] | None) -> CellChecks:
 
 
 def _column(name: str, checks: CellChecks, **options: Any) -> pa.Column:
-    problem = checks[name]
-    check = pa.Check(lambda value: problem(value) is None, element_wise=True, error=name)
+    check = pa.Check(lambda value: _problem(checks, name, value) is None, element_wise=True,
+                     error=name)
     return pa.Column(checks=[check], **options)
+
+
+def _problem(checks: CellChecks, column: str, value: Any) -> str | None:
+    try:
+        return checks[column](value)
+    except RecursionError:  # a value nested past what a check walks: this row's problem
+        return too_deep(column)
 
 
 def _not_both_expected(frame: pd.DataFrame) -> pd.Series:
@@ -184,7 +193,7 @@ def _explain(check: str, failure_case: Any, checks: CellChecks) -> str:
     if check.startswith("column_in_dataframe"):
         return "column is missing"
     if check in checks:
-        return checks[check](failure_case) or check
+        return _problem(checks, check, failure_case) or check
     if check in ROW_CHECK_COLUMNS or failure_case is None:
         return check
     return f"{check}; got {shown(failure_case)}"
@@ -228,7 +237,10 @@ class SetValidator:
 
     def __init__(self, options: CheckOptions):
         self.options = options
-        self.checks = cell_checks(options.label_judges)
+        self.readings = CellReadings()  # a batch's trajectories and traces, read once
+        self.checks = {**cell_checks(options.label_judges),
+                       "trajectory": self.readings.trajectory_problem,
+                       "trace": self.readings.trace_problem}
         self.schema = _schema(options.responses_generated, self.checks)
         self.columns: dict[str, None] = {}
         self.total = 0
@@ -250,13 +262,16 @@ class SetValidator:
         frame = _frame(list(readable.values()))
         frame.index = pd.Index(list(readable), dtype="int64")
         try:
-            self.schema.validate(frame, lazy=True)
-        except SchemaErrors as errors:
-            problems += _problems_from(errors, frame, self.checks)
-        rejected = {p.row_index for p in problems}
-        rows, row_problems = normalise_rows(
-            {i: r for i, r in readable.items() if i not in rejected}, self._derived_ids
-        )
+            try:
+                self.schema.validate(frame, lazy=True)
+            except SchemaErrors as errors:
+                problems += _problems_from(errors, frame, self.checks)
+            rejected = {p.row_index for p in problems}
+            rows, row_problems = normalise_rows(
+                {i: r for i, r in readable.items() if i not in rejected}, self._derived_ids,
+                self.readings)
+        finally:
+            self.readings.clear()
         rows, misaligned = _label_alignment(rows, self.options.label_judges)
         return rows, problems + row_problems + misaligned
 
