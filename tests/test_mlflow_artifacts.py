@@ -258,3 +258,25 @@ def test_only_http_locations_on_another_origin_would_receive_the_credentials():
     assert not reaches_other_host("s3://bucket/x", TRACKER)
     # A tracking store that is no http server (issue 50): any http location is another host.
     assert reaches_other_host("https://mlflow.internal:5000/x", "sqlite:///mlflow.db")
+
+
+
+def test_a_trace_whose_spans_are_kept_outside_the_roots_is_not_opened(tmp_path):
+    """MLflow opens a trace's `mlflow.artifactLocation` for spans the store does not hold.
+
+    The server of this suite sets that tag itself and ignores a client's (so an experiment's
+    location, checked above, decides), but older traces and other stores may carry any: the
+    reader checks the location where MLflow opens it.
+    """
+    from types import SimpleNamespace
+
+    from tasks.mlflow.read import _checked_tracing
+
+    allowed = tmp_path / "allowed"
+    tracing = _checked_tracing("http://127.0.0.1:9", ArtifactPolicy((str(allowed),)),
+                               "the evaluation set was not read")
+    planted = SimpleNamespace(trace_id="tr-1", tags={"mlflow.artifactLocation": str(tmp_path)})
+    with pytest.raises(ArtifactLocationRefused, match=r"^the MLflow trace 'tr-1' keeps its "):
+        tracing._get_artifact_repo_for_trace(planted)
+    kept = SimpleNamespace(trace_id="tr-2", tags={"mlflow.artifactLocation": str(allowed / "2")})
+    assert tracing._get_artifact_repo_for_trace(kept) is not None
