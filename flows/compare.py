@@ -14,6 +14,7 @@ from flows.phases.compare import (
     publish_pairs,
     warn_notices,
 )
+from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
@@ -39,7 +40,7 @@ async def compare(params: CompareParams) -> dict:
         judged = await judge_prepared_pairs(params, prepared, store, location)
     manifest, urls = publish_pairs(params, location, prepared, judged, started_at)
     publish_artifacts(manifest, judged.metrics, urls)
-    tracked = log_if_asked(params, location, urls)
+    tracked = log_if_asked(params, location, urls, artifact_policy())
     get_run_logger().info("report: %s", visible(urls["report.html"]))
     summary = run_summary(location, manifest, judged.metrics, urls)
     return final_state({**summary, "swap": params.swap, **tracked})

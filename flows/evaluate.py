@@ -10,6 +10,7 @@ from flows import flow_names
 from flows.params import EvaluateParams
 from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.phases.manifest import run_ledger
+from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
@@ -44,6 +45,7 @@ async def evaluate(params: EvaluateParams) -> dict:
     mark("published")
     publish_artifacts(manifest, judged.metrics, urls)
     mark("artifacts created")
-    tracked = log_if_asked(params, location, urls)  # after publishing: it cannot unpublish
+    # After publishing: it cannot unpublish.
+    tracked = log_if_asked(params, location, urls, artifact_policy())
     get_run_logger().info("report: %s", visible(urls["report.html"]))
     return final_state({**run_summary(location, manifest, judged.metrics, urls), **tracked})

@@ -33,6 +33,7 @@ from flows.phases.regression import (
     regression_section,
 )
 from flows.preflight.checks import plan_run, rows_to_plan
+from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.regression import check_gate_metrics
 from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
@@ -184,7 +185,8 @@ async def regression(params: RegressionParams) -> dict | State:
                              pairwise=comparison.pairwise, kind="regression",
                              integrity=integrity, ledger=ledger)
     publish_artifacts(manifest, judged.metrics, urls)
-    tracked = log_if_asked(params, location, urls)  # passed, failed or incomplete alike
+    # Passed, failed or incomplete alike.
+    tracked = log_if_asked(params, location, urls, artifact_policy())
     message = verdict_message(section, params.suite, urls["report.html"])
     summary = {**run_summary(location, manifest, judged.metrics, urls),
                "status": verdict.outcome, "regression": section, "deltas": section["deltas"],

@@ -18,6 +18,7 @@ from flows import flow_names
 from flows.params import EvaluateParams, SafeName
 from flows.phases.evaluation import JudgedRun, judge, prepare, publish, warn_if_offline
 from flows.phases.rejudge import rejudge_section, source_run, with_source
+from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import ParameterRefused, guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
@@ -77,7 +78,7 @@ async def rejudge(params: RejudgeParams) -> dict:
     manifest, urls = publish(params, location, prepared, judged, started_at,
                              {"rejudge": section}, kind="rejudge")
     publish_artifacts(manifest, judged.metrics, urls)
-    tracked = log_if_asked(params, location, urls)
+    tracked = log_if_asked(params, location, urls, artifact_policy())
     get_run_logger().info("report: %s", visible(urls["report.html"]))
     return final_state({**run_summary(location, manifest, judged.metrics, urls),
                         "rejudge": section, **tracked})

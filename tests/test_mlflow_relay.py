@@ -25,7 +25,9 @@ import pytest
 import yaml
 
 from flows.relay.app import EVENT_NAMESPACE, relay_app
+from flows.relay.limits import RunLimits
 from flows.relay.mapping import ALIAS_CREATED, VERSION_CREATED, Mapping, Refused
+from flows.relay.server import server_config
 from flows.relay.signature import sign
 from tests.mlflow_server import free_port, running_mlflow_server
 
@@ -58,13 +60,13 @@ def _alias_set(name: str = MODEL, alias: str = "champion", version: str = "3") -
 class InProcess:
     """The relay's app called in process; `emitted` holds what it handed to Prefect."""
 
-    def __init__(self, mapping: Mapping, emit=None):
+    def __init__(self, mapping: Mapping, emit=None, limits: RunLimits | None = None):
         self.emitted: list[dict] = []
 
         async def record(event: dict) -> None:
             self.emitted.append(event)
 
-        self.app = relay_app(SECRET, mapping, emit or record)
+        self.app = relay_app(SECRET, mapping, emit or record, limits=limits)
 
     def post(self, path: str, content: bytes, headers: dict[str, str]) -> httpx.Response:
         async def send() -> httpx.Response:
@@ -213,6 +215,148 @@ def test_templates_take_name_version_and_alias_of_alias_events():
     assert candidate.endpoint == f"http://10.0.0.5:8000/models/{MODEL}/champion/v1"
     with pytest.raises(Refused):
         mapping.candidate(b"not json")
+
+
+def test_at_most_n_runs_start_and_an_event_that_started_one_starts_no_other():
+    client = InProcess(Mapping(model="hosted_vllm/{name}"),
+                       limits=RunLimits(total=3, per_version=2, window_seconds=3600))
+    answers = []
+    for name, version, alias in [("bot-a", "1", "champion"), ("bot-a", "1", "staging"),
+                                 ("bot-a", "1", "canary"),  # a third run for bot-a v1
+                                 ("bot-b", "1", "champion"),
+                                 ("bot-c", "1", "champion")]:  # a fourth run in all
+        body, headers = _signed(_alias_set(name=name, version=version, alias=alias))
+        answers.append(client.post("/", content=body, headers=headers))
+    assert [a.status_code for a in answers] == [202, 202, 429, 202, 429]
+    assert answers[2].json()["status"] == (
+        "too many post-deploy runs: at most 2 per model version and 3 in all per 3600 s "
+        "(model 'bot-a' version '1'); not started")
+    assert len(client.emitted) == 3
+    # The same event delivered again under a new delivery id (the alias set once more): the
+    # run it started is not started twice.
+    body, headers = _signed(_alias_set(name="bot-a", version="1", alias="champion"))
+    again = client.post("/", content=body, headers=headers)
+    assert again.status_code == 200 and "already started a run" in again.json()["status"]
+    assert len(client.emitted) == 3
+
+
+def test_the_run_window_slides():
+    from flows.relay.limits import RunLedger
+    from flows.relay.mapping import Candidate
+
+    ledger = RunLedger(RunLimits(total=1, per_version=1, window_seconds=60))
+    first = Candidate(ALIAS_CREATED, "bot", "1", "champion", "m", None)
+    second = first._replace(version="2")
+    assert ledger.admit(first, now=1000.0) == "start"
+    assert ledger.admit(second, now=1059.0) == "too_many"
+    assert ledger.admit(second, now=1061.0) == "start"  # the first run left the window
+
+
+@pytest.fixture
+def served_relay():
+    """The relay's app served by uvicorn as the command serves it, on a loopback port.
+
+    Bounds made small for the test: a request must be in within 1 s, 8 connections at most.
+    """
+    import threading
+
+    import uvicorn
+
+    emitted: list[dict] = []
+
+    async def record(event: dict) -> None:
+        emitted.append(event)
+
+    app = relay_app(SECRET, Mapping(model="hosted_vllm/{name}"), record, read_timeout=1.0)
+    port = free_port()
+    server = uvicorn.Server(server_config(app, "127.0.0.1", port, read_timeout=1.0,
+                                          max_connections=8))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the relay did not start"
+        time.sleep(0.05)
+    yield {"url": f"http://127.0.0.1:{port}/", "port": port, "emitted": emitted,
+           "server": server}
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _slow_loris(port: int, sockets: list, stop, opened: list) -> None:
+    """Open connections that send a request's headers a byte at a time; bounded in count and
+    time (at most 200 connections, until `stop` or 8 s)."""
+    import socket
+
+    deadline = time.monotonic() + 8
+    while not stop.is_set() and time.monotonic() < deadline and len(opened) < 200:
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=1)
+            sock.sendall(b"POST / HTTP/1.1\r\nHost: relay\r\n")
+            sockets.append(sock)
+            opened.append(sock)
+        except OSError:
+            pass
+        for sock in list(sockets):
+            try:
+                sock.send(b"X")  # a header line that never ends
+            except OSError:
+                sockets.remove(sock)
+        time.sleep(0.02)
+
+
+def test_a_slow_loris_does_not_stop_a_signed_delivery_from_being_served(served_relay):
+    import threading
+
+    sockets: list = []
+    opened: list = []
+    stop = threading.Event()
+    attacker = threading.Thread(target=_slow_loris,
+                                args=(served_relay["port"], sockets, stop, opened))
+    attacker.start()
+    try:
+        peak, waited = 0, time.monotonic() + 3
+        while time.monotonic() < waited:  # the attack at full strength for 3 s
+            peak = max(peak, len(served_relay["server"].server_state.connections))
+            time.sleep(0.05)
+        body, headers = _signed(_alias_set())
+        started = time.monotonic()
+        reply = httpx.post(served_relay["url"], content=body, headers=headers, timeout=5)
+        served_in = time.monotonic() - started
+    finally:
+        stop.set()
+        attacker.join(timeout=15)
+        for sock in sockets:
+            sock.close()
+    assert reply.status_code == 202, reply.text
+    assert served_in < 2
+    assert len(served_relay["emitted"]) == 1
+    assert len(opened) > 8  # the attacker did open more connections than the cap
+    assert peak <= 9  # never more than the cap (and the one just accepted, replacing one)
+
+
+@pytest.mark.parametrize("cut", ["in the headers", "in the body"])
+def test_a_request_not_sent_within_the_read_timeout_is_cut_off(served_relay, cut):
+    import socket
+
+    body, headers = _signed(_alias_set())
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    request = (f"POST / HTTP/1.1\r\nHost: relay\r\nContent-Length: {len(body)}\r\n"
+               f"{head}\r\n").encode() + body
+    sent = request[:40] if cut == "in the headers" else request[:-10]  # the rest never comes
+    with socket.create_connection(("127.0.0.1", served_relay["port"]), timeout=5) as sock:
+        sock.sendall(sent)
+        started = time.monotonic()
+        received = b""
+        while time.monotonic() - started < 5:  # bounded: the server answers or closes
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            received += chunk
+        elapsed = time.monotonic() - started
+    assert elapsed < 3  # about the 1 s read timeout, not the 5 s this test would wait
+    assert received == b"" or received.startswith(b"HTTP/1.1 408")
+    assert served_relay["emitted"] == []
 
 
 # --- MLflow -> relay -> Prefect, all real --------------------------------------------------

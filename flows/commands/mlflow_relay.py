@@ -13,6 +13,13 @@ from typing import Annotated
 import typer
 
 from flows.commands.common import console, fail
+from flows.relay.limits import (
+    DEFAULT_PER_VERSION,
+    DEFAULT_TOTAL,
+    DEFAULT_WINDOW_SECONDS,
+    MAX_CONNECTIONS,
+    READ_TIMEOUT_SECONDS,
+)
 
 DEFAULT_SECRET_ENV = "JUDGEFLOW_MLFLOW_WEBHOOK_SECRET"
 
@@ -36,13 +43,25 @@ def mlflow_relay_command(
         = DEFAULT_SECRET_ENV,
     tolerance: Annotated[int, typer.Option(
         help="Seconds a delivery's signed timestamp may be from this clock")] = 300,
+    max_runs: Annotated[int, typer.Option(
+        help="Post-deploy runs started at most per --run-window (then 429)")] = DEFAULT_TOTAL,
+    max_runs_per_version: Annotated[int, typer.Option(
+        help="Runs started at most per model version per --run-window")] = DEFAULT_PER_VERSION,
+    run_window: Annotated[int, typer.Option(
+        help="Seconds of the window the run limits count in")] = int(DEFAULT_WINDOW_SECONDS),
+    max_connections: Annotated[int, typer.Option(
+        help="Connections open at once")] = MAX_CONNECTIONS,
+    read_timeout: Annotated[float, typer.Option(
+        help="Seconds a client has to send its whole request")] = READ_TIMEOUT_SECONDS,
 ) -> None:
     """Relay MLflow registry webhooks to Prefect as model.deployed events (post-deploy-eval)."""
     import logging
 
     from flows.commands.prefect_api import configured_server_problem
     from flows.relay.app import emit_to_prefect, relay_app
+    from flows.relay.limits import RunLimits
     from flows.relay.mapping import EVENT_FIELDS, Mapping
+    from flows.relay.server import server_config
 
     secret = os.environ.get(secret_env, "")
     if not secret:
@@ -63,9 +82,18 @@ def mlflow_relay_command(
         fail(str(error))
     if not path.startswith("/"):
         fail(f"--path {path!r} must start with '/'")
+    try:
+        limits = RunLimits(max_runs, max_runs_per_version, run_window)
+    except ValueError:
+        fail(f"--max-runs {max_runs}, --max-runs-per-version {max_runs_per_version} and "
+             f"--run-window {run_window} must each be at least 1")
+    if max_connections < 1 or read_timeout <= 0:
+        fail(f"--max-connections {max_connections} and --read-timeout {read_timeout:g} must "
+             "be positive")
 
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    app = relay_app(secret, mapping, emit_to_prefect, tolerance=tolerance, path=path)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    app = relay_app(secret, mapping, emit_to_prefect, tolerance=tolerance, path=path,
+                    limits=limits, read_timeout=read_timeout)
+    uvicorn.Server(server_config(app, host, port, read_timeout, max_connections)).run()

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from flows.params import EvaluateParams, RunOptions
 from flows.preflight.budget import Estimate, check_budget, estimate_rows
+from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.models import check_batch_model, check_model_config
 from flows.preflight.output import check_output
 from flows.preflight.reach import check_reachable
@@ -72,7 +73,7 @@ def row_source(params: EvaluateParams) -> RowSource:
     """Where the run's rows come from: the set's URL or inline rows, and the labels file."""
     return RowSource(params.data, params.rows, params.storage_options, params.labels,
                      published=getattr(params, "source_run", None) is not None,
-                     tracking_uri=params.mlflow_tracking_uri)
+                     tracking_uri=params.mlflow_tracking_uri, artifacts=artifact_policy())
 
 
 def check_options(params: EvaluateParams) -> CheckOptions:

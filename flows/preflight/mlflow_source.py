@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from flows.params import EvaluateParams
+from tasks.mlflow.artifact_policy import ArtifactPolicy
 from tasks.mlflow.read import (
     missing_mlflow,
     missing_server,
@@ -51,14 +52,21 @@ def check_data_source(params: Any) -> None:
         raise missing_mlflow(text)
 
 
-def probe_data_source(params: Any) -> None:
-    """Ask the (answering) server whether the `mlflow:` set is there; see `check_data_source`."""
+def probe_data_source(params: Any, policy: ArtifactPolicy) -> None:
+    """Ask the (answering) server whether the `mlflow:` set is there; see `check_data_source`.
+
+    A traces set's experiment must also keep its artifacts (the traces' spans) where `policy`
+    allows: the reader would fetch them from there.
+
+    Raises:
+        ArtifactLocationRefused: the experiment's artifact location is not allowed.
+    """
     if not isinstance(params, EvaluateParams) or not is_mlflow_source(params.data):
         return
     source = parse_source(params.data)
     probe = _Probe((params.mlflow_tracking_uri or "").strip().rstrip("/"), params.data)
     if source.kind == "traces":
-        experiment_id = probe.experiment_id(source)
+        experiment_id = probe.experiment_id(source, policy)
         if experiment_id is not None:
             probe.traces(experiment_id, source)
     else:
@@ -71,7 +79,7 @@ class _Probe:
     def __init__(self, uri: str, text: str):
         self.uri, self.text = uri, text
 
-    def experiment_id(self, source: MLflowSource) -> str | None:
+    def experiment_id(self, source: MLflowSource, policy: ArtifactPolicy) -> str | None:
         status, body = self._call("GET", "/api/2.0/mlflow/experiments/get-by-name?"
                                   + urlencode({"experiment_name": source.name}))
         if status == 404 and _missing(body):
@@ -79,6 +87,10 @@ class _Probe:
         experiment = (body or {}).get("experiment") or {}
         if status == 200 and experiment.get("lifecycle_stage", "active") != "active":
             raise no_experiment(source.name, "is deleted", self.uri, self.text)
+        if status == 200:
+            policy.check(experiment.get("artifact_location"),
+                         f"the MLflow experiment {source.name!r}", self.uri,
+                         f"the evaluation set {self.text!r} was not read")
         return experiment.get("experiment_id") if status == 200 else None
 
     def traces(self, experiment_id: str, source: MLflowSource) -> None:
@@ -108,7 +120,7 @@ class _Probe:
         """The status and JSON body of one request; (None, None) when it did not settle."""
         data = json.dumps(payload).encode() if payload is not None else None
         request = urllib.request.Request(self.uri + path, data=data, method=method,
-                                         headers=_headers(payload is not None))
+                                         headers=auth_headers(payload is not None))
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as reply:
                 return reply.status, _json(reply.read())
@@ -120,7 +132,8 @@ class _Probe:
             return None, None
 
 
-def _headers(has_body: bool) -> dict[str, str]:
+def auth_headers(has_body: bool) -> dict[str, str]:
+    """The headers of a REST request to the tracking server, with MLflow's credentials."""
     headers = {"Content-Type": "application/json"} if has_body else {}
     token = os.environ.get("MLFLOW_TRACKING_TOKEN")
     user, password = (os.environ.get(f"MLFLOW_TRACKING_{k}") for k in ("USERNAME", "PASSWORD"))

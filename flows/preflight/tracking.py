@@ -15,6 +15,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
+from flows.preflight.mlflow_artifacts import artifact_policy, check_experiment_artifacts
 from flows.preflight.mlflow_source import check_data_source, probe_data_source
 from judges.errors import ConfigError
 from tasks.mlflow.target import target_of
@@ -31,11 +32,13 @@ def check_tracking_server(params: Any) -> None:
     """With a tracking URI: mlflow installed, and the server answering its health check.
 
     With an `mlflow:` evaluation set, also a tracking URI, and the set there as named
-    (flows/preflight/mlflow_source.py).
+    (flows/preflight/mlflow_source.py). The experiments the run logs to and reads traces from
+    must keep their artifacts where the run may (flows/preflight/mlflow_artifacts.py).
 
     Raises:
         TrackingServerError: one sentence naming the server, what happened and the fix.
         MLflowSourceError: the `mlflow:` set cannot be read as named (one sentence).
+        ArtifactLocationRefused: an experiment keeps its artifacts where the run may not.
     """
     check_data_source(params)  # a set read from MLflow needs the server, whether logged or not
     target = target_of(params)
@@ -50,7 +53,10 @@ def check_tracking_server(params: Any) -> None:
     if problem:
         raise TrackingServerError(
             f"the MLflow tracking server {target.tracking_uri} is unreachable ({problem}): {FIX}")
-    probe_data_source(params)
+    policy = artifact_policy()
+    check_experiment_artifacts(policy, target.tracking_uri, target.experiment,
+                               "nothing was judged or logged")
+    probe_data_source(params, policy)
 
 
 def _health_problem(uri: str) -> str | None:

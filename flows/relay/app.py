@@ -2,9 +2,11 @@
 
 One POST route. Its answers: 401 for an unsigned, badly signed or stale delivery; 422 for a
 signed delivery that cannot be relayed (MLflow does not retry a 4xx); 200 for an event the
-relay does not act on and for a delivery already relayed; 202 once the event is handed to the
-Prefect server; 503 when the Prefect server cannot take it (MLflow retries a 5xx, with the
-same delivery id). Nothing the relay logs carries the secret or the request's headers.
+relay does not act on, for a delivery already relayed and for an event that already started
+a run (flows/relay/limits.py); 429 beyond the runs the relay may start; 408 for a body not
+sent within the read timeout; 202 once the event is handed to the Prefect server; 503 when
+the Prefect server cannot take it (MLflow retries a 5xx, with the same delivery id). Nothing
+the relay logs carries the secret or the request's headers.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from datetime import UTC, datetime
 
 import anyio
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from flows.relay.limits import READ_TIMEOUT_SECONDS, RunLedger, RunLimits
 from flows.relay.mapping import Candidate, Mapping, Refused
 from flows.relay.signature import DEFAULT_TOLERANCE_SECONDS, Delivery, Unauthenticated, verify
 
@@ -85,14 +88,25 @@ def prefect_event(candidate: Candidate, delivery: Delivery) -> dict:
 
 
 def relay_app(secret: str, mapping: Mapping, emit: Emit,
-              tolerance: float = DEFAULT_TOLERANCE_SECONDS, path: str = "/") -> Starlette:
-    """The Starlette app that relays MLflow's deliveries posted to `path` through `emit`."""
+              tolerance: float = DEFAULT_TOLERANCE_SECONDS, path: str = "/",
+              limits: RunLimits | None = None,
+              read_timeout: float = READ_TIMEOUT_SECONDS) -> Starlette:
+    """The Starlette app that relays MLflow's deliveries posted to `path` through `emit`.
+
+    At most `limits` runs are started (flows/relay/limits.py); a body must arrive within
+    `read_timeout` seconds.
+    """
     if not secret:
         raise ValueError("the webhook secret is empty: the relay never acts on unsigned calls")
     seen = SeenDeliveries(keep_seconds=2 * tolerance)
+    runs = RunLedger(limits or RunLimits())
 
     async def receive(request: Request) -> JSONResponse:
-        body = await _read_body(request)
+        try:
+            with anyio.fail_after(read_timeout):
+                body = await _read_body(request)
+        except (TimeoutError, ClientDisconnect):
+            return _answer(408, "the body was not sent in time")
         if body is None:
             return _answer(413, "body too large")
         now = time.time()
@@ -111,12 +125,22 @@ def relay_app(secret: str, mapping: Mapping, emit: Emit,
         if not seen.claim(delivery.delivery_id, now):
             log.info("delivery %s already relayed", delivery.delivery_id)
             return _answer(200, "duplicate: already relayed")
+        admission = runs.admit(candidate, now)
+        if admission == "duplicate":
+            log.info("delivery %s: %s %s version %s already started a run", delivery.delivery_id,
+                     candidate.event, candidate.name, candidate.version)
+            return _answer(200, "duplicate: this event already started a run")
+        if admission == "too_many":
+            seen.release(delivery.delivery_id)
+            log.warning("delivery %s: %s", delivery.delivery_id, runs.why_not(candidate))
+            return _answer(429, runs.why_not(candidate))
         event = prefect_event(candidate, delivery)
         try:
             with anyio.fail_after(EMIT_TIMEOUT_SECONDS):
                 await emit(event)
         except Exception as error:  # noqa: BLE001 - any failure to emit is MLflow's to retry
             seen.release(delivery.delivery_id)
+            runs.release(candidate)
             log.error("delivery %s: the Prefect server did not take the event: %s",
                       delivery.delivery_id, error)
             return _answer(503, "the Prefect server did not take the event; retry")

@@ -20,6 +20,7 @@ from tasks.dataset.sources import batches_of_rows, iter_batches
 from tasks.dataset.table import DatasetReadError, RecordBatch, RowProblem
 from tasks.dataset.validation import CheckOptions, SetValidator, finished_problems, whole_set_broken
 from tasks.metric_fields import record_inputs
+from tasks.mlflow.artifact_policy import PROXIED, ArtifactPolicy
 from tasks.mlflow.read import MLflowSourceError, read_rows
 from tasks.mlflow.source import is_mlflow_source, parse_source
 
@@ -37,6 +38,7 @@ class RowSource:
             (tasks/metric_fields.py `record_inputs`), never what its judges wrote.
         tracking_uri: the MLflow tracking server an `mlflow:` set is read from
             (tasks/mlflow/source.py).
+        artifacts: where its traces' spans may be read from (tasks/mlflow/artifact_policy.py).
     """
 
     data: str | None
@@ -45,6 +47,7 @@ class RowSource:
     labels: str | None = None
     published: bool = False
     tracking_uri: str | None = None
+    artifacts: ArtifactPolicy = ArtifactPolicy((PROXIED,))
 
     @property
     def name(self) -> str:
@@ -72,7 +75,8 @@ class RowSource:
     def _mlflow_batches(self, notes: dict[str, Any]) -> Iterator[RecordBatch]:
         meter = SetMeter(InputLimits.from_env(), self.data)
         try:
-            rows = read_rows(parse_source(self.data), self.data, self.tracking_uri, notes)
+            rows = read_rows(parse_source(self.data), self.data, self.tracking_uri, notes,
+                             self.artifacts)
             yield from batches_of_rows(rows, meter=meter)
         except MLflowSourceError as error:  # the set is wrong: no retry will mend it
             raise DatasetReadError(str(error)) from None

@@ -35,6 +35,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from tasks.mlflow.artifact_policy import ArtifactLocationRefused, ArtifactPolicy
 from tasks.mlflow.assessments import attach_verdicts
 from tasks.mlflow.record import (
     CONTENT_TAG,
@@ -56,6 +57,7 @@ NAMES_FILE = "metric_names.json"
 # What MLflow accepts per log_batch request (mlflow/utils/validation.py).
 METRICS_PER_BATCH = 1000
 PARAMS_TAGS_PER_BATCH = 100
+NOT_LOGGED = "the run is published, and nothing of it was logged to MLflow"
 
 
 class NotLogged(RuntimeError):
@@ -75,20 +77,27 @@ def _flow_run() -> dict[str, str | None]:
 
 
 @task(name="log-to-mlflow", cache_policy=NO_CACHE)
-def log_to_mlflow(target: Target, location: RunLocation, urls: Mapping[str, Any]) -> dict:
+def log_to_mlflow(target: Target, location: RunLocation, urls: Mapping[str, Any],
+                  artifacts: ArtifactPolicy) -> dict:
     """Log the published run to MLflow and record the MLflow run in its manifest.
 
     What is logged is read back from the run's folder (manifest.json, metrics.json,
-    results.jsonl, report.html, summary.md): MLflow shows what was published. Never raises:
-    the run is published whatever happens here.
+    results.jsonl, report.html, summary.md): MLflow shows what was published. The run is
+    published whatever happens here: a failure is said once, and returned.
 
     Returns:
         `{"run_id", "run_url", "experiment_id", "logged"}` ("new" or "unchanged": an earlier
         attempt logged these judgements already), or `{"error": one line}`.
+
+    Raises:
+        ArtifactLocationRefused: the experiment or the MLflow run keeps its artifacts where
+            `artifacts` does not allow; nothing was logged (the run is still published).
     """
     logger = get_run_logger()
     try:
-        section = _log(target, location, urls)
+        section = _log(target, location, urls, artifacts)
+    except ArtifactLocationRefused:
+        raise  # not a failure of MLflow's: the run fails, as a refused parameter does
     except Exception as error:  # noqa: BLE001 - any failure leaves the run published, said once
         message = (f"run {location.run_id} is published, but it was not logged to MLflow at "
                    f"{target.tracking_uri}: {_one_line(error)}")
@@ -98,15 +107,17 @@ def log_to_mlflow(target: Target, location: RunLocation, urls: Mapping[str, Any]
     return section
 
 
-def log_if_asked(params: Any, location: RunLocation, urls: Mapping[str, Any]) -> dict:
+def log_if_asked(params: Any, location: RunLocation, urls: Mapping[str, Any],
+                 artifacts: ArtifactPolicy) -> dict:
     """`{"mlflow": ...}` for the flow's summary when the run is logged to MLflow, else {}.
 
-    Called by every flow once its run is published (and its Prefect artifacts made).
+    Called by every flow once its run is published (and its Prefect artifacts made), with
+    the artifact locations the run may log to (flows/preflight/mlflow_artifacts.py).
     """
     target = target_of(params)
     if target is None:
         return {}
-    return {"mlflow": log_to_mlflow(target, location, urls)}
+    return {"mlflow": log_to_mlflow(target, location, urls, artifacts)}
 
 
 def _one_line(error: BaseException) -> str:
@@ -122,11 +133,15 @@ def _client(target: Target):
     return MlflowClient(tracking_uri=target.tracking_uri)
 
 
-def _log(target: Target, location: RunLocation, urls: Mapping[str, Any]) -> dict:
+def _log(target: Target, location: RunLocation, urls: Mapping[str, Any],
+         artifacts: ArtifactPolicy) -> dict:
     client = _client(target)
     manifest = json.loads(_read_text(location, "manifest.json"))
     metrics = json.loads(_read_text(location, "metrics.json"))
     experiment_id = _experiment_id(client, target.experiment)
+    artifacts.check(client.get_experiment(experiment_id).artifact_location,
+                    f"the MLflow experiment {target.experiment!r}", target.tracking_uri,
+                    NOT_LOGGED)
     digest = content_digest(manifest, metrics)
     reused = _earlier_runs(client, experiment_id, location, digest)
     if reused is not None:
@@ -139,6 +154,12 @@ def _log(target: Target, location: RunLocation, urls: Mapping[str, Any]) -> dict
     tags = run_tags(manifest, metrics, urls, summary_md, _flow_run())
     run = client.create_run(experiment_id, run_name=location.run_id, tags=tags)
     run_id = run.info.run_id
+    try:  # made from the experiment's location by the server: checked all the same
+        artifacts.check(run.info.artifact_uri, f"the MLflow run {run_id!r}",
+                        target.tracking_uri, NOT_LOGGED)
+    except ArtifactLocationRefused:
+        client.delete_run(run_id)
+        raise
     section = _section(target, experiment_id, run_id, "new")
     report = report_with_link(location, section)
     try:

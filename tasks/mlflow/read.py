@@ -5,6 +5,11 @@ source: judgeflow works without the `mlflow` extra. Pages of traces (or dataset 
 read as the rows are asked for, so memory stays flat however large the experiment; traces
 come in a stable order (start time, then trace id), records in the dataset's own (creation
 time, then record id).
+
+Before anything is read from where an experiment or a trace keeps its artifacts (the spans of
+a trace the tracking store does not hold), the location is checked against the run's
+artifact policy (tasks/mlflow/artifact_policy.py): MLflow would fetch it with the worker's
+access, and the tracking credentials.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from judges.errors import ConfigError
+from tasks.mlflow.artifact_policy import ArtifactLocationRefused, ArtifactPolicy
 from tasks.mlflow.rows import RecordMapper, trace_row
 from tasks.mlflow.source import MLflowSource
 
@@ -32,7 +38,7 @@ class MLflowSourceError(ConfigError):
 
 
 def read_rows(source: MLflowSource, text: str, tracking_uri: str | None,
-              notes: dict[str, Any]) -> Iterator[dict[str, Any]]:
+              notes: dict[str, Any], artifacts: ArtifactPolicy) -> Iterator[dict[str, Any]]:
     """The set's rows, read page by page as they are asked for.
 
     Args:
@@ -41,15 +47,20 @@ def read_rows(source: MLflowSource, text: str, tracking_uri: str | None,
         tracking_uri: the tracking server (the run's `mlflow_tracking_uri`).
         notes: filled with what the manifest records of the set: the experiment's or dataset's
             id, and where each expectation key of a dataset went.
+        artifacts: where the experiment and its traces may keep the artifacts read.
 
     Raises:
         MLflowSourceError: no server given, mlflow not installed, no such experiment or dataset,
-            or a filter the server refuses (one sentence each).
+            a filter the server refuses, or artifacts kept where `artifacts` does not allow
+            (one sentence each).
     """
     client = _client(text, tracking_uri)
     with _refusals(source, text, tracking_uri):
         if source.kind == "traces":
-            yield from _trace_rows(client, source, text, tracking_uri, notes)
+            try:
+                yield from _trace_rows(client, source, text, tracking_uri, notes, artifacts)
+            except ArtifactLocationRefused as error:
+                raise MLflowSourceError(str(error)) from None
         else:
             yield from _dataset_rows(client, source, text, tracking_uri, notes)
 
@@ -111,16 +122,19 @@ def _refusals(source: MLflowSource, text: str, tracking_uri: str | None) -> Iter
         raise refused(tracking_uri, text, error.message) from None
 
 
-def _trace_rows(client: Any, source: MLflowSource, text: str, tracking_uri: str | None,
-                notes: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _trace_rows(client: Any, source: MLflowSource, text: str, tracking_uri: str,
+                notes: dict[str, Any], artifacts: ArtifactPolicy) -> Iterator[dict[str, Any]]:
     experiment = client.get_experiment_by_name(source.name)
     if experiment is None or experiment.lifecycle_stage != "active":
         state = "does not exist" if experiment is None else "is deleted"
         raise no_experiment(source.name, state, tracking_uri, text)
+    outcome = f"the evaluation set {text!r} was not read"
+    artifacts.check(experiment.artifact_location, f"the MLflow experiment {source.name!r}",
+                    tracking_uri, outcome)
     notes["experiment_id"] = experiment.experiment_id
-    token = None
+    tracing, token = _checked_tracing(tracking_uri, artifacts, outcome), None
     while True:
-        page = client.search_traces(locations=[experiment.experiment_id],
+        page = tracing.search_traces(locations=[experiment.experiment_id],
                                     filter_string=source.search_filter(),
                                     max_results=PAGE_SIZE, order_by=TRACE_ORDER,
                                     page_token=token)
@@ -129,6 +143,24 @@ def _trace_rows(client: Any, source: MLflowSource, text: str, tracking_uri: str 
         token = page.token
         if not token:
             return
+
+
+def _checked_tracing(tracking_uri: str, artifacts: ArtifactPolicy, outcome: str) -> Any:
+    """MLflow's TracingClient, checking a trace's artifact location before reading its spans.
+
+    MLflow fetches the spans of a trace the tracking store does not hold from the location its
+    `mlflow.artifactLocation` tag names; the check sits where MLflow opens that location.
+    """
+    from mlflow.tracing.client import TracingClient
+    from mlflow.tracing.utils.artifact_utils import get_artifact_uri_for_trace
+
+    class CheckedTracingClient(TracingClient):
+        def _get_artifact_repo_for_trace(self, trace_info):
+            artifacts.check(get_artifact_uri_for_trace(trace_info),
+                            f"the MLflow trace {trace_info.trace_id!r}", tracking_uri, outcome)
+            return super()._get_artifact_repo_for_trace(trace_info)
+
+    return CheckedTracingClient(tracking_uri)
 
 
 def _inputs(trace: Any) -> Any:
