@@ -75,6 +75,7 @@ class RegressionParams(EvaluateParams):
     """
 
     READ_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.READ_FIELDS, "gates", "rubric")
+    OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "baseline")
 
     suite: SafeName = Field(
         "nightly", description="Suite: the baseline is this suite's newest run that passed"

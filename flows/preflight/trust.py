@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
+from flows.preflight.suite_lock import check_suite
 from judges.errors import ConfigError
 from judges.storage import is_local, local_path, protocol_of
 
@@ -238,6 +239,7 @@ def guard_parameters(params: P) -> P:
     """
     if not parameters_untrusted():
         return params
+    check_suite(params)  # the suite, output and baseline are the operator's
     policy = OperatorPolicy.from_env()
     for field, url, access in params.locations():
         policy.check_location(field, url, access)
