@@ -20,7 +20,7 @@ from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
 from flows.preflight.suite_lock import SuiteRefused
 from flows.preflight.trust import guard_parameters
-from flows.regression import RegressionParams
+from flows.regression import RegressionParams, regression
 from flows.rejudge import RejudgeParams
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,3 +98,21 @@ def test_a_triggerer_cannot_pin_an_old_baseline_or_adopt_a_judge(untrusted):
     # The defaults (the suite's own pointer; no adoption) pass.
     guard_parameters(RegressionParams(data=str(EXAMPLE), judge=OFFLINE, output=str(untrusted),
                                       suite="nightly"))
+
+
+def test_a_triggerer_s_passing_regression_does_not_move_the_baseline_without_a_deployment(
+        untrusted, monkeypatch):
+    monkeypatch.delenv("JUDGEFLOW_UNTRUSTED_PARAMETERS")
+    assert _evaluate(untrusted, "operator-seed").is_completed()
+    monkeypatch.setenv("JUDGEFLOW_UNTRUSTED_PARAMETERS", "1")
+    lenient = untrusted.parent / "lenient.yaml"  # gates of the caller's choosing
+    lenient.write_text("gates: []\n")
+    monkeypatch.setenv("JUDGEFLOW_READ_ROOTS", f"{REPO},{untrusted.parent}")
+    state = asyncio.run(regression(RegressionParams(
+        data=str(EXAMPLE), judge=OFFLINE, output=str(untrusted), suite="nightly",
+        run_id="night", gates=str(lenient), pairwise=False), return_state=True))
+    assert state.is_completed(), state.message
+    assert _baseline(untrusted) == "operator-seed"
+    manifest = json.loads((untrusted / "nightly" / "night" / "manifest.json").read_text())
+    assert manifest["may_move_baseline"] is False
+    assert "a regression run without a deployment" in manifest["baseline_note"]

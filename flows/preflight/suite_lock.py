@@ -15,10 +15,12 @@ chooses the baseline the operator's gates compare with. So, in a run where
   a run may publish to, under any output its write roots allow. Without a deployment
   (`JUDGEFLOW_UNTRUSTED_PARAMETERS=1` in a service), it is the only list, if set, and the
   baseline fields must keep their defaults.
-- `JUDGEFLOW_BASELINE_SUITES` lists the suites whose baseline such an *evaluate* run may move;
-  in any other suite it publishes as ever, but its signed manifest says `may_move_baseline:
-  false`, so it never becomes the baseline (tasks/storage/baseline_rules.py). A regression
-  moves its suite's baseline only by passing its gates against the current one.
+- Such a run moves its suite's baseline only if it is a regression that passed and whose
+  parameters are its deployment's but for the candidate and the run id (the gates, the set,
+  the judge and the limits that decide a pass are the operator's), or if
+  `JUDGEFLOW_BASELINE_SUITES` lists the suite. Otherwise it publishes as ever, but its signed
+  manifest says `may_move_baseline: false`, so it never becomes the baseline
+  (tasks/storage/baseline_rules.py).
 
 Which fields are the operator's is declared on each parameter model (`OPERATOR_FIELDS`).
 """
@@ -34,6 +36,9 @@ from judges.errors import ConfigError
 
 SUITES_ENV = "JUDGEFLOW_SUITES"
 BASELINE_SUITES_ENV = "JUDGEFLOW_BASELINE_SUITES"
+# What a trigger (an event, the relay) supplies: a regression that differs from its deployment
+# only in these still moves the baseline when it passes.
+TRIGGER_FIELDS = ("candidate", "run_id")
 MAX_ANCESTORS = 8  # nested runs (a regression's rejudge) are one or two levels deep
 
 
@@ -128,8 +133,36 @@ def check_suite(params: BaseModel) -> None:
             raise _refuse(field, given, expected, where)
 
 
+def _comparable(params: BaseModel) -> dict[str, Any]:
+    # The judge's key variable is the operator's pairing (trust.guard_parameters sets it).
+    values = params.model_dump(mode="json")
+    if isinstance(values.get("judge"), dict):
+        values["judge"] = {k: v for k, v in values["judge"].items() if k != "api_key_env"}
+    return values
+
+
+def _differs_from_deployment(params: BaseModel) -> list[str] | None:
+    """The fields of `params` other than its deployment's stored ones (None: no deployment)."""
+    deployment = _deployment(_current_flow_run())
+    if deployment is None:
+        return None
+    stored = (deployment.parameters or {}).get("params")
+    try:
+        expected = type(params).model_validate(stored if isinstance(stored, dict) else {})
+    except ValueError:
+        return ["params"]
+    given, wanted = _comparable(params), _comparable(expected)
+    return sorted(name for name in given
+                  if name not in TRIGGER_FIELDS and not _same(given[name], wanted.get(name)))
+
+
 def baseline_lock(params: BaseModel, kind: str, untrusted: bool) -> dict[str, Any]:
-    """The manifest fields that keep an untrusted evaluate run from moving its suite's baseline.
+    """The manifest fields that keep an untrusted run from moving its suite's baseline.
+
+    An evaluate run never moves it; a regression only when every parameter but the candidate
+    and the run id is its deployment's (the gates, the set, the judge and the limits that
+    decide whether it passes are the operator's); either may when JUDGEFLOW_BASELINE_SUITES
+    lists the suite. A rejudge's `as_baseline` is checked by `check_suite`.
 
     Args:
         params: the run's parameters.
@@ -137,13 +170,20 @@ def baseline_lock(params: BaseModel, kind: str, untrusted: bool) -> dict[str, An
         untrusted: `parameters_untrusted()`, for this run.
 
     Returns:
-        `{"may_move_baseline": False, ...}` for an evaluate run with untrusted parameters whose
-        suite is not listed in JUDGEFLOW_BASELINE_SUITES; otherwise nothing.
+        `{"may_move_baseline": False, "baseline_note": why}`, or nothing.
     """
     suite = getattr(params, "suite", None)
-    if kind != "evaluate" or not untrusted or suite in _listed(BASELINE_SUITES_ENV):
+    if (kind not in ("evaluate", "regression") or not untrusted
+            or suite in _listed(BASELINE_SUITES_ENV)):
         return {}
+    why = "an evaluate run"
+    if kind == "regression":
+        differs = _differs_from_deployment(params)
+        if differs == []:
+            return {}
+        why = ("a regression run without a deployment" if differs is None else
+               f"a regression run whose {', '.join(differs)} differ from its deployment's")
     return {"may_move_baseline": False,
-            "baseline_note": (f"started by someone other than the operator: it does not become "
-                              f"the baseline of suite {suite!r} ({BASELINE_SUITES_ENV} does not "
-                              "list it)")}
+            "baseline_note": (f"started by someone other than the operator ({why}): it does not "
+                              f"become the baseline of suite {suite!r} ({BASELINE_SUITES_ENV} "
+                              "does not list it)")}
