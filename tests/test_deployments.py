@@ -112,9 +112,10 @@ def server(tmp_path_factory, llm_server) -> Iterator[Server]:
         "JUDGEFLOW_READ_ROOTS": f"{REPO},{tmp_path_factory.getbasetemp()}",
         "JUDGEFLOW_WRITE_ROOTS": str(tmp_path_factory.getbasetemp()),
         "JUDGEFLOW_MODEL_ENDPOINTS": llm_server.api_base,
-        # Suites these tests' runs publish to besides their deployment's own (under any output
-        # in the write roots); none of them lets an untrusted evaluate run move its baseline.
-        "JUDGEFLOW_SUITES": "rest,nightly,post-deploy,hostile",
+        # Suites these tests' runs (and test_nightly_crash's) publish to besides their
+        # deployment's own, under any output in the write roots; none lets an untrusted
+        # evaluate run move its baseline.
+        "JUDGEFLOW_SUITES": "rest,nightly,post-deploy,hostile,night",
     })
     log = home / "server.log"
     with log.open("w") as sink:
