@@ -37,6 +37,7 @@ from tasks.storage.signed_records import (
     HISTORY_ENTRY,
     HISTORY_INDEX,
     MAC,
+    UNCHECKED,
     VERIFIED,
     check,
     entry_binding,
@@ -202,7 +203,7 @@ class HistoryStore:
         if entry.run_id != run_id:
             return self.from_manifest(run_id)
         entry = self.checked(entry)
-        if entry.check in (VERIFIED, "unchecked"):
+        if entry.check in (VERIFIED, UNCHECKED):
             return entry
         logger.warning("history entry %r is %s; it is rebuilt from its run's signed manifest, "
                        "or shown as %s", run_id, entry.check, entry.check)
@@ -219,7 +220,7 @@ class HistoryStore:
             return History([], frozenset())
         raw = raw if isinstance(raw, dict) else {}
         if (how := check(HISTORY_INDEX, index_binding(self.location.suite), raw, self.key)
-                ) not in (VERIFIED, "unchecked"):
+                ) not in (VERIFIED, UNCHECKED):
             # Whoever wrote it is not the operator's publish: every entry file is read again.
             logger.warning("%r is %s; it is rebuilt from the entry files",
                            self.url(self.history_path), how)
