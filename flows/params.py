@@ -169,6 +169,8 @@ class RunOptions(BaseModel):
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ()
     READ_FIELDS: ClassVar[tuple[str, ...]] = ()
     WRITE_FIELDS: ClassVar[tuple[str, ...]] = ("output", "cache")
+    # The operator's alone when a run's parameters are untrusted (flows/preflight/suite_lock.py).
+    OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = ("suite", "output")
 
     judge: JudgeModel = Field(description="The judge model")
     output: StorageURL = Field("./results", description="Where runs are published (path or s3://...)")

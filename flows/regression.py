@@ -76,6 +76,7 @@ class RegressionParams(EvaluateParams):
     """
 
     READ_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.READ_FIELDS, "gates", "rubric")
+    OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "baseline")
 
     suite: SafeName = Field(
         "nightly", description="Suite: the baseline is this suite's newest run that passed"
@@ -176,7 +177,8 @@ async def regression(params: RegressionParams) -> dict | State:
         [judged.usage, comparison.usage, canary.usage if canary else Usage()], judged.store,
         calibration=params.calibration,
         baseline=baseline_check(baseline, comparison) or "none",
-        baseline_refused=comparison.baseline_refused)
+        baseline_refused=comparison.baseline_refused,
+        baseline_pointer=baseline.pointer if baseline is not None else None)
     ledger = run_ledger(params, {
         "generation": generation_usage if params.candidate else None, "judging": judged.usage,
         "head_to_head": comparison.usage if comparison.pairwise is not None else None,

@@ -41,6 +41,7 @@ class RejudgeParams(EvaluateParams):
     # Its rows are a published run's, under `output` (a write root, read back as a baseline
     # is); the files the source's manifest names are checked like parameters.
     READ_FIELDS: ClassVar[tuple[str, ...]] = ("labels", "custom_judges")
+    OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "as_baseline")
 
     source_run: SafeName = Field(description="Run id of the suite's published run to judge again")
     as_baseline: bool = Field(

@@ -2,7 +2,8 @@
 
 `latest.json` always moves to the run; `baseline.json` only for a run that passed (an
 evaluate run "complete", a regression run "passed"), so that the default baseline of the
-next regression run is never a failed or incomplete one.
+next regression run is never a failed or incomplete one. With a signing key both pointers
+carry a MAC bound to the suite, their own name and the run (tasks/storage/signed_records.py).
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from tasks.report.page import render_report
 from tasks.report.plain_text import visible
 from tasks.report.rows import ReportInputs
 from tasks.report.summary_md import summary_markdown
-from tasks.storage.baseline import becomes_baseline, pointer_path
+from tasks.storage.baseline import pointer_path
+from tasks.storage.baseline_rules import becomes_baseline
 from tasks.storage.history import INDEX_FILE, record_in_history
 from tasks.storage.outputs import Publisher, RunLocation
 from tasks.storage.results_parquet import write_results_parquet
 from tasks.storage.run_integrity import seal
+from tasks.storage.signed_records import POINTER, pointer_binding, sign
 from tasks.storage.staging import ResultStaging
 
 DATA_FILES = ("results.jsonl", "results.parquet", "rejected.jsonl", "metrics.json", "report.html",
@@ -137,7 +140,8 @@ def publish_run(
     # The manifest vouches for every file above (their sha256) and, with a signing key, for
     # itself: a later run reading this one back as its baseline checks both.
     digests = {name: publisher.digests[f"{location.run_dir}/{name}"] for name in files}
-    manifest = seal(manifest, location, digests, signing_key())
+    key = signing_key()
+    manifest = seal(manifest, location, digests, key)
     publisher.write_json(f"{location.run_dir}/manifest.json", manifest)
     pointer = {
         "suite": location.suite,
@@ -147,8 +151,10 @@ def publish_run(
         "manifest": location.url("manifest.json"),
         "published_at": manifest["published_at"],
     }
-    for path in pointers:
-        publisher.write_json(path, pointer)
+    for path in pointers:  # each bound to its own name: latest.json never verifies as another
+        name = path.rsplit("/", 1)[-1]
+        publisher.write_json(path, sign(POINTER, pointer_binding(location.suite, name,
+                                                                 location.run_id), pointer, key))
     urls = {name: location.url(name) for name in (*files, "manifest.json")}
     return {**urls, "report_link": report_link(location), **_history(location, manifest, metrics)}
 

@@ -112,6 +112,10 @@ def server(tmp_path_factory, llm_server) -> Iterator[Server]:
         "JUDGEFLOW_READ_ROOTS": f"{REPO},{tmp_path_factory.getbasetemp()}",
         "JUDGEFLOW_WRITE_ROOTS": str(tmp_path_factory.getbasetemp()),
         "JUDGEFLOW_MODEL_ENDPOINTS": llm_server.api_base,
+        # Suites these tests' runs (and test_nightly_crash's) publish to besides their
+        # deployment's own, under any output in the write roots; none lets an untrusted
+        # evaluate run move its baseline.
+        "JUDGEFLOW_SUITES": "rest,nightly,post-deploy,hostile,night",
     })
     log = home / "server.log"
     with log.open("w") as sink:
@@ -397,7 +401,8 @@ def test_triggered_runs_are_executed_and_publish(server, deployed, event_runs, l
     manifest = json.loads((out / "rest" / "rest-1" / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["dataset"]["rows_judged"] == 12
     assert json.loads((out / "rest" / "latest.json").read_text())["run_id"] == "rest-1"
-    assert json.loads((out / "rest" / "baseline.json").read_text())["run_id"] == "rest-1"
+    # Whoever triggered it is not the operator: it did not become the suite's baseline.
+    assert not (out / "rest" / "baseline.json").exists() and manifest["may_move_baseline"] is False
     # The nightly suite's first run cannot decide its max_drop and win-rate gates: it ends
     # Failed, and the run's state message in the UI says why, verdict first.
     state = _state(server, python_run_id)
@@ -521,3 +526,40 @@ def test_a_registry_event_through_the_mlflow_relay_starts_post_deploy_eval_once(
     finally:
         relay.terminate()
         relay.wait(timeout=20)
+
+
+def test_a_deployment_run_s_suite_output_and_baseline_are_its_deployment_s(
+        server, deployed, tmp_path):
+    """Issue 44: a triggerer published a weak run into the nightly's suite, or pinned an old
+    baseline; a deployment run's suite, output and baseline are those the deployment stores.
+    """
+    out = tmp_path / "out"
+    nightly = deployed["nightly"]["parameters"]["params"]
+    hostile = {
+        "into-nightly": ("evaluate", {"data": "examples/rag_eval.jsonl", "output": str(out),
+                                      "judge": {"model": "judgeflow/offline"},
+                                      "suite": nightly["suite"], "run_id": "weak"}),
+        "other-output": ("nightly", {**nightly, "output": str(out), "run_id": "n1"}),
+        # (another nightly run at once would be cancelled: its concurrency limit is 1)
+        "pinned": ("post_deploy", {**deployed["post_deploy"]["parameters"]["params"],
+                                   "baseline": "old-weak-run", "run_id": "n2"}),
+    }
+    ids = {}
+    with server.client() as api:
+        for name, (key, params) in hostile.items():
+            for _ in range(5):  # SQLite under a loaded machine answers 503 now and then
+                created = api.post(f"/deployments/{deployed[key]['id']}/create_flow_run",
+                                   json={"parameters": {"params": params}})
+                if created.status_code != 503:
+                    break
+                time.sleep(1)
+            ids[name] = created.raise_for_status().json()["id"]
+    worker_log = server.run_worker_once()
+    states = {name: _state(server, run_id) for name, run_id in ids.items()}
+    assert all(s["type"] == "FAILED" for s in states.values()), worker_log[-6000:]
+    assert ("parameter 'suite' is 'rag-nightly', but deployment 'evaluate' sets 'demo'"
+            in states["into-nightly"]["message"])
+    assert "parameter 'output' is" in states["other-output"]["message"]
+    assert ("parameter 'baseline' is 'old-weak-run', but deployment 'post-deploy-eval' sets "
+            "None" in states["pinned"]["message"])
+    assert not out.exists() and not (REPO / "results" / "post-deploy" / "n2").exists()

@@ -29,7 +29,7 @@ from judges.integrity import SIGNING_KEY_ENV, signing_key
 from judges.model.settings import LLMSettings
 from judges.plan import plan_judges
 from tasks.dataset.labels import CalibrationSourceError
-from tasks.storage.baseline import SAFE_RUN_ID
+from tasks.storage.baseline_rules import SAFE_RUN_ID
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
 from tasks.storage.row_codec import judge_fingerprint
@@ -216,9 +216,9 @@ def test_a_run_folder_moved_in_from_elsewhere_is_refused_and_exits_3(key, fake_l
     good = rows(40, set())
     seed(fake_llm, tmp_path, rows(40, set(range(15))), run_id="other", suite="scratch")
     out = tmp_path / "out"
-    # A whole signed run, copied under the suite, and the pointer moved to it.
+    # A whole signed run, copied under the suite, and named as the baseline (a pointer moved
+    # to it is refused before: tests/test_baseline_pointer.py).
     shutil.copytree(out / "scratch" / "other", out / "ci" / "fake")
-    (out / "ci" / "baseline.json").write_text(json.dumps({"run_id": "fake"}))
     (tmp_path / "gates.yaml").write_text(GATES)
     data = tmp_path / "good.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in good))
@@ -226,7 +226,7 @@ def test_a_run_folder_moved_in_from_elsewhere_is_refused_and_exits_3(key, fake_l
         "regression", str(data), "--suite", "ci", "--gates", str(tmp_path / "gates.yaml"),
         "--judge-model", "openai/planted", "--api-base", fake_llm.api_base,
         "--output", str(out), "--judges", "correctness", "--no-pairwise", "--no-cache",
-        "--run-id", "cand"])
+        "--run-id", "cand", "--baseline", "fake"])
     assert done.exit_code == 3, done.output
     assert ("baseline run 'fake' refused: its manifest.json fails the MAC check "
             "(altered, moved from another run, or signed with another key)") in done.output
@@ -241,8 +241,9 @@ def test_a_pointer_to_a_run_that_never_passed_is_refused(key, fake_llm, tmp_path
         {"run_id": "failed1"}))  # the signed manifest of a failed run
     state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "cand"))
     assert state.is_failed() and state.message.startswith("INCOMPLETE")
-    assert "baseline run 'failed1' refused: baseline.json names it, but its signed manifest " \
-           "says a regression run with status 'failed'" in state.message
+    # The planted pointer has no MAC: refused before its run's manifest is even read.
+    assert "baseline run 'failed1' refused: nightly/baseline.json names it, and the pointer " \
+           "carries no MAC" in state.message
 
 
 # --- (d) the pointer's run id is a path segment ----------------------------------------------

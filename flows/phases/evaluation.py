@@ -25,6 +25,8 @@ from flows.preflight.checks import (
     row_source,
     rows_to_plan,
 )
+from flows.preflight.suite_lock import baseline_lock
+from flows.preflight.trust import parameters_untrusted
 from flows.run.calibration import calibrate, new_accumulator
 from flows.run.common import cache_url
 from flows.run.completeness import Completeness, assess, error_shares, with_budget_reason
@@ -278,6 +280,7 @@ def publish(
         manifest["dataset"]["mlflow"] = manifest_section(
             params.data, params.mlflow_tracking_uri, prepared.check.notes, prepared.check.total)
     manifest.update(extra_sections or {})
+    manifest.update(baseline_lock(params, kind, parameters_untrusted()))
     manifest.update(judged.sections)
     manifest["integrity"] = integrity or integrity_section(
         [judged.usage], judged.store, calibration=params.calibration)

@@ -23,8 +23,8 @@ from judges.model.usage import Usage
 
 
 def integrity_section(usages: Iterable[Usage], store: Any, *, calibration: str | None = None,
-                      baseline: str | None = None, baseline_refused: str | None = None
-                      ) -> dict:
+                      baseline: str | None = None, baseline_refused: str | None = None,
+                      baseline_pointer: str | None = None) -> dict:
     """The section, and a warning on the run's log when anything was refused.
 
     Args:
@@ -35,6 +35,9 @@ def integrity_section(usages: Iterable[Usage], store: Any, *, calibration: str |
         baseline: how a regression's baseline was taken ("verified", "unchecked",
             "refused"); None for runs without one.
         baseline_refused: why it was refused.
+        baseline_pointer: how the suite's baseline.json was taken when it named the baseline
+            ("verified": its MAC and recency; "unchecked": no key; "refused"); None when the
+            baseline was named explicitly or there was none.
     """
     key = signing_key()
     rejected_cache = sum(u.cache_rejected for u in usages)
@@ -49,6 +52,7 @@ def integrity_section(usages: Iterable[Usage], store: Any, *, calibration: str |
     if baseline is not None:
         section["baseline"] = baseline
         section["baseline_refused"] = baseline_refused
+        section["baseline_pointer"] = baseline_pointer
     if rejected_cache or rejected_chunks:
         get_run_logger().warning(
             "%d reply cache entries and %d stored chunks had no valid MAC (unsigned, altered, "

@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic import BaseModel
 
 from flows.preflight.jobs import check_job_variables
+from flows.preflight.suite_lock import check_suite
 from judges.errors import ConfigError
 from judges.storage import is_local, local_path, protocol_of
 
@@ -305,6 +306,7 @@ def guard_parameters(params: P) -> P:
     check_job_variables()
     if not parameters_untrusted():
         return params
+    check_suite(params)  # the suite, output and baseline are the operator's
     policy = OperatorPolicy.from_env()
     for field, url, access in params.locations():
         policy.check_location(field, url, access)

@@ -8,7 +8,8 @@ SVG polyline, runs that became the baseline, failed runs and incomplete runs mar
 Every value comes from an entry (tasks/storage/history_entry.py), which whoever triggers a run
 or can write the suite's folder may have chosen: it reaches the page through jinja2's
 autoescaping, and links are built only from run ids the entry model checked to be one safe
-path segment. Control and bidi characters are shown as escapes (`visible`), so a name cannot
+path segment. With a signing key, an entry that is unsigned or altered is marked so in its
+row. Control and bidi characters are shown as escapes (`visible`), so a name cannot
 reorder or hide what is around it. The page has no script at all; its Content-Security-Policy
 allows none.
 """
@@ -28,6 +29,9 @@ from tasks.report.view import fmt_duration, fmt_num, fmt_pct
 from tasks.storage.history_entry import GateLine, HistoryEntry
 
 TEMPLATE_NAME = "history.html.j2"
+# With a signing key, an entry whose MAC is missing or wrong (and which its run's signed
+# manifest could not rebuild) is shown marked as such, and is never the page's "latest".
+FORGED = ("unsigned", "altered")
 TABLE_ROWS = 200  # the table's newest runs; the charts use every run
 MAX_CHARTS = 8
 MAX_GATE_COLUMNS, MAX_METRIC_COLUMNS = 5, 5
@@ -241,5 +245,5 @@ def render_history_page(suite: str, entries: list[HistoryEntry]) -> str:
         markers={kind: (shape.format(x=8, y=8), words) for kind, (shape, words)
                  in MARKERS.items()},
         width=CHART_WIDTH, height=CHART_HEIGHT, plot=(PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM),
-        latest=entries[0] if entries else None,
+        latest=next((e for e in entries if e.check not in FORGED), None),
     )

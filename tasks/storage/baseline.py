@@ -17,13 +17,14 @@ run cannot be compared, so its regression ends incomplete, saying why.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from judges.errors import ConfigError
 from judges.integrity import SigningKey, signing_key
 from judges.storage import open_url
+from tasks.storage.baseline_rules import SAFE_RUN_ID, becomes_baseline
+from tasks.storage.history import newest_baseline
 from tasks.storage.outputs import RunLocation
 from tasks.storage.run_integrity import (
     REFUSED,
@@ -34,13 +35,9 @@ from tasks.storage.run_integrity import (
     manifest_problem,
     read_covered,
 )
+from tasks.storage.signed_records import POINTER, check, pointer_binding
 
 BASELINE_POINTER = "baseline.json"
-BASELINE_STATUSES = ("complete", "passed")
-BASELINE_KINDS = ("evaluate", "regression")
-# A run id read from the bucket becomes a path segment: the pattern of flows.params.SAFE_NAME
-# (the flows' own check of names given as parameters; tests keep the two equal).
-SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class BaselineNotFound(ConfigError):
@@ -56,7 +53,9 @@ class BaselineRun(NamedTuple):
 
     `check` is "verified" (MAC and digests checked), "unchecked" (no signing key: trusted as
     found) or "refused"; a refused baseline carries no manifest or metrics, only `refused`,
-    the sentence saying why.
+    the sentence saying why. `pointer` says how `baseline.json` was taken when it named the
+    run: "verified" (its MAC, and no newer baseline in the suite's signed history) or
+    "unchecked" (no key); None for a run named explicitly.
     """
 
     run_id: str
@@ -65,24 +64,12 @@ class BaselineRun(NamedTuple):
     metrics: dict
     check: str = UNCHECKED
     refused: str | None = None
+    pointer: str | None = None
 
 
 def pointer_path(location: RunLocation) -> str:
     """Where the suite's baseline pointer lives: {output}/{suite}/baseline.json."""
     return f"{location.suite_dir}/{BASELINE_POINTER}"
-
-
-def becomes_baseline(manifest: dict) -> bool:
-    """Whether publishing this run moves the suite's baseline pointer to it.
-
-    A complete evaluate run or a passed regression does; a re-judged run only when asked
-    (`as_baseline`: adopting a new judge on purpose) and complete.
-    """
-    if manifest.get("kind") == "rejudge":
-        return (manifest.get("status") == "complete"
-                and bool((manifest.get("rejudge") or {}).get("as_baseline")))
-    return (manifest.get("status") in BASELINE_STATUSES
-            and manifest.get("kind", "evaluate") in BASELINE_KINDS)
 
 
 def read_json(url: str, storage_options: dict | None = None) -> dict | None:
@@ -94,19 +81,55 @@ def read_json(url: str, storage_options: dict | None = None) -> dict | None:
         return None
 
 
-def _refused(run_id: str, url: str, why: str) -> BaselineRun:
-    return BaselineRun(run_id, url, {}, {}, REFUSED, f"baseline run {run_id!r} refused: {why}")
+def _refused(run_id: str, url: str, why: str, pointer: str | None = None) -> BaselineRun:
+    return BaselineRun(run_id, url, {}, {}, REFUSED, f"baseline run {run_id!r} refused: {why}",
+                       pointer)
 
 
-def _verified(run: RunLocation, manifest: dict, from_pointer: bool, options: dict,
+def _pointer_problem(pointer: dict, suite: str, run_id: str, key: SigningKey) -> str | None:
+    """Why a signed suite's baseline.json is not the one its last baseline run wrote."""
+    how = check(POINTER, pointer_binding(suite, BASELINE_POINTER, run_id), pointer, key)
+    if how == VERIFIED:
+        return None
+    return (f"{suite}/{BASELINE_POINTER} names it, and the pointer "
+            + ("carries no MAC" if how == "unsigned" else "fails its MAC check")
+            + " (not written by a run published under this signing key, or altered); publish a"
+            " new baseline run of the suite, or name the baseline run explicitly")
+
+
+def _rolled_back(run: RunLocation, manifest: dict, pointer: dict) -> str | None:
+    """Why the run a verified pointer names is not the suite's newest baseline, or None.
+
+    The pointer carries the named run's `published_at`, which must be its signed manifest's
+    (an old pointer replayed names an old run at its old time), and no verified history entry
+    of the suite may name a baseline published later.
+    """
+    published = manifest.get("published_at")
+    if pointer.get("published_at") != published:
+        return (f"{run.suite}/{BASELINE_POINTER} says it was published at "
+                f"{pointer.get('published_at')!r}, its signed manifest {published!r}")
+    newest = newest_baseline(run)
+    if (newest is not None and newest.run_id != run.run_id
+            and (newest.published_at or "") > str(published or "")):
+        return (f"{run.suite}/{BASELINE_POINTER} names it (published {published}), but the "
+                f"suite's signed history names a newer baseline, {newest.run_id!r} (published "
+                f"{newest.published_at}): the pointer was rolled back or moved; to compare with "
+                "an older run on purpose, name it as the baseline")
+    return None
+
+
+def _verified(run: RunLocation, manifest: dict, pointer: dict | None, options: dict,
               key: SigningKey) -> BaselineRun:
-    """The baseline with a key: its MAC, its passing (if the pointer named it), its metrics."""
+    """The baseline with a key: its MAC, passing and recency (if the pointer named it), metrics."""
+    from_pointer = pointer is not None
     problem = manifest_problem(manifest, run, key)
     if problem is None and from_pointer and not becomes_baseline(manifest):
         problem = (f"baseline.json names it, but its signed manifest says a {manifest.get('kind')}"
                    f" run with status {manifest.get('status')!r}, which never becomes a baseline")
+    if problem is None and pointer is not None:
+        problem = _rolled_back(run, manifest, pointer)
     if problem is not None:
-        return _refused(run.run_id, run.url(), problem)
+        return _refused(run.run_id, run.url(), problem, VERIFIED if from_pointer else None)
     try:
         metrics = json.loads(read_covered(run.url("metrics.json"), options, manifest,
                                           "metrics.json"))
@@ -114,7 +137,8 @@ def _verified(run: RunLocation, manifest: dict, from_pointer: bool, options: dic
         return _refused(run.run_id, run.url(), "its metrics.json is missing")
     except RunRefused as error:
         return _refused(run.run_id, run.url(), str(error))
-    return BaselineRun(run.run_id, run.url(), manifest, metrics, VERIFIED)
+    return BaselineRun(run.run_id, run.url(), manifest, metrics, VERIFIED,
+                       pointer=VERIFIED if from_pointer else None)
 
 
 def find_baseline(
@@ -131,7 +155,8 @@ def find_baseline(
         BaselineNotFound: the named run (or the one the pointer names) has no manifest.
     """
     options = storage_options or {}
-    from_pointer = run_id is None
+    key = signing_key()
+    pointer = None
     if run_id is None:
         suite_dir = RunLocation(output, suite, "baseline", options)
         pointer_url = suite_dir.fs.unstrip_protocol(pointer_path(suite_dir))
@@ -142,6 +167,8 @@ def find_baseline(
         if not SAFE_RUN_ID.match(run_id) or ".." in run_id:
             return _refused(run_id, pointer_url, f"{suite}/{BASELINE_POINTER} names it, and it "
                             "is not a single safe path segment")
+        if key is not None and (problem := _pointer_problem(pointer, suite, run_id, key)):
+            return _refused(run_id, pointer_url, problem, "refused")
     run = RunLocation(output, suite, run_id, options)
     manifest = read_json(run.url("manifest.json"), options)
     if manifest is None:
@@ -149,11 +176,10 @@ def find_baseline(
             f"baseline run {run_id!r} of suite {suite!r} has no manifest.json at {run.url()}: "
             "it does not exist or its publishing never finished"
         )
-    key = signing_key()
     if key is not None:
-        return _verified(run, manifest, from_pointer, options, key)
+        return _verified(run, manifest, pointer, options, key)
     return BaselineRun(run_id, run.url(), manifest, read_json(run.url("metrics.json"), options)
-                       or {})
+                       or {}, pointer=None if pointer is None else UNCHECKED)
 
 
 def iter_baseline_records(baseline: BaselineRun, storage_options: dict | None = None

@@ -28,9 +28,22 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from tasks.storage.baseline import SAFE_RUN_ID
+from judges.integrity import signing_key
+from tasks.storage.baseline_rules import SAFE_RUN_ID
 from tasks.storage.history_entry import HistoryEntry, history_entry
 from tasks.storage.outputs import Publisher, PublishError, RunLocation
+from tasks.storage.run_integrity import RunRefused, manifest_problem, read_covered
+from tasks.storage.signed_records import (
+    HISTORY_ENTRY,
+    HISTORY_INDEX,
+    MAC,
+    UNCHECKED,
+    VERIFIED,
+    check,
+    entry_binding,
+    index_binding,
+    sign,
+)
 
 HISTORY_DIR = "history"
 HISTORY_FILE = "history.json"
@@ -103,6 +116,7 @@ class HistoryStore:
         self.history_path = f"{location.suite_dir}/{HISTORY_FILE}"
         self.index_path = f"{location.suite_dir}/{INDEX_FILE}"
         self._publisher = Publisher(location)
+        self.key = signing_key()
 
     def url(self, path: str) -> str:
         """The URL of one of the history's paths."""
@@ -125,9 +139,44 @@ class HistoryStore:
         # (a HEAD, and a LIST when the file is missing).
         return self.fs.cat_file(path, start=0)
 
+    def signed(self, entry: HistoryEntry) -> HistoryEntry:
+        """The entry with its MAC (with a signing key), marked as verified."""
+        if self.key is None:
+            return entry
+        mac = sign(HISTORY_ENTRY, entry_binding(self.location.suite, entry.run_id),
+                   entry.signed_content(), self.key)[MAC]
+        return entry.model_copy(update={"mac": mac}).checked(VERIFIED)
+
+    def checked(self, entry: HistoryEntry) -> HistoryEntry:
+        """The entry marked with how its MAC checks (unchecked without a key)."""
+        content = entry.signed_content() | ({MAC: entry.mac} if entry.mac is not None else {})
+        return entry.checked(check(HISTORY_ENTRY, entry_binding(self.location.suite,
+                                                                entry.run_id),
+                                   content, self.key))
+
     def write_entry(self, entry: HistoryEntry) -> None:
         """Write the run's own entry file (no other run writes this path)."""
         self._write(self.entry_path(entry.run_id), entry.to_json())
+
+    def from_manifest(self, run_id: str) -> HistoryEntry | None:
+        """A run's entry rebuilt from its own signed manifest and metrics, or None.
+
+        With a key, an entry file that is unsigned or altered is replaced by this when the
+        run's manifest verifies: the history shows what the run published.
+        """
+        if self.key is None:
+            return None
+        run = RunLocation(self.location.output, self.location.suite, run_id,
+                          self.location.storage_options)
+        try:
+            manifest = json.loads(self._get(f"{run.run_dir}/manifest.json"))
+            if not isinstance(manifest, dict) or manifest_problem(manifest, run, self.key):
+                return None
+            metrics = json.loads(read_covered(run.url("metrics.json"), run.storage_options,
+                                              manifest, "metrics.json"))
+            return self.signed(history_entry(manifest, metrics))
+        except (FileNotFoundError, ValueError, ValidationError, RunRefused):
+            return None
 
     def listed(self) -> set[str]:
         """The run ids of the entry files under history/ (one LIST; no cached listing)."""
@@ -150,8 +199,15 @@ class HistoryStore:
         except (ValueError, ValidationError) as error:
             # %r, as the judges layer quotes outside text: no control character reaches the log
             logger.warning("history entry %r is not readable: %.200r", run_id, str(error))
-            return None
-        return entry if entry.run_id == run_id else None
+            return self.from_manifest(run_id)
+        if entry.run_id != run_id:
+            return self.from_manifest(run_id)
+        entry = self.checked(entry)
+        if entry.check in (VERIFIED, UNCHECKED):
+            return entry
+        logger.warning("history entry %r is %s; it is rebuilt from its run's signed manifest, "
+                       "or shown as %s", run_id, entry.check, entry.check)
+        return self.from_manifest(run_id) or entry
 
     def read(self) -> History:
         """`history.json` as found (empty when missing); invalid entries are left out."""
@@ -163,10 +219,16 @@ class HistoryStore:
             logger.warning("%r is not JSON; it is rebuilt", self.url(self.history_path))
             return History([], frozenset())
         raw = raw if isinstance(raw, dict) else {}
+        if (how := check(HISTORY_INDEX, index_binding(self.location.suite), raw, self.key)
+                ) not in (VERIFIED, UNCHECKED):
+            # Whoever wrote it is not the operator's publish: every entry file is read again.
+            logger.warning("%r is %s; it is rebuilt from the entry files",
+                           self.url(self.history_path), how)
+            return History([], frozenset())
         entries: dict[str, HistoryEntry] = {}
         for item in raw.get("entries") if isinstance(raw.get("entries"), list) else []:
             try:
-                entry = HistoryEntry.model_validate(item)
+                entry = self.checked(HistoryEntry.model_validate(item))
             except ValidationError:
                 continue  # not known, so its entry file is read again
             entries.setdefault(entry.run_id, entry)
@@ -176,10 +238,16 @@ class HistoryStore:
 
     def write(self, history: History, page: str) -> None:
         """Write history.json, then index.html from the same entries."""
-        lines = ",\n".join(entry.to_json().decode() for entry in history.entries)
+        lines = [entry.to_json().decode() for entry in history.entries]
         head = json.dumps({"suite": self.location.suite}, ensure_ascii=False)[:-1]
-        not_listed = json.dumps(sorted(history.not_listed))
-        data = f'{head}, "entries": [\n{lines}\n], "not_listed": {not_listed}}}\n'.encode()
+        not_listed = sorted(history.not_listed)
+        whole = {"suite": self.location.suite, "entries": [json.loads(line) for line in lines],
+                 "not_listed": not_listed}
+        mac = sign(HISTORY_INDEX, index_binding(self.location.suite), whole, self.key).get(MAC)
+        tail = f', "{MAC}": {json.dumps(mac)}' if mac is not None else ""
+        body = ",\n".join(lines)
+        data = (f'{head}, "entries": [\n{body}\n], "not_listed": {json.dumps(not_listed)}'
+                f'{tail}}}\n').encode()
         self._write(self.history_path, data)
         self._write(self.index_path, page.encode())
 
@@ -191,6 +259,23 @@ def rebuild(store: HistoryStore, own: HistoryEntry, listed: set[str]) -> History
     found = {run_id: store.read_entry(run_id) for run_id in sorted(missing)}
     return merge(previous, own, [e for e in found.values() if e is not None], listed,
                  [run_id for run_id, entry in found.items() if entry is None])
+
+
+def newest_baseline(location: RunLocation) -> HistoryEntry | None:
+    """The newest run that became the suite's baseline, by its verified history entries.
+
+    Only entries whose MAC verifies count (None without a key): what the operator's runs
+    recorded when they published, whatever history.json or the pointer now say. On S3: one
+    GET of history.json and one LIST of history/ (and a GET per entry file it lacks).
+    """
+    store = HistoryStore(location)
+    if store.key is None:
+        return None
+    history = store.read()
+    found = [store.read_entry(run_id) for run_id in sorted(store.listed() - history.known)]
+    signed = [entry for entry in [*history.entries, *found]
+              if entry is not None and entry.check == VERIFIED and entry.became_baseline]
+    return max(signed, key=lambda e: (e.published_at or "", e.run_id), default=None)
 
 
 def record_in_history(location: RunLocation, manifest: dict, metrics: Any,
@@ -225,8 +310,8 @@ def record_in_history(location: RunLocation, manifest: dict, metrics: Any,
         pydantic.ValidationError: the run's id is not a safe run id.
         OSError: the store refused a LIST or a GET (e.g. no s3:ListBucket).
     """
-    own = history_entry(manifest, metrics)
     store = HistoryStore(location)
+    own = store.signed(history_entry(manifest, metrics))
     store.write_entry(own)
     listed = store.listed()
     for attempt in range(1, MAX_ROUNDS + 1):

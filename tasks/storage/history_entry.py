@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, model_validator
 
 from judges.result_names import GENERATION_ERROR_COUNT, headline_metrics
 from tasks.metric_fields import counts_of, metric_fields
-from tasks.storage.baseline import SAFE_RUN_ID, becomes_baseline
+from tasks.storage.baseline_rules import SAFE_RUN_ID, becomes_baseline
 
 ENTRY_BUDGET_BYTES = 6 * 1024  # an entry's JSON, whatever its manifest held
 MAX_REASONS, MAX_GATES, MAX_METRICS = 3, 20, 12
@@ -159,6 +159,10 @@ class HistoryEntry(Bounded):
     baseline_run_id: Short = None
     became_baseline: bool = False
     rejudge_source: Short = None
+    # With a signing key: the MAC its publish made (tasks/storage/signed_records.py). How it
+    # was checked when read back is `check`, never taken from the file.
+    mac: Annotated[str | None, BeforeValidator(_clip(128))] = None
+    _check: str = PrivateAttr("unchecked")
 
     @model_validator(mode="before")
     @classmethod
@@ -170,7 +174,10 @@ class HistoryEntry(Bounded):
 
     @model_validator(mode="after")
     def _within_budget(self) -> HistoryEntry:
-        while len(self.to_json()) > ENTRY_BUDGET_BYTES and (self.gates or self.metrics):
+        # Measured without the MAC, which is added after: a signed entry read back must not
+        # lose a gate to the MAC's own bytes.
+        while (len(self.to_json(with_mac=False)) > ENTRY_BUDGET_BYTES
+               and (self.gates or self.metrics)):
             if self.gates:
                 self.gates = self.gates[:-1]
                 self.gates_omitted = (self.gates_omitted or 0) + 1
@@ -183,9 +190,24 @@ class HistoryEntry(Bounded):
         """The run's report and summary, relative to the suite's folder."""
         return {"report": f"{self.run_id}/report.html", "summary": f"{self.run_id}/summary.md"}
 
-    def to_json(self) -> bytes:
+    @property
+    def check(self) -> str:
+        """How the entry was read back: unchecked (no key), verified, unsigned or altered."""
+        return self._check
+
+    def checked(self, how: str) -> HistoryEntry:
+        """The entry, marked with how it was checked."""
+        self._check = how
+        return self
+
+    def signed_content(self) -> dict[str, Any]:
+        """What the entry's MAC covers: every field but the MAC itself."""
+        return self.model_dump(mode="json", exclude={"mac"})
+
+    def to_json(self, with_mac: bool = True) -> bytes:
         """The entry as compact UTF-8 JSON, with its relative links."""
-        return json.dumps({**self.model_dump(mode="json"), "links": self.links},
+        fields = self.model_dump(mode="json", exclude=None if with_mac else {"mac"})
+        return json.dumps({**fields, "links": self.links},
                           ensure_ascii=False, separators=(",", ":")).encode()
 
 
