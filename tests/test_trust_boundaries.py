@@ -175,6 +175,7 @@ def test_a_deployment_regression_s_nested_rejudge_refuses_what_its_baseline_name
         monkeypatch.setenv("JUDGEFLOW_READ_ROOTS", str(tmp_path))
         monkeypatch.setenv("JUDGEFLOW_WRITE_ROOTS", str(tmp_path / "out"))
         monkeypatch.setenv("JUDGEFLOW_MODEL_ENDPOINTS", fake_llm.api_base)
+        monkeypatch.setenv("JUDGEFLOW_SUITES", "nightly")  # the operator lets it publish there
         tonight = params(fake_llm, tmp_path, same_rows, "n1", judges=None, rejudge_baseline=True,
                          judge=JudgeModel(model="openai/planted-v2", api_base=fake_llm.api_base,
                                           backoff_seconds=0.05))
