@@ -16,6 +16,11 @@ must be one the operator allowed in the worker's environment:
 - `JUDGEFLOW_STORAGE_ENDPOINTS`: the S3 `endpoint_url`s a parameter may name.
 - `JUDGEFLOW_MLFLOW_TRACKING_URIS`: the MLflow tracking servers a run may be logged to (its
   results leave for them) and read an `mlflow:` evaluation set from; default: none.
+- `JUDGEFLOW_MLFLOW_ARTIFACT_ROOTS`: where MLflow may keep a logged run's artifacts and read
+  traces' spans from; default in a deployment run: `mlflow-artifacts:` only
+  (tasks/mlflow/artifact_policy.py).
+- `JUDGEFLOW_SUITES`, `JUDGEFLOW_BASELINE_SUITES`: suites a run may publish to beyond its
+  deployment's, and suites whose baseline such a run may move (flows/preflight/suite_lock.py).
 
 `JUDGEFLOW_UNTRUSTED_PARAMETERS=1` applies the same rules outside deployment runs (a service
 that passes its callers' parameters to the flows). The command line on a user's own machine is
