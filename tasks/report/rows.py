@@ -17,12 +17,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from pydantic import ValidationError
+
 from judges.builtin.pairwise import PairResult
 from judges.metrics import RunSummary
 from judges.pairwise.metrics import PairwiseSummary
 from judges.results import RowResult
+from judges.rows import EvalRow
 
 DRILLDOWN_ROWS = 500
+# A kept row's texts are clipped to this many characters (with CLIPPED after them): a page of
+# 500 rows is read by a person, and a cell of megabytes would be the page's size (issue 44: a
+# set of 15 MiB cells published a report as large as the set) and held until it is rendered.
+# results.jsonl and results.parquet keep every value whole.
+SHOWN_CHARS = 20_000
+CLIPPED = " … [{:,} more characters not shown here; results.jsonl holds the whole value]"
 # Columns the page never shows (an MLflow trace is large and raw; results.jsonl keeps it), so a
 # kept row does not hold on to them either.
 HIDDEN_COLUMNS = frozenset({"trace"})
@@ -72,6 +81,35 @@ class ReportRow(NamedTuple):
         return self.result.row.request_id
 
 
+def clip_text(text: str) -> str:
+    """`text`, or its first SHOWN_CHARS characters and a marker saying how many more there are."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return text[:SHOWN_CHARS] + CLIPPED.format(len(text) - SHOWN_CHARS)
+
+
+def clipped_row(row: EvalRow) -> EvalRow:
+    """The row with every text longer than SHOWN_CHARS clipped (`clip_text`), else itself."""
+    values = row.model_dump(mode="json", fallback=str)  # tuples as lists, clipped in place
+    pending, clipped = [values], False
+    while pending:  # iterative: a deeply nested value cannot exhaust the stack
+        item = pending.pop()
+        keys = item.keys() if isinstance(item, dict) else range(len(item))
+        for key in keys:
+            value = item[key]
+            if isinstance(value, str) and len(value) > SHOWN_CHARS:
+                item[key], clipped = clip_text(value), True
+            elif isinstance(value, dict | list):
+                pending.append(value)
+    if not clipped:
+        return row
+    try:
+        return EvalRow.model_validate(values)
+    except ValidationError:  # a field that a clipped text no longer fits: only the top level
+        return row.model_copy(update={
+            name: clip_text(value) for name, value in row if isinstance(value, str)})
+
+
 class RowSample:
     """The drill-down's rows, at most `limit`, and counts over every row added.
 
@@ -95,13 +133,13 @@ class RowSample:
 
     @staticmethod
     def _shown(result: RowResult) -> RowResult:
-        """The row without the columns the page never shows."""
-        extra = result.row.extra
-        if not HIDDEN_COLUMNS & extra.keys():
-            return result
-        row = result.row.model_copy(
-            update={"extra": {k: v for k, v in extra.items() if k not in HIDDEN_COLUMNS}})
-        return dataclasses.replace(result, row=row)
+        """The row without the columns the page never shows, its long texts clipped."""
+        row = result.row
+        if HIDDEN_COLUMNS & row.extra.keys():
+            row = row.model_copy(update={
+                "extra": {k: v for k, v in row.extra.items() if k not in HIDDEN_COLUMNS}})
+        row = clipped_row(row)
+        return result if row is result.row else dataclasses.replace(result, row=row)
 
     def add_pair(self, result: PairResult) -> None:
         """Count one judged pair of a compare run, and keep it if it ranks."""
