@@ -18,6 +18,7 @@ import pytest
 
 import tasks.storage.results_parquet as results_parquet
 from bench.input_bomb import build_bomb
+from flows.run.execution import chunked
 from judges.rows import EvalRow
 from judges.trajectory.model import Step, Trajectory
 from tasks.dataset.input_limits import DEFAULTS, MiB
@@ -131,3 +132,14 @@ def test_a_chunk_s_fingerprint_is_the_digest_of_its_whole_payload_as_before(rows
                        sort_keys=True, ensure_ascii=False, default=str)
     assert chunk_fingerprint("judge", iter(rows), **identity) == hashlib.sha256(
         whole.encode()).hexdigest()
+
+
+def test_chunks_of_large_rows_end_at_their_byte_budget_and_small_rows_keep_their_count():
+    """A chunk of 200 rows of several MB each would hold the whole set while it is judged."""
+    rows = [EvalRow(row_index=i, request_id=f"q{i}", request="q", messages=[],
+                    response="r" * (size * 1000)) for i, size in enumerate([1, 2, 3, 4, 1, 1])]
+    assert [[r.row_index for r in chunk] for chunk in chunked(rows, 200, max_bytes=3000)] == [
+        [0, 1], [2], [3], [4, 5]]
+    small = [row.model_copy(update={"response": "r"}) for row in rows]
+    assert [len(chunk) for chunk in chunked(small, 4, max_bytes=3000)] == [4, 2]
+    assert [len(chunk) for chunk in chunked(rows, 4)] == [4, 2]  # a sharded run's: by rows

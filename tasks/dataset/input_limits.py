@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 
 from tasks.dataset.table import DatasetReadError, TextTooLong
 
@@ -87,6 +88,7 @@ def _setting(environ: Mapping[str, str], name: str) -> int:
 def value_bytes(value: Any) -> int:
     """A value's size as read: UTF-8 bytes of its strings, 8 a scalar, containers summed.
 
+    A pydantic model (a row as judged, tasks/dataset/validation.py) is the sum of its fields.
     Iterative, so that a deeply nested value cannot exhaust the stack.
     """
     if isinstance(value, str):  # most cells: kept quick
@@ -103,6 +105,8 @@ def value_bytes(value: Any) -> int:
             pending += item.values()
         elif isinstance(item, list | tuple):
             pending += item
+        elif isinstance(item, BaseModel):
+            pending += item.__dict__.values()
         elif item is not None:
             total += 8
     return total
