@@ -42,20 +42,21 @@ sys.exit(done.returncode)
 """
 
 
-def build_bomb(path: Path, cell: int, rows: int) -> Path:
-    """`rows` rows whose `response` is `cell` bytes of one character: zstd, a row group each.
+def build_bomb(path: Path, cell: int, rows: int, columns: tuple[str, ...] = ("response",)
+               ) -> Path:
+    """`rows` rows whose `columns` are each `cell` bytes of one character: zstd, a row group each.
 
     No dictionary: each cell is its own compressed page, so the file is a few hundred bytes a
     row however long the cell.
     """
     text = "A" * cell
-    with pq.ParquetWriter(path, pa.schema([("request_id", pa.string()), ("request", pa.string()),
-                                           ("response", pa.string())]),
+    names = ("request_id", "request", *columns)
+    with pq.ParquetWriter(path, pa.schema([(name, pa.string()) for name in names]),
                           compression="zstd", use_dictionary=False) as writer:
         for index in range(rows):
             writer.write_table(pa.table({"request_id": [f"q{index}"],
                                          "request": [f"question {index}"],
-                                         "response": [text]}))
+                                         **{name: [text] for name in columns}}))
     return path
 
 
@@ -79,21 +80,25 @@ def main() -> None:
     parser.add_argument("--cell", help="bytes of each response (default: just under the cell "
                         "limit in force), e.g. 15M")
     parser.add_argument("--rows", type=int, help="rows (default: as many as fit the set limit)")
+    parser.add_argument("--columns", default="response",
+                        help="the long columns, comma-separated (default: response)")
     parser.add_argument("--example", action="store_true",
                         help="run the bundled examples/rag_eval.jsonl instead, for scale")
     options = parser.parse_args()
     limits = InputLimits.from_env()
     cell = (InputLimits.from_env({"JUDGEFLOW_MAX_CELL_BYTES": options.cell}).cell_bytes
             if options.cell else min(limits.cell_bytes, limits.row_bytes) - MiB)
-    rows = options.rows or max(1, limits.set_bytes // (cell + 64) - 1)
+    columns = tuple(options.columns.split(","))
+    rows = options.rows or max(1, limits.set_bytes // (len(columns) * cell + 64) - 1)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     with tempfile.TemporaryDirectory(prefix="judgeflow-bomb-") as folder:
         if options.example:
             data, what = EXAMPLE, f"{EXAMPLE.relative_to(ROOT)}"
         else:
-            data = build_bomb(Path(folder) / "bomb.parquet", cell, rows)
-            what = f"{rows} rows of a {size_text(cell)} response ({size_text(rows * cell)})"
+            data = build_bomb(Path(folder) / "bomb.parquet", cell, rows, columns)
+            what = (f"{rows} rows of {size_text(cell)} in {', '.join(columns)} "
+                    f"({size_text(rows * cell * len(columns))})")
         output = Path(folder) / "out"
         code, text, peak = measured(["evaluate", str(data), "--judge-model",
                                      "judgeflow/offline", "--no-cache", "--output",
