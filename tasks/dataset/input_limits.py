@@ -30,11 +30,11 @@ CELL_ENV, ROW_ENV = "JUDGEFLOW_MAX_CELL_BYTES", "JUDGEFLOW_MAX_ROW_BYTES"
 ROWS_ENV, SET_ENV = "JUDGEFLOW_MAX_ROWS", "JUDGEFLOW_MAX_SET_BYTES"
 # Defaults: an MLflow trace of a few MB fits a 16 MiB cell several times over, and a row (a
 # trace with a request, a response and retrieved chunks beside it) fits in 32 MiB; a million
-# rows are 25 times the 40,000-row set of bench/memory.py. The set's 256 MiB of decoded values
-# (about 5 times that set's 48 MiB) is what keeps a worker's memory bounded: a run holds parts
-# of its set more than once (the rows being judged, their staged results, a row group of
-# results.parquet), so a set of highly compressible cells just under the old 1 GiB took 7.3 GB
-# (issue 44); at 256 MiB such a set peaks below 1 GiB (bench/input_bomb.py, docs/performance.md).
+# rows are 25 times the 40,000-row set of bench/memory.py. A run holds its set a chunk at a
+# time (flows/run/execution.py CHUNK_BYTES), but stages it on disk and publishes it again whole
+# (results.jsonl and results.parquet keep every value): 256 MiB of decoded values, about 5
+# times that set's 48 MiB, keeps that to a size any worker can hold (issue 44: a 61 KB file
+# just under the old 1 GiB published 2.1 GB; bench/input_bomb.py, docs/performance.md).
 DEFAULTS = {CELL_ENV: 16 * MiB, ROW_ENV: 32 * MiB, ROWS_ENV: 1_000_000, SET_ENV: 256 * MiB}
 # Rows read (and decoded) at a time are kept to about this many bytes, fewer than a batch's
 # 500 rows when they are large: 500 rows of a few MB each would be gigabytes in one batch.

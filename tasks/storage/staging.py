@@ -52,7 +52,7 @@ class ResultStaging:
         return (record for _, record in self.iter_sized_records())
 
     def iter_sized_records(self) -> Iterator[tuple[int, dict]]:
-        """Every staged record with its size (its line's characters), as `iter_records`."""
+        """Every staged record with its size (its line's length), as `iter_records`."""
         for path in self.chunk_files():
             with path.open(encoding="utf-8") as handle:
                 for line in handle:
