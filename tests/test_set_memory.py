@@ -19,11 +19,13 @@ import pytest
 import tasks.storage.results_parquet as results_parquet
 from bench.input_bomb import build_bomb
 from flows.run.execution import chunked
+from judges.builtin.pairwise import Pair, PairResult
+from judges.pairwise.reconcile import Pass, reconcile
 from judges.rows import EvalRow
 from judges.trajectory.model import Step, Trajectory
 from tasks.dataset.input_limits import DEFAULTS, MiB
 from tasks.publish import _write_parquet
-from tasks.report.rows import SHOWN_CHARS, clipped_row
+from tasks.report.rows import SHOWN_CHARS, RowSample, clipped_row
 from tasks.storage.row_codec import CODEC_VERSION, chunk_fingerprint
 from tasks.storage.staging import ResultStaging
 
@@ -143,3 +145,15 @@ def test_chunks_of_large_rows_end_at_their_byte_budget_and_small_rows_keep_their
     small = [row.model_copy(update={"response": "r"}) for row in rows]
     assert [len(chunk) for chunk in chunked(small, 4, max_bytes=3000)] == [4, 2]
     assert [len(chunk) for chunk in chunked(rows, 4)] == [4, 2]  # a sharded run's: by rows
+
+
+def test_a_compare_run_s_kept_pair_is_clipped_too():
+    pair = Pair(row_index=0, pair_id="p0", prompt="q", response_A="a" * (SHOWN_CHARS + 1),
+                response_B="b")
+    sample = RowSample()
+    sample.add_pair(PairResult(pair, reconcile(Pass("forward", error="timeout"),
+                                               Pass("backward", error="timeout"))))
+    (kept,) = sample.rows()
+    assert kept.result.pair.response_A == "a" * SHOWN_CHARS + (
+        " … [1 more characters not shown here; results.jsonl holds the whole value]")
+    assert kept.result.pair.response_B == "b" and kept.result.verdict.verdict == "error"

@@ -15,11 +15,11 @@ import heapq
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from pydantic import ValidationError
 
-from judges.builtin.pairwise import PairResult
+from judges.builtin.pairwise import Pair, PairResult
 from judges.metrics import RunSummary
 from judges.pairwise.metrics import PairwiseSummary
 from judges.results import RowResult
@@ -35,6 +35,7 @@ CLIPPED = " … [{:,} more characters not shown here; results.jsonl holds the wh
 # Columns the page never shows (an MLflow trace is large and raw; results.jsonl keeps it), so a
 # kept row does not hold on to them either.
 HIDDEN_COLUMNS = frozenset({"trace"})
+Shown = TypeVar("Shown", EvalRow, Pair)
 
 
 def row_failed(result: RowResult) -> bool:
@@ -88,8 +89,8 @@ def clip_text(text: str) -> str:
     return text[:SHOWN_CHARS] + CLIPPED.format(len(text) - SHOWN_CHARS)
 
 
-def clipped_row(row: EvalRow) -> EvalRow:
-    """The row with every text longer than SHOWN_CHARS clipped (`clip_text`), else itself."""
+def clipped_row(row: Shown) -> Shown:
+    """The row (or pair) with every text over SHOWN_CHARS clipped (`clip_text`), else itself."""
     values = row.model_dump(mode="json", fallback=str)  # tuples as lists, clipped in place
     pending, clipped = [values], False
     while pending:  # iterative: a deeply nested value cannot exhaust the stack
@@ -104,7 +105,7 @@ def clipped_row(row: EvalRow) -> EvalRow:
     if not clipped:
         return row
     try:
-        return EvalRow.model_validate(values)
+        return type(row).model_validate(values)
     except ValidationError:  # a field that a clipped text no longer fits: only the top level
         return row.model_copy(update={
             name: clip_text(value) for name, value in row if isinstance(value, str)})
@@ -146,6 +147,14 @@ class RowSample:
         disagrees = tuple(key for key, value in result.disagreements.items() if value)
         self._keep(ReportRow(result, result.failed, disagrees))
 
+    @staticmethod
+    def _shown_pair(result: PairResult | None) -> PairResult | None:
+        """The pair with its long texts clipped."""
+        if result is None:
+            return None
+        pair = clipped_row(result.pair)
+        return result if pair is result.pair else result._replace(pair=pair)
+
     def _keep(self, row: ReportRow) -> None:
         self.total += 1
         self.failing += row.failed
@@ -162,6 +171,8 @@ class RowSample:
         row = entry[3]
         if isinstance(row.result, RowResult):
             row = row._replace(result=self._shown(row.result))
+        else:
+            row = row._replace(result=self._shown_pair(row.result))
         return (*entry[:3], row)
 
     def request_ids(self) -> set[str]:
@@ -170,7 +181,8 @@ class RowSample:
 
     def attach_pairs(self, pairs: Mapping[str, PairResult]) -> None:
         """Give kept rows their head-to-head verdicts (a regression run), by request_id."""
-        self._heap = [(*entry[:3], entry[3]._replace(pair=pairs.get(entry[3].request_id)))
+        self._heap = [(*entry[:3], entry[3]._replace(
+                          pair=self._shown_pair(pairs.get(entry[3].request_id))))
                       for entry in self._heap]
         heapq.heapify(self._heap)
 
