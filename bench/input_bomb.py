@@ -3,7 +3,8 @@
 Issue 44: a 30 KB zstd Parquet file whose cells were each just under the cell limit and whose
 set was just under the set limit reached 3.1 GB RSS and published 901 MB. This builds such a
 file for the limits in force (the defaults unless JUDGEFLOW_MAX_* are set), runs the real
-`judgeflow evaluate` on it with the offline judge, and prints the file's size, the command's
+`judgeflow evaluate FILE --judge-model judgeflow/offline --output DIR` on it (the reply cache
+on, in DIR, as for a user; `--no-cache` to leave it out), and prints the file's size, the command's
 exit code and first error line, its peak RSS (the process alone, read from a small parent
 interpreter as tests/test_input_bounds.py does) and the bytes it published.
 
@@ -82,6 +83,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, help="rows (default: as many as fit the set limit)")
     parser.add_argument("--columns", default="response",
                         help="the long columns, comma-separated (default: response)")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="run without the reply cache (on by default, as for a user)")
     parser.add_argument("--example", action="store_true",
                         help="run the bundled examples/rag_eval.jsonl instead, for scale")
     options = parser.parse_args()
@@ -101,13 +104,14 @@ def main() -> None:
                     f"({size_text(rows * cell * len(columns))})")
         output = Path(folder) / "out"
         code, text, peak = measured(["evaluate", str(data), "--judge-model",
-                                     "judgeflow/offline", "--no-cache", "--output",
-                                     str(output)], env)
+                                     "judgeflow/offline", "--output", str(output),
+                                     *(["--no-cache"] if options.no_cache else [])], env)
         errors = [line for line in text.splitlines() if line.startswith("error:")]
         print(json.dumps({
             "set": what, "file_bytes": data.stat().st_size,
             "limits": {"cell": limits.cell_bytes, "row": limits.row_bytes,
                        "set": limits.set_bytes},
+            "cache": not options.no_cache,
             "exit": code, "error": errors[0][:300] if errors else None,
             "peak_rss_mb": round(peak), "published_bytes": published_bytes(output),
         }, indent=2))

@@ -140,10 +140,10 @@ def test_chunks_of_large_rows_end_at_their_byte_budget_and_small_rows_keep_their
     """A chunk of 200 rows of several MB each would hold the whole set while it is judged."""
     rows = [EvalRow(row_index=i, request_id=f"q{i}", request="q", messages=[],
                     response="r" * (size * 1000)) for i, size in enumerate([1, 2, 3, 4, 1, 1])]
-    assert [[r.row_index for r in chunk] for chunk in chunked(rows, 200, max_bytes=3000)] == [
-        [0, 1], [2], [3], [4, 5]]
+    assert [[r.row_index for r in chunk] for chunk in chunked(rows, 200, max_bytes=3100)] == [
+        [0, 1], [2], [3], [4, 5]]  # row 3 (4 KB) is over the budget alone: a chunk of its own
     small = [row.model_copy(update={"response": "r"}) for row in rows]
-    assert [len(chunk) for chunk in chunked(small, 4, max_bytes=3000)] == [4, 2]
+    assert [len(chunk) for chunk in chunked(small, 4, max_bytes=3100)] == [4, 2]
     assert [len(chunk) for chunk in chunked(rows, 4)] == [4, 2]  # a sharded run's: by rows
 
 

@@ -50,11 +50,13 @@ TARGET_TASK_RUNS = 200
 # rows' (make bench). A crashed chunk's judged calls are in the reply cache, so a larger chunk
 # costs a rerun no model calls.
 MIN_CHUNK_SIZE = 200
-# A chunk of a run that is not sharded also ends once its rows reach about this many bytes
-# (issue 44): 200 rows of several MB each would be the whole set, held by the chunk in flight,
-# its fingerprint and its staged results at once. Sharded runs cut by rows only: their shards
-# and the parent must agree on where each chunk starts (flows/shards/plan.py).
-CHUNK_BYTES = 32 * MiB
+# A chunk of a run that is not sharded also holds at most this many bytes of rows (or one
+# larger row) (issue 44): 200 rows of several MB each would be the whole set, held by the
+# chunk in flight, its fingerprint and its staged results at once, and each of its judge calls
+# holds its prompt (the row's texts) a few times over while it is in flight. Sharded runs cut
+# by rows only: their shards and the parent must agree on where each chunk starts
+# (flows/shards/plan.py).
+CHUNK_BYTES = 16 * MiB
 MAX_CHUNKS_IN_FLIGHT = 8
 BATCH_CHUNKS_IN_FLIGHT = 10_000
 T = TypeVar("T")
@@ -91,8 +93,8 @@ def split(items: Sequence[T], size: int) -> list[list[T]]:
 def chunked(items: Iterable[T], size: int, max_bytes: int | None = None) -> Iterator[list[T]]:
     """Consecutive chunks of `size` items, each made only when asked for.
 
-    With `max_bytes`, a chunk also ends with the item that brings its items' size
-    (`value_bytes`) to that many bytes: a chunk holds at most that plus one item.
+    With `max_bytes`, a chunk also ends before the item that would take its items' size
+    (`value_bytes`) past that many bytes: a chunk holds at most that, or one larger item.
     """
     iterator = iter(items)
     if max_bytes is None:
@@ -101,9 +103,13 @@ def chunked(items: Iterable[T], size: int, max_bytes: int | None = None) -> Iter
         return
     chunk, held = [], 0
     for item in iterator:
+        weight = value_bytes(item)
+        if chunk and held + weight > max_bytes:
+            yield chunk
+            chunk, held = [], 0
         chunk.append(item)
-        held += value_bytes(item)
-        if len(chunk) >= size or held >= max_bytes:
+        held += weight
+        if len(chunk) >= size:
             yield chunk
             chunk, held = [], 0
     if chunk:
