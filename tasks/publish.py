@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import shutil
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +40,8 @@ from tasks.storage.run_integrity import seal
 from tasks.storage.signed_records import POINTER, pointer_binding, sign
 from tasks.storage.staging import ResultStaging
 
+# Bytes copied at a time from a staged file to a published one.
+COPY_BYTES = 1 << 20
 DATA_FILES = ("results.jsonl", "results.parquet", "rejected.jsonl", "metrics.json", "report.html",
               "summary.md")
 # How long the presigned HTTPS link to an S3 report stays valid: 7 days, the most SigV4 allows
@@ -52,15 +55,17 @@ logger = logging.getLogger(__name__)
 def _concatenated(paths: list[Path]):
     """Staged JSONL files, chunk by chunk, as one file (results, or the calls' audit log)."""
     def produce(handle: io.IOBase) -> None:
-        for path in paths:
-            handle.write(path.read_bytes())
+        for path in paths:  # a piece at a time: a staged chunk of large rows is large
+            with path.open("rb") as staged:
+                shutil.copyfileobj(staged, handle, COPY_BYTES)
 
     return produce
 
 
 def _write_parquet(staging: ResultStaging):
     def produce(handle: io.IOBase) -> None:
-        write_results_parquet(handle, staging.iter_records)  # row groups, never the whole run
+        # row groups, never the whole run
+        write_results_parquet(handle, staging.iter_records, staging.iter_sized_records)
 
     return produce
 

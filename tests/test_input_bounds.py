@@ -119,8 +119,8 @@ BOMBS = {
     "nested dictionary": (_nested_dictionary_bomb, "row 0, column 'retrieved_context': a cell "
                           "of 100.0 MiB is over the 16 MiB limit (JUDGEFLOW_MAX_CELL_BYTES)"),
     "set": (lambda path: _dictionary_bomb(path, cell=15 * MiB, rows=2000),
-            "expands to more than the 1 GiB limit (JUDGEFLOW_MAX_SET_BYTES) by row 68 "
-            "(request_id 'q68'); split it into smaller sets or raise the limit"),
+            "expands to more than the 256 MiB limit (JUDGEFLOW_MAX_SET_BYTES) by row 17 "
+            "(request_id 'q17'); split it into smaller sets or raise the limit"),
 }
 
 

@@ -30,7 +30,7 @@ from flows.preflight.trust import parameters_untrusted
 from flows.run.calibration import calibrate, new_accumulator
 from flows.run.common import cache_url
 from flows.run.completeness import Completeness, assess, error_shares, with_budget_reason
-from flows.run.execution import auto_chunk_size, generate_all, judge_all
+from flows.run.execution import CHUNK_BYTES, auto_chunk_size, generate_all, judge_all
 from flows.run.progress import PhaseProgress
 from flows.run.timeline import mark
 from flows.shards.fan_out import judge_in_shards
@@ -167,7 +167,7 @@ async def generate_responses(
         usage = await generate_all(
             prepared.row_stream(), params.candidate.settings(),
             params.chunk_size or auto_chunk_size(prepared.check.valid_count), keep, store,
-            progress,
+            progress, CHUNK_BYTES,
         )
     except BaseException:
         spool.cleanup()
@@ -213,7 +213,7 @@ async def judge(
         usage = await judge_all(
             rows, plan, params.judge.settings(), chunk_size, cache_url(params),
             params.storage_options, staging, accumulator, calibration, report.rows, store,
-            progress,
+            progress, CHUNK_BYTES if sharded is None else None,  # shards cut by rows only
         )
     except BaseException:
         staging.cleanup()

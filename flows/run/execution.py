@@ -25,6 +25,7 @@ from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
 from judges.result_names import row_record
 from judges.rows import EvalRow
+from tasks.dataset.input_limits import MiB, value_bytes
 from tasks.generate import generate_chunk
 from tasks.judge import judge_chunk
 from tasks.report.rows import RowSample
@@ -49,6 +50,13 @@ TARGET_TASK_RUNS = 200
 # rows' (make bench). A crashed chunk's judged calls are in the reply cache, so a larger chunk
 # costs a rerun no model calls.
 MIN_CHUNK_SIZE = 200
+# A chunk of a run that is not sharded also holds at most this many bytes of rows (or one
+# larger row) (issue 44): 200 rows of several MB each would be the whole set, held by the
+# chunk in flight, its fingerprint and its staged results at once, and each of its judge calls
+# holds its prompt (the row's texts) a few times over while it is in flight. Sharded runs cut
+# by rows only: their shards and the parent must agree on where each chunk starts
+# (flows/shards/plan.py).
+CHUNK_BYTES = 16 * MiB
 MAX_CHUNKS_IN_FLIGHT = 8
 BATCH_CHUNKS_IN_FLIGHT = 10_000
 T = TypeVar("T")
@@ -82,10 +90,29 @@ def split(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 
-def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    """Consecutive chunks of `size` items, each made only when asked for."""
+def chunked(items: Iterable[T], size: int, max_bytes: int | None = None) -> Iterator[list[T]]:
+    """Consecutive chunks of `size` items, each made only when asked for.
+
+    With `max_bytes`, a chunk also ends before the item that would take its items' size
+    (`value_bytes`) past that many bytes: a chunk holds at most that, or one larger item.
+    """
     iterator = iter(items)
-    while chunk := list(itertools.islice(iterator, size)):
+    if max_bytes is None:
+        while chunk := list(itertools.islice(iterator, size)):
+            yield chunk
+        return
+    chunk, held = [], 0
+    for item in iterator:
+        weight = value_bytes(item)
+        if chunk and held + weight > max_bytes:
+            yield chunk
+            chunk, held = [], 0
+        chunk.append(item)
+        held += weight
+        if len(chunk) >= size:
+            yield chunk
+            chunk, held = [], 0
+    if chunk:
         yield chunk
 
 
@@ -95,6 +122,7 @@ async def run_chunks(
     in_flight: int,
     submit: Callable[[int, list[T]], Awaitable[R]],
     finish: Callable[[int, list[T], R], Awaitable[None]],
+    max_bytes: int | None = None,
 ) -> None:
     """The one chunk-window executor: every chunk's task, at most `in_flight` at once.
 
@@ -104,10 +132,11 @@ async def run_chunks(
     chunk's items become, so that none is lost.
 
     `items` is read as places free up, one chunk at a time and off the event loop (reading may
-    parse and validate a file): only the chunks in flight are ever held.
+    parse and validate a file): only the chunks in flight are ever held, each of at most
+    `chunk_size` items and, with `max_bytes`, of about that many bytes (`chunked`).
     """
     window = asyncio.Semaphore(in_flight)
-    chunks = chunked(items, chunk_size)
+    chunks = chunked(items, chunk_size, max_bytes)
     running: set[asyncio.Task] = set()
     errors: list[BaseException] = []
 
@@ -151,6 +180,7 @@ async def drive(
     concurrency: int,
     store: ChunkStore | None = None,
     progress: PhaseProgress | None = None,
+    max_bytes: int | None = None,
 ) -> Usage:
     """The one driver of every kind of chunk: rows to judge or to generate, pairs to judge.
 
@@ -187,7 +217,7 @@ async def drive(
     # gathers the whole run instead of one window of chunks after another.
     in_flight = (BATCH_CHUNKS_IN_FLIGHT if current_batches() is not None
                  else chunks_in_flight(concurrency, chunk_size))
-    await run_chunks(items, chunk_size, in_flight, chunks.submit, finish)
+    await run_chunks(items, chunk_size, in_flight, chunks.submit, finish, max_bytes)
     return usage
 
 
@@ -204,11 +234,13 @@ async def judge_all(
     report_rows: RowSample | None = None,
     store: ChunkStore | None = None,
     progress: PhaseProgress | None = None,
+    max_bytes: int | None = None,
 ) -> Usage:
     """Judge every chunk of rows, staging each chunk's records and tallying them as it completes.
 
     `report_rows` keeps the report's bounded drill-down as typed rows, so that publishing
-    never reads the staged records back for it.
+    never reads the staged records back for it. With `max_bytes` (CHUNK_BYTES), a chunk also
+    ends at about that many bytes of rows (`chunked`).
     """
     def consume(index: int, chunk: list[EvalRow], result: ChunkResult) -> None:
         staging.write_chunk(index, [row_record(r) | calibration.row_fields(r)
@@ -224,7 +256,7 @@ async def judge_all(
         rows, kind,
         lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), cache_url,
                                          storage_options, return_state=True),
-        consume, chunk_size, settings.window_ceiling, store, progress)
+        consume, chunk_size, settings.window_ceiling, store, progress, max_bytes)
 
 
 async def generate_all(
@@ -234,19 +266,20 @@ async def generate_all(
     keep: Callable[[int, list[EvalRow], list[dict]], None],
     store: ChunkStore | None = None,
     progress: PhaseProgress | None = None,
+    max_bytes: int | None = None,
 ) -> Usage:
     """Give each chunk of rows, with the candidate's responses, to `keep` as it finishes.
 
     `keep` gets the chunk's index, its rows and its calls' audit entries. A chunk whose task
     fails for good keeps its rows, each marked with the failure as its generation error (so
-    every judge that needed the response counts an error).
+    every judge that needed the response counts an error). `max_bytes` as `judge_all`'s.
     """
     return await drive(
         rows, GeneratedRowChunks(settings),
         lambda index, chunk: generate_chunk(index, quote(chunk), settings, return_state=True),
         lambda index, chunk, result: keep(index, result.rows,
                                           result.calls.in_phase("generation")),
-        chunk_size, settings.window_ceiling, store, progress)
+        chunk_size, settings.window_ceiling, store, progress, max_bytes)
 
 
 async def judge_pair_chunks(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 
 from tasks.dataset.table import DatasetReadError, TextTooLong
 
@@ -29,9 +30,12 @@ CELL_ENV, ROW_ENV = "JUDGEFLOW_MAX_CELL_BYTES", "JUDGEFLOW_MAX_ROW_BYTES"
 ROWS_ENV, SET_ENV = "JUDGEFLOW_MAX_ROWS", "JUDGEFLOW_MAX_SET_BYTES"
 # Defaults: an MLflow trace of a few MB fits a 16 MiB cell several times over, and a row (a
 # trace with a request, a response and retrieved chunks beside it) fits in 32 MiB; a million
-# rows and 1 GiB are 25 and about 20 times the 40,000-row set of bench/memory.py, and still keep
-# what one run reads, stages and publishes to a size a worker's disk and memory can hold.
-DEFAULTS = {CELL_ENV: 16 * MiB, ROW_ENV: 32 * MiB, ROWS_ENV: 1_000_000, SET_ENV: 1 * GiB}
+# rows are 25 times the 40,000-row set of bench/memory.py. A run holds its set a chunk at a
+# time (flows/run/execution.py CHUNK_BYTES), but stages it on disk and publishes it again whole
+# (results.jsonl and results.parquet keep every value): 256 MiB of decoded values, about 5
+# times that set's 48 MiB, keeps that to a size any worker can hold (issue 44: a 61 KB file
+# just under the old 1 GiB published 2.1 GB; bench/input_bomb.py, docs/performance.md).
+DEFAULTS = {CELL_ENV: 16 * MiB, ROW_ENV: 32 * MiB, ROWS_ENV: 1_000_000, SET_ENV: 256 * MiB}
 # Rows read (and decoded) at a time are kept to about this many bytes, fewer than a batch's
 # 500 rows when they are large: 500 rows of a few MB each would be gigabytes in one batch.
 BATCH_BYTES = 64 * MiB
@@ -84,6 +88,7 @@ def _setting(environ: Mapping[str, str], name: str) -> int:
 def value_bytes(value: Any) -> int:
     """A value's size as read: UTF-8 bytes of its strings, 8 a scalar, containers summed.
 
+    A pydantic model (a row as judged, tasks/dataset/validation.py) is the sum of its fields.
     Iterative, so that a deeply nested value cannot exhaust the stack.
     """
     if isinstance(value, str):  # most cells: kept quick
@@ -100,6 +105,8 @@ def value_bytes(value: Any) -> int:
             pending += item.values()
         elif isinstance(item, list | tuple):
             pending += item
+        elif isinstance(item, BaseModel):
+            pending += item.__dict__.values()
         elif item is not None:
             total += 8
     return total

@@ -15,17 +15,27 @@ import heapq
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
-from judges.builtin.pairwise import PairResult
+from pydantic import ValidationError
+
+from judges.builtin.pairwise import Pair, PairResult
 from judges.metrics import RunSummary
 from judges.pairwise.metrics import PairwiseSummary
 from judges.results import RowResult
+from judges.rows import EvalRow
 
 DRILLDOWN_ROWS = 500
+# A kept row's texts are clipped to this many characters (with CLIPPED after them): a page of
+# 500 rows is read by a person, and a cell of megabytes would be the page's size (issue 44: a
+# set of 15 MiB cells published a report as large as the set) and held until it is rendered.
+# results.jsonl and results.parquet keep every value whole.
+SHOWN_CHARS = 20_000
+CLIPPED = " … [{:,} more characters not shown here; results.jsonl holds the whole value]"
 # Columns the page never shows (an MLflow trace is large and raw; results.jsonl keeps it), so a
 # kept row does not hold on to them either.
 HIDDEN_COLUMNS = frozenset({"trace"})
+Shown = TypeVar("Shown", EvalRow, Pair)
 
 
 def row_failed(result: RowResult) -> bool:
@@ -72,6 +82,35 @@ class ReportRow(NamedTuple):
         return self.result.row.request_id
 
 
+def clip_text(text: str) -> str:
+    """`text`, or its first SHOWN_CHARS characters and a marker saying how many more there are."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return text[:SHOWN_CHARS] + CLIPPED.format(len(text) - SHOWN_CHARS)
+
+
+def clipped_row(row: Shown) -> Shown:
+    """The row (or pair) with every text over SHOWN_CHARS clipped (`clip_text`), else itself."""
+    values = row.model_dump(mode="json", fallback=str)  # tuples as lists, clipped in place
+    pending, clipped = [values], False
+    while pending:  # iterative: a deeply nested value cannot exhaust the stack
+        item = pending.pop()
+        keys = item.keys() if isinstance(item, dict) else range(len(item))
+        for key in keys:
+            value = item[key]
+            if isinstance(value, str) and len(value) > SHOWN_CHARS:
+                item[key], clipped = clip_text(value), True
+            elif isinstance(value, dict | list):
+                pending.append(value)
+    if not clipped:
+        return row
+    try:
+        return type(row).model_validate(values)
+    except ValidationError:  # a field that a clipped text no longer fits: only the top level
+        return row.model_copy(update={
+            name: clip_text(value) for name, value in row if isinstance(value, str)})
+
+
 class RowSample:
     """The drill-down's rows, at most `limit`, and counts over every row added.
 
@@ -95,18 +134,26 @@ class RowSample:
 
     @staticmethod
     def _shown(result: RowResult) -> RowResult:
-        """The row without the columns the page never shows."""
-        extra = result.row.extra
-        if not HIDDEN_COLUMNS & extra.keys():
-            return result
-        row = result.row.model_copy(
-            update={"extra": {k: v for k, v in extra.items() if k not in HIDDEN_COLUMNS}})
-        return dataclasses.replace(result, row=row)
+        """The row without the columns the page never shows, its long texts clipped."""
+        row = result.row
+        if HIDDEN_COLUMNS & row.extra.keys():
+            row = row.model_copy(update={
+                "extra": {k: v for k, v in row.extra.items() if k not in HIDDEN_COLUMNS}})
+        row = clipped_row(row)
+        return result if row is result.row else dataclasses.replace(result, row=row)
 
     def add_pair(self, result: PairResult) -> None:
         """Count one judged pair of a compare run, and keep it if it ranks."""
         disagrees = tuple(key for key, value in result.disagreements.items() if value)
         self._keep(ReportRow(result, result.failed, disagrees))
+
+    @staticmethod
+    def _shown_pair(result: PairResult | None) -> PairResult | None:
+        """The pair with its long texts clipped."""
+        if result is None:
+            return None
+        pair = clipped_row(result.pair)
+        return result if pair is result.pair else result._replace(pair=pair)
 
     def _keep(self, row: ReportRow) -> None:
         self.total += 1
@@ -124,6 +171,8 @@ class RowSample:
         row = entry[3]
         if isinstance(row.result, RowResult):
             row = row._replace(result=self._shown(row.result))
+        else:
+            row = row._replace(result=self._shown_pair(row.result))
         return (*entry[:3], row)
 
     def request_ids(self) -> set[str]:
@@ -132,7 +181,8 @@ class RowSample:
 
     def attach_pairs(self, pairs: Mapping[str, PairResult]) -> None:
         """Give kept rows their head-to-head verdicts (a regression run), by request_id."""
-        self._heap = [(*entry[:3], entry[3]._replace(pair=pairs.get(entry[3].request_id)))
+        self._heap = [(*entry[:3], entry[3]._replace(
+                          pair=self._shown_pair(pairs.get(entry[3].request_id))))
                       for entry in self._heap]
         heapq.heapify(self._heap)
 

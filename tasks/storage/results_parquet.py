@@ -9,10 +9,9 @@ to one row group whatever the run's size.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -22,6 +21,9 @@ import pyarrow.parquet as pq
 # Rows per row group: large enough for Parquet's per-group overhead to vanish, small enough
 # that one group of records with rationales stays a few megabytes.
 ROW_GROUP_ROWS = 2_000
+# And at most about this many bytes of staged records (issue 44: 2,000 rows of a few MB each
+# were the whole run, held three times over while their group was written).
+ROW_GROUP_BYTES = 16 << 20
 
 
 def _absent(value: Any) -> bool:
@@ -131,16 +133,32 @@ def _plain_cell(value: Any) -> Any:
     return value
 
 
-def write_results_parquet(handle: IO[bytes], records: Callable[[], Iterable[dict]]) -> None:
+def write_results_parquet(handle: IO[bytes], records: Callable[[], Iterable[dict]],
+                          sized: Callable[[], Iterable[tuple[int, dict]]] | None = None) -> None:
     """Write every record to `handle` as Parquet, a row group at a time.
 
     Args:
         handle: a binary file open for writing.
         records: gives a fresh iterator over the records each time it is called (it is
-            called twice: once to decide the schema, once to write).
+            called to decide the schema, and to write when `sized` is not given).
+        sized: the same records, each with its size in bytes (its staged line), to write:
+            a row group then also ends at about ROW_GROUP_BYTES, so that a run of large rows
+            is not held whole (its records, their columns and the Arrow table).
     """
     schema = ResultsSchema(records())
     with pq.ParquetWriter(handle, schema.schema) as writer:
-        iterator = iter(records())
-        while group := list(itertools.islice(iterator, ROW_GROUP_ROWS)):
+        for group in _groups(sized() if sized is not None else ((0, r) for r in records())):
             writer.write_table(schema.table(group), row_group_size=ROW_GROUP_ROWS)
+
+
+def _groups(sized: Iterable[tuple[int, dict]]) -> Iterator[list[dict]]:
+    """Records in groups of ROW_GROUP_ROWS, or fewer once they reach ROW_GROUP_BYTES."""
+    group, held = [], 0
+    for size, record in sized:
+        group.append(record)
+        held += size
+        if len(group) >= ROW_GROUP_ROWS or held >= ROW_GROUP_BYTES:
+            yield group
+            group, held = [], 0
+    if group:
+        yield group

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import secrets
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
 
 from judges.base import JudgeSpec
@@ -173,27 +174,40 @@ def plan_identity(plan: JudgePlan) -> dict:
     }
 
 
-def chunk_fingerprint(kind: str, rows: Sequence[dict], **identity: object) -> str:
+# Where the rows go in the payload's text: random, so that no plan or option can hold it.
+_ROWS_HOLE = f"rows-{secrets.token_hex(16)}"
+
+
+def chunk_fingerprint(kind: str, rows: Iterable[dict], **identity: object) -> str:
     """sha256 over what changes a chunk's output: its kind, its rows' content and `identity`.
 
     `identity` holds what else decides the output (the plan's identity, the model's call
     identity, the pairwise options); never a secret, a client or a timestamp. Only the digest
     is stored, so nothing hashed here can be read back from the store.
+
+    The digest is of the payload's JSON text, {"codec", "kind", "rows": [...], ...identity}
+    with sorted keys, but that text is never made whole: it is hashed a row at a time, so
+    that a chunk of large rows is not held twice more (its text and that text's bytes).
     """
-    payload = json.dumps(
-        {"codec": CODEC_VERSION, "kind": kind, "rows": list(rows), **identity},
-        sort_keys=True, ensure_ascii=False, default=str,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
+    def text(value: object) -> str:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+    head, _, tail = text({"codec": CODEC_VERSION, "kind": kind, "rows": _ROWS_HOLE,
+                          **identity}).partition(text(_ROWS_HOLE))
+    digest = hashlib.sha256(f"{head}[".encode())
+    for index, row in enumerate(rows):
+        digest.update(f"{', ' if index else ''}{text(row)}".encode())
+    digest.update(f"]{tail}".encode())
+    return digest.hexdigest()
 
 
 def judge_fingerprint(rows: Sequence[EvalRow], plan: JudgePlan, settings: LLMSettings) -> str:
     """The fingerprint of a judged chunk: its rows, the plan, the judge model and sampling."""
-    return chunk_fingerprint("judge", [row_json(r) for r in rows], plan=plan_identity(plan),
-                       model=settings.call_identity())
+    return chunk_fingerprint("judge", (row_json(r) for r in rows), plan=plan_identity(plan),
+                             model=settings.call_identity())
 
 
 def generation_fingerprint(rows: Sequence[EvalRow], settings: LLMSettings) -> str:
     """The fingerprint of a generated chunk: its rows as given and the candidate model."""
-    return chunk_fingerprint("generate", [row_json(r) for r in rows],
+    return chunk_fingerprint("generate", (row_json(r) for r in rows),
                              model=settings.call_identity())

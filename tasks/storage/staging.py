@@ -49,10 +49,14 @@ class ResultStaging:
 
     def iter_records(self) -> Iterator[dict]:
         """Every staged record, chunk by chunk, one file open at a time."""
+        return (record for _, record in self.iter_sized_records())
+
+    def iter_sized_records(self) -> Iterator[tuple[int, dict]]:
+        """Every staged record with its size (its line's length), as `iter_records`."""
         for path in self.chunk_files():
             with path.open(encoding="utf-8") as handle:
                 for line in handle:
-                    yield json.loads(line)
+                    yield len(line), json.loads(line)
 
     def cleanup(self) -> None:
         """Delete the staging folder and everything in it."""
@@ -60,5 +64,8 @@ class ResultStaging:
 
 
 def _write_lines(path: Path, items) -> None:
-    lines = (json.dumps(item, ensure_ascii=False, default=str) + "\n" for item in items)
-    path.write_text("".join(lines), encoding="utf-8")
+    # Line by line: a chunk of large rows joined into one string (and encoded) would hold it
+    # twice more.
+    with path.open("w", encoding="utf-8") as handle:
+        for item in items:
+            handle.write(json.dumps(item, ensure_ascii=False, default=str) + "\n")
