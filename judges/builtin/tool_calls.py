@@ -28,7 +28,7 @@ NO_TRAJECTORY = ("the row gives expected_tool_calls but records no trajectory (n
 
 def _rule(spelled: str) -> Rule:
     if spelled.startswith(TOLERANCE_PREFIX):
-        return numeric_tolerance(float(spelled[len(TOLERANCE_PREFIX):]))
+        return numeric_tolerance(spelled[len(TOLERANCE_PREFIX):].strip())  # the decimal written
     return Rule(spelled)  # type: ignore[arg-type]  # validated by ExpectedToolCalls
 
 
