@@ -351,6 +351,13 @@ def text_fields(row: EvalRow) -> set[str]:
                                  else _field_text(row, n, None))}
 
 
+def present_fields(row: EvalRow, texts: Set[str]) -> set[str]:
+    """`fields_present` of one row, given its `text_fields`."""
+    return ({n for n in ROW_FIELDS if (_run_view(row, n) is not None if n in RUN_FIELDS
+                                       else n in texts)}
+            | {k for k, v in row.extra.items() if v is not None})
+
+
 def fields_present(rows: Sequence[EvalRow]) -> set[str]:
     """The fields at least one row has a value for (what a custom template may name)."""
     present = set()

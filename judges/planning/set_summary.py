@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from functools import lru_cache
 
 from judges.base import REQUIREMENT_TESTS, JudgeSpec, MetricSpec
 from judges.builtin import BUILTIN_JUDGES
-from judges.builtin.custom import CustomJudge, fields_present, text_fields
+from judges.builtin.custom import CustomJudge, present_fields, text_fields
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.rows import EvalRow, as_planned, generation_failure
 
@@ -47,17 +48,23 @@ def profile_of(row: EvalRow) -> tuple[Profile, Counter[str]]:
     planned = as_planned(row)
     facts = {f"needs:{need}" for need, test in REQUIREMENT_TESTS.items() if test(planned)}
     facts |= {f"metric:{m.name}" for m in DETERMINISTIC_METRICS.values() if measures(m, row)}
-    facts |= {f"field:{name}" for name in fields_present([planned])}
-    facts |= {f"text:{name}" for name in text_fields(planned)}
+    texts = text_fields(planned)
+    facts |= {f"text:{name}" for name in texts}
+    facts |= {f"field:{name}" for name in present_fields(planned, texts)}
     chunks = len(planned.chunks_with_content)
     if chunks:
         facts.add("chunks")
     profile = frozenset(facts)
     tally = Counter({ROWS: 1, CHUNKS: chunks})
-    for judge in BUILTIN_JUDGES.values():
-        if _meets(judge, profile):
-            tally[judge.name] += judge.call_count(planned)
+    for judge in _builtin_judges_for(profile):
+        tally[judge.name] += judge.call_count(planned)
     return profile, tally
+
+
+@lru_cache(maxsize=1024)
+def _builtin_judges_for(profile: Profile) -> tuple[JudgeSpec, ...]:
+    """The built-in judges a row of this profile meets (a set has few profiles)."""
+    return tuple(judge for judge in BUILTIN_JUDGES.values() if _meets(judge, profile))
 
 
 class SetSummary:
