@@ -158,3 +158,15 @@ def test_an_error_counts_toward_a_tool_call_metrics_error_share(tmp_path):
     assert manifest["status"] == "incomplete"
     assert any(reason.startswith("tool_call_precision: 3 of 10 rows failed")
                for reason in manifest["incomplete_reasons"])
+
+
+def test_a_set_without_responses_is_planned_as_the_candidate_will_answer_it():
+    """With a candidate model, judges reading the response run though no row has one yet."""
+    rows = [{"request_id": f"q{i}", "request": "Capital of France?",
+             "expected_response": "Paris"} for i in range(3)]
+    check = validate_table(table_from_rows(rows), responses_generated=True)
+    summary = SetSummary.of(check.rows)
+    assert "correctness" not in plan_judges(summary).names  # no response yet
+    answered = plan_judges(summary.answered())
+    assert {"correctness", "safety", "relevance_to_query", "latency_seconds"} <= set(answered.names)
+    assert summary.answered().row_count == summary.row_count == 3

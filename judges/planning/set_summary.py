@@ -93,7 +93,8 @@ class SetSummary:
     def answered(self) -> SetSummary:
         """The set as its judges will see it once a candidate model wrote every response."""
         summary = SetSummary()
-        summary._profiles = summary._answered = self._answered
+        summary._profiles = {p: Counter(t) for p, t in self._answered.items()}
+        summary._answered = {p: Counter(t) for p, t in self._answered.items()}
         return summary
 
     @property
