@@ -170,3 +170,15 @@ def test_a_set_without_responses_is_planned_as_the_candidate_will_answer_it():
     answered = plan_judges(summary.answered())
     assert {"correctness", "safety", "relevance_to_query", "latency_seconds"} <= set(answered.names)
     assert summary.answered().row_count == summary.row_count == 3
+
+
+def test_rows_set_aside_for_a_repeated_request_id_plan_no_judge(tmp_path):
+    """Only known once the whole set is read: the rows left out leave the plan too."""
+    weather = next(r for r in _examples("agent_eval.jsonl") if r["request_id"] == "weather-berlin")
+    rows = [weather, {"request_id": "plain", "request": "Hi", "response": "Hello"}, weather]
+    path = tmp_path / "set.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    check = scan_set(RowSource(str(path)), CheckOptions())
+    assert check.rejected_indices == [0, 2] and check.summary.row_count == 1
+    names = plan_judges(check.summary).names
+    assert "safety" in names and "tool_sequence_match" not in names and "goal_success" not in names
