@@ -32,7 +32,7 @@ from flows.phases.regression import (
     judge_changes,
     regression_section,
 )
-from flows.preflight.checks import plan_run, rows_to_plan
+from flows.preflight.checks import plan_run, set_to_plan
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.regression import check_gate_metrics
 from flows.preflight.tracking import check_tracking_server
@@ -150,7 +150,7 @@ async def regression(params: RegressionParams) -> dict | State:
     baseline = find_baseline(params.output, params.suite, params.baseline, params.storage_options)
     location = run_location(params, started_at)
     prepared = prepare(params)
-    check_gate_metrics(gates, plan_run(params, rows_to_plan(prepared.check, params.candidate
+    check_gate_metrics(gates, plan_run(params, set_to_plan(prepared.check, params.candidate
                                                             is not None)),
                        params.pairwise, params.gates)
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished

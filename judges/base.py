@@ -140,6 +140,10 @@ class MetricSpec:
     # Read from the candidate's generation when judgeflow generates the responses: a row whose
     # generation failed has no value and is an error of the metric, not a row it skips.
     from_response: bool = False
+    # Why a row that has no value should have had one (None: the row is simply not measured):
+    # such a row is an error of the metric (its error_count and error share), never left out
+    # unseen, e.g. a row expecting tool calls that records none to compare.
+    error: Callable[[EvalRow], str | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from functools import cached_property
 from typing import Any, NamedTuple
 
@@ -23,22 +24,24 @@ from judges.rows import generation_failure
 class Tally:
     """A running mean of a headline value ("yes" counts 1), with rated and error counts."""
 
-    total: float = 0.0
+    # Exact: a float sum would depend on the rows' order in its last digit, and the same set
+    # in another order must publish the same metrics.
+    total: Fraction = Fraction(0)
     rated: int = 0
     errors: int = 0
 
     def add(self, value: str | float | None, errored: bool = False) -> None:
         """Count a rated value, or an error when there is no value and the judge errored."""
         if value is not None:
-            self.total += (value == "yes") if isinstance(value, str) else value
+            self.total += (value == "yes") if isinstance(value, str) else Fraction(value)
             self.rated += 1
         elif errored:
             self.errors += 1
 
     @property
     def mean(self) -> float | None:
-        """The mean of the rated values; None when nothing was rated."""
-        return self.total / self.rated if self.rated else None
+        """The mean of the rated values (correctly rounded); None when nothing was rated."""
+        return float(self.total / self.rated) if self.rated else None
 
 
 class JudgeAggregate(NamedTuple):
@@ -88,7 +91,11 @@ class MetricsAccumulator:
             self._add_judge(judged)
         failed = generation_failure(result.row) is not None
         for metric, value in result.metrics:
-            self._metrics[metric.field].add(value, errored=failed and metric.from_response)
+            reason = metric.error(result.row) if value is None and metric.error else None
+            if reason is not None:
+                self.first_errors.setdefault(metric.field, reason)
+            self._metrics[metric.field].add(
+                value, errored=failed and metric.from_response or reason is not None)
 
     def _add_judge(self, judged: JudgeResult) -> None:
         prefix = judged.spec.prefix

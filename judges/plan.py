@@ -1,4 +1,8 @@
-"""Which judges run on a set: decided from the inputs its rows carry (reference/002)."""
+"""Which judges run on a set: decided from the inputs its rows carry (reference/002).
+
+Decided from every row (judges/planning/set_summary.py), never from sample rows: a judge runs
+on every row it applies to, whatever the rows' order.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from judges.base import JudgeSpec, MetricSpec
 from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.errors import ConfigError
-from judges.rows import EvalRow, as_planned, generation_failure
+from judges.planning.set_summary import SetSummary
+from judges.rows import EvalRow
 
 
 class JudgeSelectionError(ConfigError):
@@ -37,24 +42,23 @@ class JudgePlan:
         """Names of the judges, then the metrics, that run."""
         return [j.name for j in self.judges] + [m.name for m in self.metrics]
 
-    def calls_per_row(self, rows: list[EvalRow]) -> float:
-        """The model calls a row needs, averaged over `rows` (for progress estimates only)."""
-        if not rows:
+    def calls_per_row(self, summary: SetSummary) -> float:
+        """The model calls a row needs, averaged over the set (for progress estimates only)."""
+        if not summary.row_count:
             return 1.0
-        calls = sum(judge.call_count(row) for row in rows for judge in self.judges
-                    if judge.applies_to(as_planned(row)))
-        return max(calls / len(rows), 1.0)
+        calls = sum(summary.calls(judge) for judge in self.judges)
+        return max(calls / summary.row_count, 1.0)
 
 
 def plan_judges(
-    rows: Sequence[EvalRow],
+    held: SetSummary | Sequence[EvalRow],
     requested: Sequence[str] | None = None,
     extra_judges: Sequence[JudgeSpec] = (),
 ) -> JudgePlan:
-    """Select the judges and metrics whose inputs at least one row has.
+    """Select the judges and metrics whose inputs at least one row of the set has.
 
     Args:
-        rows: the validated rows.
+        held: what the whole set holds (judges/planning/set_summary.py), or the validated rows.
         requested: LLM judges to run (None: every applicable built-in); deterministic
             metrics always run where their inputs exist.
         extra_judges: custom judges defined for this run.
@@ -62,6 +66,7 @@ def plan_judges(
     Raises:
         JudgeSelectionError: a requested name is unknown.
     """
+    summary = held if isinstance(held, SetSummary) else SetSummary.of(held)
     builtin: dict[str, JudgeSpec | MetricSpec] = {**BUILTIN_JUDGES, **DETERMINISTIC_METRICS}
     taken = {j.prefix for j in BUILTIN_JUDGES.values()}
     clashes = []
@@ -87,12 +92,9 @@ def plan_judges(
     judges, metrics, skipped = [], [], []
     for spec in [*chosen, *extra_judges]:
         if isinstance(spec, JudgeSpec):
-            runs = any(spec.applies_to(as_planned(row)) for row in rows)
-            needs = spec.missing_inputs()
+            runs, needs = summary.applies(spec), spec.missing_inputs()
         else:
-            runs = any(spec.compute(row) is not None
-                       or spec.from_response and generation_failure(row) for row in rows)
-            needs = spec.needs
+            runs, needs = summary.measured(spec), spec.needs
         if runs:
             (judges if isinstance(spec, JudgeSpec) else metrics).append(spec)
         else:

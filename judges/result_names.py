@@ -237,7 +237,7 @@ def run_metrics(judges: Iterable[JudgeTally], metrics: Iterable[MetricTally]) ->
     for metric in metrics:
         rated, errors = count_names(metric.spec.field)
         out |= {metric_average_name(metric.spec): metric.mean, rated: metric.rated}
-        if metric.spec.from_response:  # a failed generation is this metric's error
+        if metric.spec.from_response or metric.spec.error:  # rows it should have measured
             out[errors] = metric.errors
     return out
 

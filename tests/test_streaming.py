@@ -215,7 +215,7 @@ def test_a_sharded_run_s_parent_keeps_the_checked_rows_and_reads_the_set_once(tm
         next(single.row_stream())
 
 
-def test_planning_on_one_row_per_shape_decides_as_the_whole_set(tmp_path):
+def test_planning_on_the_set_summary_decides_as_the_whole_set(tmp_path):
     rows = [_row(i) for i in range(BIG)]
     rows[900] = {"request_id": "x", "request": "q", "response": "a",
                  "expected_retrieved_context": [{"doc_uri": "d900"}],
@@ -223,10 +223,10 @@ def test_planning_on_one_row_per_shape_decides_as_the_whole_set(tmp_path):
     rows[1400] = {"request_id": "y", "request": "q", "response": "", "expected_response": "e"}
     path = _jsonl(tmp_path / "set.jsonl", rows)
     check = scan_set(RowSource(str(path)), CheckOptions())
-    assert len(check.sample) == 3
+    assert check.summary.row_count == BIG
     every_row = validate_table(read_table(str(path))).rows
-    assert plan_judges(check.sample) == plan_judges(every_row)
-    assert "document_recall" in plan_judges(check.sample).names
+    assert plan_judges(check.summary) == plan_judges(every_row)
+    assert "document_recall" in plan_judges(check.summary).names
 
 
 def test_the_chunk_window_reads_rows_only_as_places_free_up():

@@ -31,8 +31,8 @@ def estimate_command(**options: Any) -> None:
         plan_run,
         refuse_invalid,
         row_source,
-        rows_to_plan,
         scan_source,
+        set_to_plan,
     )
     from tasks.dataset.row_stream import valid_rows
 
@@ -42,7 +42,7 @@ def estimate_command(**options: Any) -> None:
         source, check_with = row_source(params), check_options(params)
         check = scan_source(source, check_with)
         refuse_invalid(check, params.on_invalid, source.name)
-        plan = plan_run(params, rows_to_plan(check, params.candidate is not None))
+        plan = plan_run(params, set_to_plan(check, params.candidate is not None))
         check_something_to_judge(plan)
         return estimate_rows(params, valid_rows(source, check, check_with), check.valid_count,
                              plan, unpriced=[])

@@ -23,7 +23,7 @@ from flows.preflight.checks import (
     plan_run,
     refuse_invalid,
     row_source,
-    rows_to_plan,
+    set_to_plan,
 )
 from flows.preflight.suite_lock import baseline_lock
 from flows.preflight.trust import parameters_untrusted
@@ -39,9 +39,9 @@ from judges.model.budget import open_budget
 from judges.model.ledger import Ledger
 from judges.model.usage import Usage
 from judges.plan import JudgePlan
+from judges.planning.set_summary import SetSummary
 from judges.result_names import cost_metric_fields
 from judges.rows import GENERATION_ERROR, EvalRow
-from tasks.dataset.row_shapes import RowShapes
 from tasks.dataset.row_spool import RowSpool
 from tasks.dataset.row_stream import RowSource, SetCheck, rejected_rows, valid_rows
 from tasks.dataset.validation import CheckOptions
@@ -71,7 +71,7 @@ class PreparedSet:
     check: SetCheck
     generated: RowSpool | None = None
     generation_errors: int = 0
-    generated_shapes: RowShapes = field(default_factory=RowShapes)
+    generated_summary: SetSummary = field(default_factory=SetSummary)
     generation_calls: ResultStaging | None = None  # their audit entries, for calls.jsonl
 
     def row_stream(self) -> Iterator[EvalRow]:
@@ -82,9 +82,9 @@ class PreparedSet:
             return iter(self.check.rows)
         return valid_rows(self.source, self.check, self.options)
 
-    def plan_rows(self) -> list[EvalRow]:
-        """A row of every shape to judge: generated responses, token counts and timings count."""
-        return self.generated_shapes.rows() if self.generated else self.check.sample
+    def summary(self) -> SetSummary:
+        """What every row to judge holds: generated responses, token counts and timings count."""
+        return self.generated_summary if self.generated else self.check.summary
 
     def cleanup(self) -> None:
         """Delete the spooled rows and generation calls, if any."""
@@ -138,7 +138,7 @@ def prepare(params: EvaluateParams) -> PreparedSet:
         get_run_logger().info("%s", visible(note))  # an MLflow dataset's other expectations
     open_budget(params.max_cost_usd)  # this run's ledger (none without a budget)
     estimate = check_run_budget(params, source, check, plan_run(
-        params, rows_to_plan(check, params.candidate is not None)))
+        params, set_to_plan(check, params.candidate is not None)))
     if estimate is not None:
         get_run_logger().info("budget $%s; estimate: %s", params.max_cost_usd, estimate.line())
     return PreparedSet(source, options, check)
@@ -159,7 +159,7 @@ async def generate_responses(
     def keep(index: int, rows: list[EvalRow], entries: str) -> None:
         spool.write_chunk(index, rows)
         calls.write_calls(f"{index:06d}", entries)
-        prepared.generated_shapes.add(rows)
+        prepared.generated_summary.add(rows)
         prepared.generation_errors += sum(GENERATION_ERROR in r.extra for r in rows)
 
     progress = await PhaseProgress.start("generating", prepared.check.valid_count)
@@ -190,7 +190,7 @@ async def judge(
     `location` (flows/shards/fan_out.py), and this phase only merges them.
     """
     logger = get_run_logger()
-    plan = plan_run(params, prepared.plan_rows())
+    plan = plan_run(params, prepared.summary())
     by_reason: dict[str, list[str]] = {}
     for skipped in plan.skipped:
         by_reason.setdefault(skipped.reason, []).append(skipped.name)
@@ -208,7 +208,7 @@ async def judge(
         sharded = await judge_in_shards(params, location, rows, plan, chunk_size)
         store = sharded.merge_view(store or ChunkStore.for_run(location))
     progress = await PhaseProgress.start("judging", row_count,
-                                         plan.calls_per_row(prepared.plan_rows()))
+                                         plan.calls_per_row(prepared.summary()))
     try:
         usage = await judge_all(
             rows, plan, params.judge.settings(), chunk_size, cache_url(params),

@@ -22,10 +22,9 @@ from flows.preflight.reach import check_reachable
 from flows.preflight.tracking import check_tracking_server
 from flows.run.calibration import catalogue_of, check_calibration_source, label_judges
 from judges.base import JudgeSpec
-from judges.builtin.custom import fields_present
 from judges.errors import ConfigError
 from judges.plan import JudgePlan, plan_judges
-from judges.rows import EvalRow
+from judges.planning.set_summary import SetSummary
 from tasks.dataset.row_stream import RowSource, SetCheck, scan_set, valid_rows
 from tasks.dataset.sources import read_table, table_from_rows
 from tasks.dataset.table import DatasetReadError, RawTable
@@ -105,9 +104,9 @@ def refuse_invalid(validated: SetCheck | ValidatedSet, on_invalid: str, source: 
         raise InvalidDatasetError(validated.problems, validated.total, source)
 
 
-def extra_judges(params: EvaluateParams, rows: list[EvalRow]) -> list[JudgeSpec]:
+def extra_judges(params: EvaluateParams, summary: SetSummary) -> list[JudgeSpec]:
     """Custom judges (checked against the set's fields before any call) and aspect critics."""
-    return catalogue_of(params).extra(fields_present(rows))
+    return catalogue_of(params).extra(summary.fields_present())
 
 
 def check_model(model: str, option: str) -> None:
@@ -147,23 +146,18 @@ def check_something_to_judge(plan: JudgePlan) -> None:
     )
 
 
-def rows_to_plan(check: SetCheck, responses_generated: bool) -> list[EvalRow]:
-    """A row of every shape in the set, as the judges will see it once the candidate answered.
+def set_to_plan(check: SetCheck, responses_generated: bool) -> SetSummary:
+    """What every row of the set holds, as the judges will see it once the candidate answered.
 
-    Every row to be judged is like one of these to every judge (tasks/dataset/row_shapes.py), so
-    planning on them decides as planning on the whole set would.
+    The summary counts every row (judges/planning/set_summary.py), so the plan is the one the
+    whole set calls for, whatever the rows' order.
     """
-    if not responses_generated:
-        return check.sample
-    generated = {"response": "(generated)", "latency_seconds": 0.0, "total_token_count": 0,
-                 "total_input_token_count": 0, "total_output_token_count": 0}
-    return [r if r.response is not None else r.model_copy(update=generated)
-            for r in check.sample]
+    return check.summary.answered() if responses_generated else check.summary
 
 
-def plan_run(params: EvaluateParams, rows: list[EvalRow]) -> JudgePlan:
-    """The judges and metrics that run on rows standing for the set (see `rows_to_plan`)."""
-    return plan_judges(rows, params.judges, extra_judges(params, rows))
+def plan_run(params: EvaluateParams, summary: SetSummary) -> JudgePlan:
+    """The judges and metrics that run on the set summarised (see `set_to_plan`)."""
+    return plan_judges(summary, params.judges, extra_judges(params, summary))
 
 
 def preflight_evaluate(params: EvaluateParams) -> SetCheck:
@@ -185,7 +179,7 @@ def preflight_evaluate(params: EvaluateParams) -> SetCheck:
     # run does not read and normalise the set a second time (0.06 of its 0.24 ms per row).
     check = scan_source(source, check_options(params), keep_rows=params.shards > 1)
     refuse_invalid(check, params.on_invalid, source.name)
-    plan = plan_run(params, rows_to_plan(check, params.candidate is not None))
+    plan = plan_run(params, set_to_plan(check, params.candidate is not None))
     check_something_to_judge(plan)
     check_calibration_source(params)
     check_run_budget(params, source, check, plan)

@@ -18,7 +18,7 @@ from flows.preflight.checks import (
     PreflightError,
     plan_run,
     preflight_evaluate,
-    rows_to_plan,
+    set_to_plan,
 )
 from judges.metrics import MetricsAccumulator
 from judges.plan import JudgePlan
@@ -74,7 +74,7 @@ def preflight(params: Any) -> SetCheck:
         if params.baseline:
             find_baseline(params.output, params.suite, params.baseline, options)
         check = preflight_evaluate(params)
-        plan = plan_run(params, rows_to_plan(check, params.candidate is not None))
+        plan = plan_run(params, set_to_plan(check, params.candidate is not None))
         check_gate_metrics(gates, plan, params.pairwise, params.gates)
         return check
     except CONFIG_ERRORS as error:

@@ -51,6 +51,11 @@ def error_shares(plan: JudgePlan, metrics: Mapping, examples: Mapping[str, str]
         rated, errors = (metrics.get(name) or 0 for name in count_names(judge.prefix))
         shares.append(ErrorShare(judge.name, errors, errors + rated,
                                  example=examples.get(judge.prefix)))
+    for metric in plan.metrics:  # rows a metric should have measured but could not
+        if metric.error is not None:
+            rated, errors = (metrics.get(name) or 0 for name in count_names(metric.field))
+            shares.append(ErrorShare(metric.name, errors, errors + rated,
+                                     example=examples.get(metric.field)))
     generated = [m for m in plan.metrics if m.from_response]
     if generated:  # tokens and latency of generated responses: one line for all of them
         rated, errors = (metrics.get(name) or 0 for name in count_names(generated[0].field))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any, Literal
@@ -134,6 +134,13 @@ class CustomJudge(JudgeSpec):
             self.per_chunk and name == "retrieved_context" or _field_text(row, name, None)
             for name in self.fields
         )
+
+    def applies_given(self, texts: Set[str], has_chunks: bool) -> bool:
+        """`applies_to` for a row whose fields with text are `texts` (see `text_fields`)."""
+        if self.per_chunk and not has_chunks:
+            return False
+        return all(self.per_chunk and name == "retrieved_context" or name in texts
+                   for name in self.fields)
 
     def missing_inputs(self) -> str:
         """The fields its instructions name, in words."""
@@ -333,6 +340,22 @@ def load_custom_judges(url: str) -> list[CustomJudgeDefinition]:
         definition._source = url
         referenced_fields(definition.instructions, definition.where)
     return definitions
+
+
+def text_fields(row: EvalRow) -> set[str]:
+    """The fields a custom judge reads as some text on this row (what `applies_to` asks)."""
+    names = dict.fromkeys([*ROW_FIELDS, *row.extra])
+    # A run field has text when it has steps: no need to render the row's run here.
+    return {n for n in names if (_run_view(row, n) is not None
+                                 if n in RUN_FIELDS and n not in row.extra
+                                 else _field_text(row, n, None))}
+
+
+def present_fields(row: EvalRow, texts: Set[str]) -> set[str]:
+    """`fields_present` of one row, given its `text_fields`."""
+    return ({n for n in ROW_FIELDS if (_run_view(row, n) is not None if n in RUN_FIELDS
+                                       else n in texts)}
+            | {k for k, v in row.extra.items() if v is not None})
 
 
 def fields_present(rows: Sequence[EvalRow]) -> set[str]:

@@ -28,7 +28,7 @@ NO_TRAJECTORY = ("the row gives expected_tool_calls but records no trajectory (n
 
 def _rule(spelled: str) -> Rule:
     if spelled.startswith(TOLERANCE_PREFIX):
-        return numeric_tolerance(float(spelled[len(TOLERANCE_PREFIX):]))
+        return numeric_tolerance(spelled[len(TOLERANCE_PREFIX):].strip())  # the decimal written
     return Rule(spelled)  # type: ignore[arg-type]  # validated by ExpectedToolCalls
 
 
@@ -99,10 +99,20 @@ def _measure(read: Callable[[ToolCallVerdict], float | None]) -> Callable[[EvalR
     return compute
 
 
+def unmeasured(row: EvalRow) -> str | None:
+    """Why a row that expects tool calls has no precision or recall (None: it has them)."""
+    if row.expected_tool_calls is None:
+        return None  # nothing expected: not a row these metrics measure
+    try:
+        return NO_TRAJECTORY if compare_calls(row) is None else None
+    except ValueError as error:  # a regex rule whose expected value is not a valid pattern
+        return str(error)
+
+
 NEEDS = "expected_tool_calls and a trajectory (or trace) with the calls made"
 METRICS = (
     MetricSpec("tool_call_precision", TOOL_CALLS_AREA + "/precision",
-               _measure(lambda m: m.precision), NEEDS),
+               _measure(lambda m: m.precision), NEEDS, error=unmeasured),
     MetricSpec("tool_call_recall", TOOL_CALLS_AREA + "/recall",
-               _measure(lambda m: m.recall), NEEDS),
+               _measure(lambda m: m.recall), NEEDS, error=unmeasured),
 )

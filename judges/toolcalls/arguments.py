@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Literal, get_args
 
@@ -59,15 +60,16 @@ class Rule:
         exact: JSON equality (the rule of an argument that has none).
         ignore: not compared; the argument may be missing on either side.
         case_insensitive: two strings equal after casefold(); other values compared exactly.
-        numeric_tolerance: two numbers within `tolerance` (|actual - expected| <= tolerance);
-            anything else, a numeric string or a bool included, does not match.
+        numeric_tolerance: two numbers within `tolerance` (|actual - expected| <= tolerance),
+            compared as the decimals written, not as binary floats (1.3 is within 0.1 of
+            1.2); anything else, a numeric string or a bool included, does not match.
         contains: the actual string contains the expected string (case-sensitive).
         regex: the expected value is a pattern the whole actual string matches (re.fullmatch,
             so "a" does not accept "cat"; write ".*a.*" for a search).
     """
 
     kind: RuleKind = "exact"
-    tolerance: float = 0.0
+    tolerance: float | Decimal = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in RULE_KINDS:
@@ -89,7 +91,7 @@ class Rule:
             return expected.casefold() == actual.casefold()
         if self.kind == "numeric_tolerance":
             return (_is_number(expected) and _is_number(actual)
-                    and abs(actual - expected) <= self.tolerance)
+                    and _within(_written(expected), _written(actual), _written(self.tolerance)))
         if self.kind == "contains":
             return both_strings and expected in actual
         if self.kind == "regex":
@@ -104,13 +106,33 @@ class Rule:
                 else self.kind)
 
 
+def _written(number: float | Decimal) -> Decimal:
+    """A number as the decimal it was written as.
+
+    A JSON number decodes to the nearest binary float (1.3 to 1.29999999999999993…); its
+    shortest repr, `str`, is the decimal it was written as (for up to 15 significant digits),
+    so a tolerance compares what the user wrote, not the floats' rounding.
+    """
+    return number if isinstance(number, Decimal) else Decimal(str(number))
+
+
+def _within(expected: Decimal, actual: Decimal, tolerance: Decimal) -> bool:
+    if not (expected.is_finite() and actual.is_finite()):
+        return False  # inf or nan is within no tolerance of anything (nan would also raise)
+    return abs(actual - expected) <= tolerance
+
+
 EXACT, IGNORE, CASE_INSENSITIVE = Rule("exact"), Rule("ignore"), Rule("case_insensitive")
 CONTAINS, REGEX = Rule("contains"), Rule("regex")
 
 
-def numeric_tolerance(tolerance: float) -> Rule:
-    """The rule accepting a number within `tolerance` of the expected one."""
-    return Rule("numeric_tolerance", tolerance)
+def numeric_tolerance(tolerance: float | str | Decimal) -> Rule:
+    """The rule accepting a number within `tolerance` of the expected one.
+
+    A string is read as the decimal it spells (`numeric_tolerance:0.1` in expected_tool_calls).
+    """
+    return Rule("numeric_tolerance", Decimal(tolerance) if isinstance(tolerance, str)
+                else tolerance)
 
 
 def decode_arguments(value: Any) -> Arguments:

@@ -1,9 +1,10 @@
 """An evaluation set as a stream of rows: checked in a first pass, read again to be judged.
 
 The first pass (`scan_set`) reads the set batch by batch and keeps only what deciding needs:
-every problem, the row count, and one row per shape for planning the judges (tasks/
-row_shapes.py). Each later pass (`valid_rows`, `rejected_rows`) reads the set again and yields
-what it asks for as it goes, so that no list of every record or every row is ever held.
+every problem, the row count, and a summary of the inputs every row has, for planning the
+judges (judges/planning/set_summary.py). Each later pass (`valid_rows`, `rejected_rows`)
+reads the set again and yields what it asks for as it goes, so that no list of every record or
+every row is ever held.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from judges.planning.set_summary import SetSummary
 from judges.rows import EvalRow
 from tasks.dataset.input_limits import InputLimits, SetMeter
 from tasks.dataset.labels import LabelJoin
-from tasks.dataset.row_shapes import RowShapes
 from tasks.dataset.sources import batches_of_rows, iter_batches
 from tasks.dataset.table import DatasetReadError, RecordBatch, RowProblem
 from tasks.dataset.validation import CheckOptions, SetValidator, finished_problems, whole_set_broken
@@ -88,11 +89,11 @@ class RowSource:
 
 @dataclass
 class SetCheck:
-    """What the first pass learnt: every problem, how many rows, rows enough to plan."""
+    """What the first pass learnt: every problem, how many rows, what the rows hold."""
 
     problems: list[RowProblem]
     total: int
-    sample: list[EvalRow]
+    summary: SetSummary  # the inputs of every row to judge, for planning
     notes: dict[str, Any] = field(default_factory=dict)  # what the source said of itself
     # Every row to judge, when the pass was asked to keep them (`scan_set` keep_rows).
     rows: list[EvalRow] | None = None
@@ -119,23 +120,28 @@ def scan_set(source: RowSource, options: CheckOptions, keep_rows: bool = False) 
     Raises:
         DatasetReadError: the set (or its labels file) cannot be read.
     """
-    validator, join, shapes = SetValidator(options), source.label_join(), RowShapes()
+    validator, join, summary = SetValidator(options), source.label_join(), SetSummary()
     row_problems: list[RowProblem] = []
     notes: dict[str, Any] = {}
     kept: list[EvalRow] = []
     for batch in source.batches(join, notes):
         rows, problems = validator.check(batch)
         row_problems += problems
-        shapes.add(rows)
+        summary.add(rows)
         if keep_rows:
             kept += rows
     if join is not None:
         join.check_all_joined()
     problems = finished_problems(validator, row_problems)
-    rejected = {p.row_index for p in problems}
-    check = SetCheck(problems, validator.total, shapes.rows(rejected), notes)
+    check = SetCheck(problems, validator.total, summary, notes)
+    set_aside = set(check.rejected_indices)
+    if not whole_set_broken(problems) and set_aside - {p.row_index for p in row_problems}:
+        # Rows set aside only once the whole set was seen (a repeated request_id) were
+        # counted: count again without them, reading the set once more (rarely needed).
+        check.summary = SetSummary.of(
+            (row for row in kept if row.row_index not in set_aside) if keep_rows
+            else valid_rows(source, check, options))
     if keep_rows:  # as `valid_rows` would yield them
-        set_aside = set(check.rejected_indices)
         check.rows = [row for row in kept if row.row_index not in set_aside]
     return check
 
