@@ -72,9 +72,10 @@ def test_a_model_without_a_price_refuses_a_budget_before_any_call(fake_llm, tmp_
 
 def test_an_estimate_above_the_budget_refuses_before_any_call(fake_llm, tmp_path):
     fake_llm.script = PlantedJudge()
-    result = _evaluate(fake_llm, tmp_path, "--max-cost", "0.5", "--price-per-mtok", PRICE)
+    result = _evaluate(fake_llm, tmp_path, "--max-cost", "0.5", "--price-per-mtok", PRICE,
+                       "--judge-max-tokens", "50")
     assert result.exit_code == 2, result.output
-    assert "the run is estimated at 30 calls" in result.output
+    assert "the run is estimated at 30 to 60 calls" in result.output
     assert "above --max-cost $0.5" in result.output and fake_llm.requests == []
 
 
@@ -82,10 +83,10 @@ def test_a_budget_reached_mid_run_publishes_an_incomplete_run_with_every_row(fak
                                                                              tmp_path):
     fake_llm.script = PlantedJudge()
     judge = JudgeModel(model="openai/planted", api_base=fake_llm.api_base, concurrency=2,
-                       price_per_mtok=(1000, 2000))
+                       price_per_mtok=(100, 2000), max_tokens=50)
     params = EvaluateParams(data=_set(tmp_path, 30), judge=judge, output=str(tmp_path / "out"),
                             suite="b", run_id="r", judges=["correctness"], use_cache=False,
-                            max_cost_usd=3.0, over_estimate=True)
+                            max_cost_usd=0.5, over_estimate=True)
     state = asyncio.run(evaluate(params, return_state=True))
     summary = outcome_of(state)
     assert summary["status"] == "incomplete"
@@ -99,8 +100,8 @@ def test_a_budget_reached_mid_run_publishes_an_incomplete_run_with_every_row(fak
     answered = 30 - len(stopped)
     assert len(fake_llm.requests) == answered
     # the ledger's total is the sum of the calls' own costs: 10 input and 5 output tokens each
-    assert summary["usage"]["cost_usd"] == pytest.approx(answered * (10 * 0.001 + 5 * 0.002))
-    assert summary["usage"]["cost_usd"] <= 3.0
+    assert summary["usage"]["cost_usd"] == pytest.approx(answered * (10 * 1e-4 + 5 * 0.002))
+    assert summary["usage"]["cost_usd"] <= 0.5
 
 
 def test_a_budget_stop_is_never_a_breach(fake_llm, tmp_path):
@@ -109,9 +110,9 @@ def test_a_budget_stop_is_never_a_breach(fake_llm, tmp_path):
     fake_llm.script = PlantedJudge()
     seed(fake_llm, tmp_path, rows(30, set()))
     judge = JudgeModel(model="openai/planted", api_base=fake_llm.api_base, concurrency=2,
-                       price_per_mtok=(1000, 2000))
+                       price_per_mtok=(100, 2000), max_tokens=50)
     worse = rows(30, set(range(12)))  # would breach the gate if it were judged whole
-    state = run(params(fake_llm, tmp_path, worse, "broke", judge=judge, max_cost_usd=3.0,
+    state = run(params(fake_llm, tmp_path, worse, "broke", judge=judge, max_cost_usd=0.5,
                        over_estimate=True))
     assert state.is_failed()
     assert state.message.startswith("INCOMPLETE: the run budget was reached"), state.message
@@ -127,7 +128,8 @@ def test_the_estimate_counts_the_calls_a_run_makes(fake_llm, tmp_path):
                                  "openai/planted", "--api-base", fake_llm.api_base,
                                  "--judges", "correctness", "--price-per-mtok", PRICE])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("estimate: 30 calls, ~") and fake_llm.requests == []
+    assert result.output.startswith("estimate: 30 to 60 calls (up to 30 re-asks")
+    assert fake_llm.requests == []
     assert _evaluate(fake_llm, tmp_path).exit_code == 0
     assert len(fake_llm.requests) == 30  # what the estimate said
 
@@ -139,9 +141,9 @@ def test_a_nested_rejudge_spends_from_the_night_s_budget(fake_llm, tmp_path):
     fake_llm.script = PlantedJudge()
     seed(fake_llm, tmp_path, rows(10, set()))
     judge = JudgeModel(model="openai/planted-v2", api_base=fake_llm.api_base,
-                       price_per_mtok=(1000, 2000))
+                       price_per_mtok=(1000, 2000), max_tokens=50)
     state = run(params(fake_llm, tmp_path, rows(10, set()), "n1", judge=judge,
-                       rejudge_baseline=True, max_cost_usd=50.0, over_estimate=True))
+                       rejudge_baseline=True, max_cost_usd=500.0, over_estimate=True))
     assert state.is_completed(), state.message
     # tonight's rows, the baseline re-judged, the canary: 30 calls at 10 + 5 tokens each
     assert len(fake_llm.requests) - 10 == 30

@@ -26,6 +26,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
+from fractions import Fraction
 from typing import Any
 
 import judges.model.litellm_door as door
@@ -55,8 +56,8 @@ class SentCall:
         self.answered: float | None = None
         self._tokens_taken = False
         # A run budget's hold, taken once the call is admitted (judges/model/budget.py).
-        self.reserve_budget: Callable[[], float] | None = None
-        self.budget_hold = 0.0
+        self.reserve_budget: Callable[[], Fraction] | None = None
+        self.budget_hold = Fraction(0)
 
     async def take(self) -> None:
         """The slot at the provider, the RPM turn and (once) the token reservation."""
