@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from fractions import Fraction
 
@@ -148,3 +149,91 @@ def test_a_nested_rejudge_spends_from_the_night_s_budget(fake_llm, tmp_path):
     # tonight's rows, the baseline re-judged, the canary: 30 calls at 10 + 5 tokens each
     assert len(fake_llm.requests) - 10 == 30
     assert current_budget().spent_usd == pytest.approx(30 * (10 * 0.001 + 5 * 0.002))
+
+
+# A reasoning judge: every reply bills 2,000 output tokens, 1,990 of them reasoning.
+REASONING_PRICE = "1,15"  # $0.000001 per input token, $0.000015 per output token (2,000: $0.03)
+
+
+def _reasoning(honours_cap: bool):
+    planted = PlantedJudge()
+
+    def script(body: dict) -> Reply:
+        cap = body.get("max_completion_tokens") or body.get("max_tokens")
+        billed = min(2000, cap) if honours_cap and cap else 2000
+        return dataclasses.replace(planted(body), completion_tokens=billed,
+                                   reasoning_tokens=billed - 10)
+    return script
+
+
+def _spent_exactly(requests: list[dict], manifest: dict) -> Fraction:
+    """The answered calls' cost from their priced usage, in exact arithmetic."""
+    total = Fraction(0)
+    for call in manifest["ledger"]["phases"]["judging"]["judges"].values():
+        total += (Fraction(call["input_tokens"]) * Fraction(1)
+                  + Fraction(call["output_tokens"]) * Fraction(15)) / 10**6
+    return total
+
+
+def _budget_run(server, tmp_path, cap: str, *extra: str):
+    result = _evaluate(server, tmp_path, "--price-per-mtok", REASONING_PRICE, "--max-cost",
+                       "0.10", "--over-estimate", "--judge-max-tokens", cap, *extra)
+    folder = tmp_path / "out/b/r"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    stopped = [r for r in records if "run budget reached" in (
+        r["response/llm_judged/correctness/error_message"] or "")]
+    return result, manifest, records, stopped
+
+
+def test_a_reasoning_judge_never_spends_past_the_budget(fake_llm, tmp_path):
+    # The provider bills 2,000 tokens whatever the cap (4,000 here): each call is reserved at
+    # its most (prompt bound + 4,000 output tokens), so the spend stays within $0.10.
+    fake_llm.script = _reasoning(honours_cap=False)
+    result, manifest, records, stopped = _budget_run(fake_llm, tmp_path, "4000")
+    assert result.exit_code == 3, result.output
+    assert all(r["max_tokens"] == 4000 for r in fake_llm.requests)  # the cap is sent
+    answered = len(fake_llm.requests)
+    assert manifest["usage"]["calls"] == answered and 0 < answered < 30
+    spent = _spent_exactly(fake_llm.requests, manifest)
+    assert spent == answered * (Fraction(10) + 2000 * 15) / 10**6
+    assert spent <= Fraction("0.10")
+    assert manifest["usage"]["cost_usd"] == pytest.approx(float(spent), rel=1e-12)
+    assert manifest["status"] == "incomplete" and len(stopped) == 30 - answered
+    [reason] = [r for r in manifest["incomplete_reasons"] if r.startswith("run budget reached")]
+    assert f"{30 - answered} model call(s) not made" in reason
+
+
+def test_a_judge_that_keeps_its_cap_spends_the_budget_up_to_one_call(fake_llm, tmp_path):
+    fake_llm.script = _reasoning(honours_cap=True)
+    result, manifest, records, stopped = _budget_run(fake_llm, tmp_path, "500")
+    assert result.exit_code == 3, result.output
+    answered = len(fake_llm.requests)
+    spent = _spent_exactly(fake_llm.requests, manifest)
+    assert spent == answered * (Fraction(10) + 500 * 15) / 10**6 <= Fraction("0.10")
+    # stopped only once one more call at its most could pass the limit: the request as sent
+    # (messages, schema and all) bounds the prompt from above
+    most = max((len(json.dumps(r).encode()) + 1024 + 500 * 15) for r in fake_llm.requests)
+    assert Fraction("0.10") - spent < Fraction(most, 10**6)
+    assert len(stopped) == 30 - answered > 0
+
+
+def test_a_provider_billing_past_the_cap_stops_every_further_call(fake_llm, tmp_path):
+    fake_llm.script = _reasoning(honours_cap=False)
+    result, manifest, records, stopped = _budget_run(fake_llm, tmp_path, "500",
+                                                     "--concurrency", "1")
+    assert result.exit_code == 3, result.output
+    # only the calls already sent when the first reply came back (one, and the next admitted)
+    assert len(fake_llm.requests) <= 2 and len(stopped) == 30 - len(fake_llm.requests)
+    [reason] = [r for r in manifest["incomplete_reasons"] if r.startswith("run budget reached")]
+    assert "billed 2000 output tokens for a reply capped at 500" in reason
+
+
+def test_a_budget_without_a_reply_cap_is_refused_before_any_call(fake_llm, tmp_path):
+    fake_llm.script = _reasoning(honours_cap=False)
+    result = _evaluate(fake_llm, tmp_path, "--price-per-mtok", REASONING_PRICE, "--max-cost",
+                       "0.10")
+    assert result.exit_code == 2, result.output
+    assert "--max-cost needs a cap on every reply it pays for" in result.output
+    assert "--judge-max-tokens N" in result.output and "Traceback" not in result.output
+    assert fake_llm.requests == [] and not (tmp_path / "out").exists()

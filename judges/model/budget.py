@@ -3,19 +3,21 @@
 Before each attempt a call reserves the most it can cost (judges/model/pricing.py,
 `most_call_cost`): a bound on its prompt's input tokens at the input price and the reply cap the
 request sends (`max_tokens`, reasoning included) at the output price. When what was spent plus
-what is reserved plus that would pass the limit, the call is not made and fails with
-`BudgetReached`, which the row keeps as its error. An answered call settles its reservation at
-the cost the provider's usage gives, never more than it reserved while the provider keeps the
-cap; a reply billing more than its cap (a provider that does not keep it) stops every further
-call, since no reservation can be trusted then. A call refused before it was sent settles at
-nothing; one that timed out or lost its connection may have been billed anyway, so it keeps its
-reservation as spent. Sums are exact (fractions of the floats' values), so the limit is never
-passed by a rounding. One ledger per process, opened by the run (`open_budget`); a run without
-a limit has none, and no call pays for the check.
+what is reserved plus that would pass the limit, an online call first waits while calls in
+flight hold the room it needs (they may settle for less); with nothing in flight it is not made
+and fails with `BudgetReached`, which the row keeps as its error. An answered call settles its
+reservation at the cost the provider's usage gives, never more than it reserved while the
+provider keeps the cap; a reply billing more than its cap (a provider that does not keep it)
+stops every further call, since no reservation can be trusted then. A call refused before it
+was sent settles at nothing; one that timed out or lost its connection may have been billed
+anyway, so it keeps its reservation as spent. Sums are exact (fractions of the floats' values),
+so no rounding passes the limit. One ledger per process, opened by the run (`open_budget`); a
+run without a limit has none, and no call pays for the check.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -24,6 +26,7 @@ from judges.model.usage import LLMCallError
 
 BUDGET_REASON = "run budget reached"  # how the run's reason starts (its counts change)
 Dollars = Fraction | float
+SETTLE_POLL_SECONDS = 0.02
 
 
 class BudgetReached(LLMCallError):
@@ -63,6 +66,23 @@ class Budget:
                 f"(--max-cost); this call, at most ${float(most):.4f}, was not made")
         self.reserved_usd += most
         return most
+
+    async def hold(self, most_usd: Dollars) -> Fraction:
+        """`reserve`, after waiting for the calls in flight to settle while they hold the room.
+
+        A call that does not fit beside the others' holds is not stopped while they may settle
+        for less than they hold; it is stopped once it would not fit with nothing in flight.
+        Polled rather than awaited on a condition: the ledger is shared by every event loop of
+        the process.
+
+        Raises:
+            BudgetReached: as `reserve`, with nothing in flight.
+        """
+        most = Fraction(most_usd)
+        while (self.overrun is None and self.reserved_usd > 0
+               and self.spent_usd + self.reserved_usd + most > self.limit_usd):
+            await asyncio.sleep(SETTLE_POLL_SECONDS)
+        return self.reserve(most)
 
     def settle(self, hold: Dollars, cost_usd: Dollars) -> None:
         """Release a call's hold and count what it really cost."""

@@ -200,7 +200,7 @@ class LLMClient:
         budget = current_budget()
         if budget is not None:  # reserved once admitted, so that waiting calls hold nothing
             most = self._most_cost(messages, schema)
-            call.reserve_budget = lambda: budget.reserve(most)
+            call.reserve_budget = lambda: budget.hold(most)
         try:
             completion = await send_within_limits(call, request)
         except BaseException as error:
