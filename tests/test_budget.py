@@ -237,3 +237,25 @@ def test_a_budget_without_a_reply_cap_is_refused_before_any_call(fake_llm, tmp_p
     assert "--max-cost needs a cap on every reply it pays for" in result.output
     assert "--judge-max-tokens N" in result.output and "Traceback" not in result.output
     assert fake_llm.requests == [] and not (tmp_path / "out").exists()
+
+
+def test_a_call_lost_in_flight_keeps_its_reservation_as_spent(fake_llm):
+    from judges.model.budget import open_budget, use_budget
+    from judges.model.pricing import most_call_cost
+    from judges.model.usage import LLMCallError
+
+    fake_llm.script = lambda body: Reply('{"rating": "yes", "rationale": "ok"}',
+                                         delay_seconds=2.0)
+    settings = LLMSettings(model="openai/slow-judge", api_base=fake_llm.api_base,
+                           price_per_mtok=(1, 15), max_tokens=100, timeout_seconds=0.3,
+                           max_attempts=1)
+    messages = [{"role": "user", "content": "q"}]
+    budget = open_budget(1.0)
+    try:
+        with pytest.raises(LLMCallError):
+            asyncio.run(LLMClient(settings).complete(messages, Usage()))
+        # the provider may have run it and billed it: counted at the most it could cost
+        assert budget.spent_usd == most_call_cost((1e-6, 15e-6), messages, None, 100) > 0
+        assert budget.reserved_usd == 0
+    finally:
+        use_budget(None)
