@@ -118,10 +118,11 @@ async def rejudged_baseline(params: Any, baseline: BaselineRun, judged: JudgedRu
         found = None
     if found is None or found.refused is not None or found.manifest.get("status") != "complete":
         budget = current_budget()
-        left = None if budget is None else budget.limit_usd - budget.spent_usd
+        left = None if budget is None else budget.left_usd()
         if left is not None and left <= 0:
             return baseline, (f"the baseline could not be re-judged: the run budget is spent "
-                              f"(${budget.spent_usd:.4f} of ${budget.limit_usd:.4f})")
+                              f"(${float(budget.spent_usd):.4f} of "
+                              f"${float(budget.limit_usd):.4f})")
         request = RejudgeParams(
             source_run=baseline.run_id, run_id=run_id, judge=params.judge,
             judges=params.judges, custom_judges=params.custom_judges, aspects=params.aspects,
@@ -140,6 +141,7 @@ async def rejudged_baseline(params: Any, baseline: BaselineRun, judged: JudgedRu
             if budget is not None and nested is not None and nested is not budget:
                 budget.spent_usd += nested.spent_usd
                 budget.stopped += nested.stopped
+                budget.overrun = budget.overrun or nested.overrun
             use_budget(budget)
         if summary.get("status") != "complete":
             return baseline, (f"the baseline re-judged by tonight's judge ({run_id}) is "

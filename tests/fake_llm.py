@@ -28,6 +28,7 @@ class Reply:
     model: str | None = None  # the model the provider says answered (default: as asked)
     system_fingerprint: str | None = None
     cached_tokens: int = 0  # > 0: usage.prompt_tokens_details.cached_tokens, as OpenAI reports
+    reasoning_tokens: int = 0  # > 0: usage.completion_tokens_details (part of completion_tokens)
 
 
 Script = Callable[[dict], Reply]
@@ -47,6 +48,8 @@ def _completion_body(body: dict, reply: Reply) -> dict:
     }
     if reply.cached_tokens > 0:
         usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+    if reply.reasoning_tokens > 0:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",

@@ -249,10 +249,12 @@ def test_a_pairwise_compare_in_batches_equals_the_online_one(provider, tmp_path)
 
 def test_a_budget_reached_in_batch_mode_publishes_an_incomplete_run(provider, tmp_path):
     out = tmp_path / "out"
-    # 32 calls at an estimated ~$0.5 each (prompt chars / 4 at $0.001, 256 reply tokens at
-    # $0.002) against $5: the ledger admits the first calls and stops the rest before sending.
+    # 32 calls reserved at their most, over $1 each at batch prices (prompt bytes and more at
+    # $0.0005, 256 reply tokens at $0.001) against $5: the ledger admits the first calls and
+    # stops the rest before sending.
     result = runner.invoke(app, _command(provider, _set(tmp_path), out, "budget", "--batch",
-                                         "--max-cost", "5", "--over-estimate"))
+                                         "--max-cost", "5", "--over-estimate",
+                                         "--judge-max-tokens", "256"))
     assert result.exit_code == 3, result.output
     metrics, manifest, records = _published(out, "budget")
     assert manifest["status"] == "incomplete"

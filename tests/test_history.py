@@ -103,7 +103,10 @@ def test_a_regression_run_records_its_gates_and_baseline(tmp_path):
     (gate,) = cand["gates"]
     assert gate["metric"] == "winrate" and gate["outcome"] == "breached"
     assert gate["candidate"] == 0.0
-    assert cand["pairwise_cost"] is not None
+    # the ledger's total holds the head-to-head (and the canary): no second cost
+    ledger = json.loads((tmp_path / "out/ph/cand/manifest.json").read_text())["ledger"]
+    assert cand["pairwise_cost"] is None and "head_to_head" in ledger["phases"]
+    assert cand["cost"]["calls"] == ledger["total"]["calls"]
     assert cand["canary"] == {"sample": 8, "agreement": 1.0, "drifted": False}
     assert "FAILED" in Page((tmp_path / "out" / "ph" / "index.html").read_text()).text
 
@@ -381,3 +384,26 @@ def test_on_s3_the_history_page_has_a_presigned_link_and_an_artifact(s3):
 
     (artifact,) = asyncio.run(artifacts())
     assert files["history_link"] in artifact.data  # Prefect stores a link as Markdown
+
+
+def test_the_cost_column_is_the_ledger_s_total_canary_included(fake_llm, tmp_path):
+    from tests.planted import PlantedJudge
+    from tests.test_regression import params, rows, run, seed
+
+    fake_llm.script = PlantedJudge()  # 10 input and 5 output tokens a call: $0.02 at this price
+    judge = JudgeModel(model="openai/planted", api_base=fake_llm.api_base,
+                       price_per_mtok=(1000, 2000))
+    seed(fake_llm, tmp_path, rows(10, set()), judge=judge)
+    state = run(params(fake_llm, tmp_path, rows(10, set()), "n1", judge=judge))
+    assert state.is_completed(), state.message
+    suite = tmp_path / "out" / "nightly"
+    manifest = json.loads((suite / "n1" / "manifest.json").read_text())
+    total = manifest["ledger"]["total"]
+    assert manifest["regression"]["canary"]["sample"] == 10
+    assert total["calls"] == 20 and total["cost_usd"] == pytest.approx(20 * 0.02)
+    assert manifest["usage"]["calls"] == 10  # the judging phase alone
+    entry = _history(suite)["entries"][0]
+    assert entry["run_id"] == "n1" and entry["cost"]["calls"] == 20
+    assert entry["cost"]["cost_usd"] == pytest.approx(0.40)
+    text = Page((suite / "index.html").read_text()).text
+    assert "$0.40 · 20 calls" in text and "$0.20 · 10 calls" in text  # the night, the seed

@@ -2,7 +2,9 @@
 
 The same options as evaluate; the set is read and checked, the judges planned, and the estimate
 a budget run checks (flows/preflight/budget.py) printed alone, with the time the run's limits
-allow at the least. Nothing is judged, published or started (no Prefect API).
+allow at the least: the first attempts' calls and, when judges are asked, the most calls and
+cost once every judge reply is re-asked (an unparseable reply is asked once more). Nothing is
+judged, published or started (no Prefect API).
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ def estimate_command(**options: Any) -> None:
               "minutes")
     if params.max_cost_usd is not None:
         verdict = ("a run would be refused: a model has no price" if result.unpriced else
-                   "within it" if result.cost_usd <= params.max_cost_usd else
+                   "a run would be refused: no reply cap (give "
+                   + " and ".join(f"{o} N" for o in result.uncapped) + ")" if result.uncapped
+                   else "within it" if result.cost_usd <= params.max_cost_usd else
                    "above it: a run would be refused unless --over-estimate")
+        if result.most_cost_usd is not None and not result.unpriced and not result.uncapped:
+            verdict += ("; the run stops before passing it" if result.most_cost_usd
+                        > params.max_cost_usd else "; it cannot be reached")
         print(f"budget ${params.max_cost_usd}: {verdict}")

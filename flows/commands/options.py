@@ -39,6 +39,8 @@ OPTIONS: dict[str, tuple] = {
     "tpm": _option(int | None, None, "Tokens per minute cap"),
     "max_attempts": _option(int, 5, "Attempts per judge call on 429/5xx/timeout/connection "
                             "errors"),
+    "judge_max_tokens": _option(int | None, None, "Cap on each judge reply's tokens, reasoning "
+                                "included (needed with --max-cost)", min=1),
     "price_per_mtok": _option(str | None, None, "The judge's price, INPUT,OUTPUT in USD per "
                               "million tokens, for a model litellm's price map does not know"),
     # the candidate model, when judgeflow generates the responses
@@ -49,6 +51,9 @@ OPTIONS: dict[str, tuple] = {
                                      "API key"),
     "candidate_max_attempts": _option(int | None, None, "Attempts per generation call "
                                       "(default: --max-attempts)"),
+    "candidate_max_tokens": _option(int | None, None, "Cap on each generated response's "
+                                    "tokens, reasoning included (needed with --max-cost)",
+                                    min=1),
     "candidate_price_per_mtok": _option(str | None, None, "The candidate's price, "
                                         "INPUT,OUTPUT in USD per million tokens"),
     # what is judged
@@ -104,9 +109,11 @@ OPTIONS: dict[str, tuple] = {
 }
 
 JUDGE_OPTIONS = ("judge_model", "api_base", "api_key_env", "temperature", "concurrency",
-                 "max_concurrency", "rpm", "tpm", "max_attempts", "price_per_mtok")
+                 "max_concurrency", "rpm", "tpm", "max_attempts", "judge_max_tokens",
+                 "price_per_mtok")
 CANDIDATE_OPTIONS = ("candidate_model", "candidate_api_base", "candidate_api_key_env",
-                     "candidate_max_attempts", "candidate_price_per_mtok")
+                     "candidate_max_attempts", "candidate_max_tokens",
+                     "candidate_price_per_mtok")
 EVALUATION_OPTIONS = ("judges", "custom_judges", "aspect", "strictness", "allow_extra_columns",
                       "labels", "calibration", "calibration_floor", "calibration_min_labels",
                       "calibration_seed")
@@ -146,7 +153,7 @@ def judge_model_fields(options: Mapping[str, Any]) -> dict[str, Any]:
             "api_key_env": options["api_key_env"], "temperature": options["temperature"],
             "concurrency": options["concurrency"], "max_concurrency": options["max_concurrency"],
             "rpm": options["rpm"], "tpm": options["tpm"],
-            "max_attempts": options["max_attempts"],
+            "max_attempts": options["max_attempts"], "max_tokens": options["judge_max_tokens"],
             "price_per_mtok": parse_price(options["price_per_mtok"], "--price-per-mtok")}
 
 
@@ -169,12 +176,15 @@ def candidate_fields(options: Mapping[str, Any]) -> dict[str, Any] | None:
     An endpoint or key variable without a candidate model exits 2.
     """
     if options["candidate_model"] is None:
-        if options["candidate_api_base"] or options["candidate_api_key_env"]:
-            fail("--candidate-api-base and --candidate-api-key-env need --candidate-model MODEL")
+        if (options["candidate_api_base"] or options["candidate_api_key_env"]
+                or options["candidate_max_tokens"]):
+            fail("--candidate-api-base, --candidate-api-key-env and --candidate-max-tokens "
+                 "need --candidate-model MODEL")
         return None
     attempts = options["candidate_max_attempts"] or options["max_attempts"]
     return {"model": options["candidate_model"], "api_base": options["candidate_api_base"],
             "api_key_env": options["candidate_api_key_env"], "max_attempts": attempts,
+            "max_tokens": options["candidate_max_tokens"],
             "concurrency": options["concurrency"], "max_concurrency": options["max_concurrency"],
             "price_per_mtok": parse_price(options["candidate_price_per_mtok"],
                                           "--candidate-price-per-mtok")}

@@ -1,46 +1,66 @@
-"""A run budget checked before any call: every model priced, the run's estimate within it.
+"""A run budget checked before any call: every model priced and capped, the estimate within it.
 
 The estimate renders the judges' prompts for the first rows of the set (at most
 `ESTIMATE_ROWS`, read as a stream) and scales their tokens to the whole set: input tokens as
 characters / 4, each reply at its cap or its usual size; its cost is given online and at the
 batch prices (judges/model/pricing.py), without any cached input (the provider decides that).
 It counts the judge calls, the candidate's generations and, for a regression, the head-to-head
-(two orders per row) and the drift canary's re-judged rows. It is an estimate: the run itself
-stops at the budget whatever the estimate said (judges/model/budget.py).
+(two orders per row) and the drift canary: the rows the canary draws, in its seeded order, from
+the set (as the run draws them from the baseline's rows: the same rows when the set is the
+baseline's), each judged by the judges the canary re-judges.
+
+Those are the first attempts. A judge reply that cannot be parsed is asked once more, so the
+run makes between that count and twice its judge calls; the estimate says so, and gives the
+most the run can cost: every judge call re-asked, every prompt at its token bound and every
+reply at its cap (`most_call_cost`, what the run's ledger reserves per call). A budget run needs
+that cap (`--judge-max-tokens`, `--candidate-max-tokens`): without one a call's cost has no
+bound, and the budget is refused (judges/model/budget.py keeps it during the run).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
+from judges.base import JudgeSpec
 from judges.builtin.pairwise import render as render_pair
 from judges.errors import ConfigError
 from judges.model.limits import CHARS_PER_TOKEN, ESTIMATED_REPLY_TOKENS
-from judges.model.pricing import Prices, call_cost, model_prices
+from judges.model.pricing import Prices, call_cost, model_prices, most_call_cost
 from judges.model.settings import LLMSettings
 from judges.plan import JudgePlan
 from judges.rows import EvalRow, as_planned
+from tasks.regression.canary import canary_judges, sample_key
 
 ESTIMATE_ROWS = 200
 
 
 class BudgetError(ConfigError):
-    """A budget run that cannot start: a model without a price, or an estimate above it."""
+    """A budget run that cannot start: a model without a price or cap, or an estimate above it."""
 
 
 @dataclass(frozen=True)
 class Estimate:
     """What a run is expected to call and cost, online and through a provider's batch API."""
 
-    calls: int
+    calls: int  # first attempts
     input_tokens: int
     output_tokens: int
     cost_usd: float
     unpriced: tuple[str, ...] = ()  # models without a price: their calls count as $0 here
     batch_cost_usd: float | None = None  # the same calls at the batch prices
+    reasks: int = 0  # judge calls that may be asked once more (an unparseable reply)
+    most_cost_usd: float | None = None  # every call re-asked, at its bound and cap; None: uncapped
+    uncapped: tuple[str, ...] = ()  # options a budget needs: a priced model sends no reply cap
+
+    @property
+    def most_calls(self) -> int:
+        """The most calls the run can make: every judge reply re-asked once."""
+        return self.calls + self.reasks
 
     def line(self) -> str:
         """The estimate in one line."""
@@ -48,8 +68,14 @@ class Estimate:
                 f"cost unknown (no price for {', '.join(self.unpriced)}: give --price-per-mtok)")
         if not self.unpriced and self.batch_cost_usd is not None:
             cost += f" online, ~${self.batch_cost_usd:.4f} batch"
-        return (f"{self.calls:,} calls, ~{self.input_tokens:,} input and "
-                f"~{self.output_tokens:,} output tokens, {cost}")
+        calls = (f"{self.calls:,} calls" if not self.reasks else
+                 f"{self.calls:,} to {self.most_calls:,} calls (up to {self.reasks:,} re-asks "
+                 "of unparseable judge replies)")
+        most = ""
+        if not self.unpriced and self.most_cost_usd is not None:
+            most = f"; at most ${self.most_cost_usd:.4f} (every reply at its cap, re-asked)"
+        return (f"{calls}, ~{self.input_tokens:,} input and "
+                f"~{self.output_tokens:,} output tokens, {cost}{most}")
 
 
 class _Cost:
@@ -57,10 +83,23 @@ class _Cost:
 
     def __init__(self) -> None:
         self.online = self.batch = 0.0
+        self.most = Fraction(0)
+        self.uncapped: list[str] = []
 
     def add(self, prices: Prices, input_tokens: int, output_tokens: int) -> None:
         self.online += call_cost(prices, input_tokens, output_tokens)
         self.batch += call_cost(prices, input_tokens, output_tokens, batch=True)
+
+    def add_most(self, prices: Prices, settings: LLMSettings, option: str,
+                 prompts: Iterable[list[dict]]) -> None:
+        """The most these calls can cost, online (the dearer): each prompt at its bound."""
+        cap = settings.max_tokens or 0
+        if not cap and prices.output > 0:
+            if option not in self.uncapped:
+                self.uncapped.append(option)
+            return
+        for messages in prompts:
+            self.most += most_call_cost(prices, messages, None, cap)
 
 
 def priced(settings: LLMSettings, option: str, unpriced: list[str] | None = None) -> Prices:
@@ -88,13 +127,44 @@ def _tokens(messages: list[dict]) -> int:
     return sum(len(str(m.get("content", ""))) for m in messages) // CHARS_PER_TOKEN
 
 
+def _prompts(judges: Iterable[JudgeSpec], row: EvalRow) -> Iterator[list[dict]]:
+    """Every first-attempt prompt the judges send for a row (once per sample)."""
+    for spec in judges:
+        if not spec.samples or not spec.applies_to(row):
+            continue  # a judge that asks no model costs nothing
+        for messages in spec.prompts(row):
+            yield from itertools.repeat(messages, spec.samples)
+
+
+def _reasked(messages: list[dict], cap: int) -> list[dict]:
+    """A re-ask's prompt at its largest: the first, the reply (at most `cap` tokens) and more."""
+    return [*messages, {"role": "assistant", "content": "x" * cap}]
+
+
+def canary_rows(rows: Iterable[EvalRow], judges: list[JudgeSpec], size: int,
+                seed: int) -> list[EvalRow]:
+    """The rows the drift canary draws: the first `size` in its seeded order with a judge.
+
+    As tasks/regression/canary.py `choose_rows` draws from the baseline's records (those with
+    a verdict of a canary judge), in bounded memory; a row to be generated counts as answered.
+    """
+    def judged(row: EvalRow) -> EvalRow:
+        return row if row.response is not None else row.model_copy(
+            update={"response": "(generated)"})
+
+    candidates = (judged(as_planned(row)) for row in rows)
+    drawn = (row for row in candidates if any(j.applies_to(row) for j in judges))
+    return heapq.nsmallest(size, drawn, key=lambda row: sample_key(seed, str(row.request_id)))
+
+
 def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgePlan,
                   unpriced: list[str] | None = None) -> Estimate:
     """The estimate of an evaluate or regression run over `total` rows like `rows`.
 
     Args:
         params: the run's parameters (judge, candidate, head-to-head, canary).
-        rows: the set's rows, as a stream: the first `ESTIMATE_ROWS` are rendered.
+        rows: the set's rows, as a stream: the first `ESTIMATE_ROWS` are rendered (a
+            regression's canary reads it to the end, drawing its rows).
         total: how many rows the set has.
         plan: the judges that will run.
         unpriced: collects models without a price (then counted at $0) instead of refusing.
@@ -102,45 +172,70 @@ def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgeP
     judge = params.judge.settings()
     judge_prices = priced(judge, "--judge-model", unpriced)
     reply = judge.max_tokens or ESTIMATED_REPLY_TOKENS
-    sample = list(itertools.islice(rows, ESTIMATE_ROWS))
+    stream = iter(rows)
+    sample = list(itertools.islice(stream, ESTIMATE_ROWS))
     calls = prompt = generation_in = generations = 0
+    cost = _Cost()
+    first_prompts: list[list[dict]] = []
     for row in sample:
         planned = as_planned(row)
         if row.response is None:
             generations += 1
             generation_in += len(str(row.request)) // CHARS_PER_TOKEN
-        for spec in plan.judges:
-            if not spec.samples or not spec.applies_to(planned):
-                continue  # a judge that asks no model costs nothing
-            for messages in spec.prompts(planned):
-                calls += spec.samples
-                prompt += spec.samples * _tokens(messages)
+        for messages in _prompts(plan.judges, planned):
+            calls += 1
+            prompt += _tokens(messages)
+            first_prompts.append(messages)
     scale = total / len(sample) if sample else 0.0
     calls_total, prompt_total = round(calls * scale), round(prompt * scale)
-    cost = _Cost()
     cost.add(judge_prices, prompt_total, calls_total * reply)
+    judge_most = _Cost()
+    judge_most.add_most(judge_prices, judge, "--judge-max-tokens",
+                        [*first_prompts, *(_reasked(m, reply) for m in first_prompts)])
+    most = judge_most.most * Fraction(scale)
     if getattr(params, "pairwise", False):  # a regression's head-to-head: both orders per row
         pair_calls = 2 * total
         pair_prompt = 2 * round(prompt / max(calls, 1) * total)
         calls_total, prompt_total = calls_total + pair_calls, prompt_total + pair_prompt
         cost.add(judge_prices, pair_prompt, pair_calls * reply)
-    canary = min(getattr(params, "canary_rows", 0) or 0, total)
-    if canary and sample:
-        canary_calls = round(calls / len(sample) * canary)
-        canary_prompt = round(prompt / len(sample) * canary)
-        calls_total, prompt_total = calls_total + canary_calls, prompt_total + canary_prompt
-        cost.add(judge_prices, canary_prompt, canary_calls * reply)
+        # each order at the mean judge prompt's bound, re-asked
+        most += judge_most.most / max(2 * calls, 1) * 2 * pair_calls
+    judge_calls = calls_total
+    size = min(getattr(params, "canary_rows", 0) or 0, total)
+    judges = canary_judges(plan.judges)
+    if size and judges:  # drawn over the whole set, as the run draws over the baseline's
+        drawn = canary_rows(itertools.chain(sample, stream), judges, size,
+                            getattr(params, "canary_seed", 0))
+        canary_prompts = [m for row in drawn for m in _prompts(judges, row)]
+        canary_prompt = sum(_tokens(m) for m in canary_prompts)
+        calls_total += len(canary_prompts)
+        judge_calls += len(canary_prompts)
+        prompt_total += canary_prompt
+        cost.add(judge_prices, canary_prompt, len(canary_prompts) * reply)
+        judge_most.most = Fraction(0)
+        judge_most.add_most(judge_prices, judge, "--judge-max-tokens",
+                            [*canary_prompts, *(_reasked(m, reply) for m in canary_prompts)])
+        most += judge_most.most
     output_total = calls_total * reply
+    uncapped = list(judge_most.uncapped) if judge_calls else []
     if params.candidate is not None and generations:
         candidate = params.candidate.settings()
+        candidate_prices = priced(candidate, "--candidate-model", unpriced)
         gen_reply = candidate.max_tokens or ESTIMATED_REPLY_TOKENS
         gen_calls = round(generations * scale)
         gen_in = round(generation_in * scale)
-        cost.add(priced(candidate, "--candidate-model", unpriced), gen_in, gen_calls * gen_reply)
+        cost.add(candidate_prices, gen_in, gen_calls * gen_reply)
         calls_total, prompt_total = calls_total + gen_calls, prompt_total + gen_in
         output_total += gen_calls * gen_reply
+        generation_most = _Cost()
+        generation_most.add_most(candidate_prices, candidate, "--candidate-max-tokens",
+                                 [[{"role": "user", "content": str(row.request)}]
+                                  for row in sample if row.response is None])
+        most += generation_most.most * Fraction(scale)
+        uncapped += generation_most.uncapped
     return Estimate(calls_total, prompt_total, output_total, cost.online, tuple(unpriced or ()),
-                    cost.batch)
+                    cost.batch, reasks=judge_calls,
+                    most_cost_usd=None if uncapped else float(most), uncapped=tuple(uncapped))
 
 
 def estimate_pairs(params: Any, pairs: Iterable[Any], total: int) -> Estimate:
@@ -150,21 +245,36 @@ def estimate_pairs(params: Any, pairs: Iterable[Any], total: int) -> Estimate:
     reply = judge.max_tokens or ESTIMATED_REPLY_TOKENS
     sample = list(itertools.islice(pairs, ESTIMATE_ROWS))
     passes = 2 if params.swap else 1
-    prompt = sum(_tokens(render_pair(p.prompt, p.response_A, p.response_B, None))
-                 for p in sample) * passes
+    rendered = [render_pair(p.prompt, p.response_A, p.response_B, None) for p in sample]
+    prompt = sum(_tokens(messages) for messages in rendered) * passes
     calls = round(passes * total)
     prompt_total = round(prompt * total / len(sample)) if sample else 0
     cost = _Cost()
     cost.add(prices, prompt_total, calls * reply)
-    return Estimate(calls, prompt_total, calls * reply, cost.online, batch_cost_usd=cost.batch)
+    cost.add_most(prices, judge, "--judge-max-tokens",
+                  [*rendered, *(_reasked(m, reply) for m in rendered)])
+    most = cost.most * passes * Fraction(total, len(sample)) if sample else Fraction(0)
+    return Estimate(calls, prompt_total, calls * reply, cost.online, batch_cost_usd=cost.batch,
+                    reasks=calls, most_cost_usd=None if cost.uncapped else float(most),
+                    uncapped=tuple(cost.uncapped))
 
 
 def check_budget(params: Any, estimate: Estimate) -> None:
-    """Refuse a run whose estimate is above its budget, unless told to start anyway.
+    """Refuse a budget run that sends no reply cap, or whose estimate is above its budget.
+
+    The estimate above the budget starts anyway with --over-estimate (the run then stops at
+    the budget); a missing cap never does: the budget could not be kept.
 
     Raises:
-        BudgetError: naming the estimate, the budget and the ways out.
+        BudgetError: naming the estimate, the budget and the ways out; or the options a cap
+            is missing from.
     """
+    if params.max_cost_usd is not None and estimate.uncapped:
+        raise BudgetError(
+            f"--max-cost needs a cap on every reply it pays for, so that no call can cost more "
+            f"than it reserves: give {' and '.join(o + ' N' for o in estimate.uncapped)} "
+            "(reply tokens, reasoning included; max_tokens in the flow's parameters) or run "
+            "without --max-cost")
     # A batch run is held to its batch estimate: what its calls will be charged.
     expected = (estimate.batch_cost_usd if getattr(params, "batch", False)
                 and estimate.batch_cost_usd is not None else estimate.cost_usd)

@@ -24,8 +24,9 @@ import asyncio
 import functools
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
+from fractions import Fraction
 from typing import Any
 
 import judges.model.litellm_door as door
@@ -55,8 +56,8 @@ class SentCall:
         self.answered: float | None = None
         self._tokens_taken = False
         # A run budget's hold, taken once the call is admitted (judges/model/budget.py).
-        self.reserve_budget: Callable[[], float] | None = None
-        self.budget_hold = 0.0
+        self.reserve_budget: Callable[[], Awaitable[Fraction]] | None = None
+        self.budget_hold = Fraction(0)
 
     async def take(self) -> None:
         """The slot at the provider, the RPM turn and (once) the token reservation."""
@@ -90,7 +91,7 @@ async def send_within_limits(call: SentCall, request: dict) -> Completion:
     await limits.admission.acquire(order=_CHUNK.get())
     try:
         if call.reserve_budget is not None:  # raises BudgetReached: nothing is sent
-            call.budget_hold = call.reserve_budget()
+            call.budget_hold = await call.reserve_budget()
         # Decided once admitted: the first calls' replies may have shown the hooks work.
         if not _sends_through_hooks(limits):
             await call.take()

@@ -52,6 +52,20 @@ def is_transient(error: BaseException) -> bool:
     return status is not None and (status == 429 or status >= 500)
 
 
+def may_be_billed(error: BaseException) -> bool:
+    """A sent call that failed without the provider's answer: it may have run and be billed.
+
+    A timeout, a lost connection or a cancellation leave the reply unknown; an HTTP error the
+    provider answered (a 4xx or 5xx with its body) was not a completion.
+    """
+    if not isinstance(error, Exception):
+        return True  # cancelled while in flight
+    import openai
+
+    return isinstance(error, (openai.APIConnectionError, litellm().Timeout,
+                              litellm().APIConnectionError))
+
+
 def is_rate_limited(error: BaseException) -> bool:
     """The provider said "too many requests"."""
     return status_of(error) == 429 or isinstance(error, litellm().RateLimitError)

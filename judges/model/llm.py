@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from fractions import Fraction
 
 from pydantic import BaseModel
 
 import judges.model.litellm_door as door
 from judges.model.batch.broker import Endpoint, current_batches
 from judges.model.batch.requests import batch_body, batch_line, custom_id_of, who_asks
-from judges.model.budget import BudgetReached, current_budget
+from judges.model.budget import Budget, BudgetReached, current_budget
 from judges.model.in_flight import SentCall, send_within_limits
 from judges.model.limits import estimate_tokens, limits_for
 from judges.model.local_models import is_local_model, local_model
-from judges.model.pricing import estimated_call_cost, model_prices, priced
+from judges.model.pricing import model_prices, most_call_cost, priced
 from judges.model.request import request_for
 from judges.model.retry import backoff_delay, describe_error, retry_after_seconds, status_of
 from judges.model.settings import LLMSettings
@@ -145,14 +146,31 @@ class LLMClient:
         usage.calls += 1
         return Completion(text, 0, 0, 0.0, latency_seconds=time.perf_counter() - started)
 
-    def _estimated_cost(self, messages: list[dict], batch: bool = False) -> float:
-        """What the next attempt may cost (online or in a batch), as a budget reserves it.
+    def _most_cost(self, messages: list[dict], schema: type[BaseModel] | None,
+                   batch: bool = False) -> Fraction:
+        """The most the next attempt can cost (online or in a batch), as a budget reserves it.
 
         0 for an unpriced model, which a budget run refuses before it starts.
+
+        Raises:
+            BudgetReached: the request sends no reply cap, so its cost has no bound (a budget
+                run is refused before it starts without one: flows/preflight/budget.py).
         """
         prices = model_prices(self.settings)
-        return 0.0 if prices is None else estimated_call_cost(
-            prices, messages, self.settings.max_tokens, batch=batch)
+        if prices is None:
+            return Fraction(0)
+        cap = self.settings.max_tokens or 0
+        if not cap and prices.rates(batch)[2] > 0:  # free output needs no cap
+            raise BudgetReached(f"run budget reached: a call to {self.settings.model} sends no "
+                                "reply cap (max_tokens), so its cost has no bound; not made")
+        return most_call_cost(prices, messages, schema, cap, batch=batch)
+
+    def _settle(self, budget: Budget, hold: Fraction, completion: Completion) -> None:
+        """Count an answered call's cost; a reply billed past its cap stops the run's calls."""
+        budget.settle(hold, completion.cost_usd)
+        cap = self.settings.max_tokens
+        if cap and completion.output_tokens > cap:
+            budget.billed_past_cap(self.settings.model, completion.output_tokens, cap)
 
     def _schema_refused(self, error: Exception) -> bool:
         """A 400 about structured output: remember that this model takes no schema."""
@@ -176,18 +194,21 @@ class LLMClient:
         self, messages: list[dict], response_format: type[BaseModel] | None
     ) -> Completion:
         limits = self._limits
-        request = request_for(self.settings, messages, self._schema(response_format))
+        schema = self._schema(response_format)
+        request = request_for(self.settings, messages, schema)
         call = SentCall(limits, estimate_tokens(messages, self.settings.max_tokens))
         budget = current_budget()
         if budget is not None:  # reserved once admitted, so that waiting calls hold nothing
-            estimate = self._estimated_cost(messages)
-            call.reserve_budget = lambda: budget.reserve(estimate)
+            most = self._most_cost(messages, schema)
+            call.reserve_budget = lambda: budget.hold(most)
         try:
             completion = await send_within_limits(call, request)
         except BaseException as error:
             limits.tokens.settle(call.reserved, 0)  # a failed call spent (almost) nothing
             if budget is not None:
-                budget.settle(call.budget_hold, 0.0)
+                # A reply lost in flight may still be billed: its hold stays spent.
+                budget.settle(call.budget_hold,
+                              call.budget_hold if door.may_be_billed(error) else 0)
             if not isinstance(error, BudgetReached):
                 self._observe_failure(error, call.epoch)
             raise
@@ -196,14 +217,15 @@ class LLMClient:
         limits.tokens.settle(call.reserved, completion.input_tokens + completion.output_tokens)
         completion = priced(self.settings, completion)
         if budget is not None:
-            budget.settle(call.budget_hold, completion.cost_usd)
+            self._settle(budget, call.budget_hold, completion)
         return completion
 
     async def _batched(self, messages: list[dict], response_format: type[BaseModel] | None,
                        metadata: Mapping[str, str] | None, attempt: int) -> Completion:
         """One attempt through the run's batches: the same request, answered by a batch."""
         batches = current_batches()
-        request = request_for(self.settings, messages, self._schema(response_format))
+        schema = self._schema(response_format)
+        request = request_for(self.settings, messages, schema)
         model_name, provider = door.batch_route(self.settings.model, self.settings.api_base)
         endpoint = Endpoint(provider, self.settings.model, model_name, self.settings.api_base,
                             request.get("api_key"))
@@ -212,8 +234,8 @@ class LLMClient:
         who = who_asks(metadata)
         line = batch_line(custom_id_of(body, who, attempt), body, who)
         budget = current_budget()
-        hold = (budget.reserve(self._estimated_cost(messages, batch=True)) if budget is not None
-                else 0.0)
+        hold = (budget.reserve(self._most_cost(messages, schema, batch=True))
+                if budget is not None else Fraction(0))
         answer = await asyncio.wrap_future(batches.ask(endpoint, line))
         if answer.completion is None:
             if budget is not None:
@@ -222,7 +244,7 @@ class LLMClient:
                                      answer.status)
         completion = priced(self.settings, answer.completion, batch=True)
         if budget is not None:
-            budget.settle(hold, completion.cost_usd)
+            self._settle(budget, hold, completion)
         return completion
 
     def _observe_failure(self, error: BaseException, epoch: int) -> None:

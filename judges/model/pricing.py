@@ -9,9 +9,10 @@ free where it matters (a run budget refuses it, the cost ledger says "cost unkno
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import json
+from fractions import Fraction
+from typing import Any, NamedTuple
 
-from judges.model.limits import CHARS_PER_TOKEN, ESTIMATED_REPLY_TOKENS
 from judges.model.local_models import is_local_model
 from judges.model.settings import LLMSettings
 from judges.model.usage import Completion
@@ -113,12 +114,38 @@ def priced(settings: LLMSettings, completion: Completion, *, batch: bool = False
     return completion._replace(cost_usd=0.0, cost_known=False)
 
 
-def estimated_call_cost(prices: tuple[float, float] | Prices, messages: list[dict],
-                        max_tokens: int | None, *, batch: bool = False) -> float:
-    """What a call may cost before it is made (online, or in a batch).
+# What a provider may add to a prompt besides the messages as sent: a chat template's tokens,
+# the tool or system prompt a provider wraps a response schema in (Anthropic's tool use adds a
+# few hundred tokens). Counted in full on every call's most cost.
+PROMPT_OVERHEAD_TOKENS = 1024
 
-    Its prompt's characters / 4 at the input price, its reply's cap (or usual size) at the
-    output price.
+
+def prompt_token_bound(messages: list[dict], schema: Any = None) -> int:
+    """At most how many input tokens a prompt bills: the bytes of what is sent, and more.
+
+    A tokenizer's token is at least one byte of its text (byte-level BPE, or byte fallback),
+    so the UTF-8 bytes of the messages as JSON (roles and quoting included), of the response
+    schema and `PROMPT_OVERHEAD_TOKENS` bound any provider's count; characters / 4 does not.
     """
-    prompt = sum(len(str(m.get("content", ""))) for m in messages) // CHARS_PER_TOKEN
-    return call_cost(prices, prompt, max_tokens or ESTIMATED_REPLY_TOKENS, batch=batch)
+    sent = json.dumps(messages, ensure_ascii=False, default=str).encode()
+    shape = b"" if schema is None else json.dumps(_schema_of(schema), default=str).encode()
+    return len(sent) + len(shape) + PROMPT_OVERHEAD_TOKENS
+
+
+def _schema_of(schema: Any) -> Any:
+    json_schema = getattr(schema, "model_json_schema", None)
+    return json_schema() if callable(json_schema) else schema
+
+
+def most_call_cost(prices: tuple[float, float] | Prices, messages: list[dict], schema: Any,
+                   reply_cap: int, *, batch: bool = False) -> Fraction:
+    """The most a call can cost (online or in a batch), exactly, as a run budget reserves it.
+
+    Every input token bound (`prompt_token_bound`) at the uncached input price, and the reply's
+    cap, the `max_tokens` the request sends, at the output price: the cap bounds what a reply
+    bills, reasoning included (litellm sends it as `max_completion_tokens` to OpenAI's
+    reasoning models, whose cap counts reasoning and answer tokens alike).
+    """
+    uncached, cached, output = Prices(*prices).rates(batch)
+    return (prompt_token_bound(messages, schema) * Fraction(max(uncached, cached))
+            + reply_cap * Fraction(output))

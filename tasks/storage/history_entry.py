@@ -245,6 +245,7 @@ def history_entry(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> Hi
         pydantic.ValidationError: the manifest's run id is not a safe run id.
     """
     regression = _section(manifest, "regression")
+    ledger_total = _section(_section(manifest, "ledger"), "total")
     gates = _list(regression.get("gates"))
     headline = headline_metrics(metrics, with_counts=False)
     status = manifest.get("status")
@@ -267,9 +268,11 @@ def history_entry(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> Hi
         "judge_digest": _section(manifest, "judge_fingerprint").get("digest"),
         "canary": regression.get("canary") if isinstance(regression.get("canary"), Mapping)
         else None,
-        "cost": _section(manifest, "usage"),
+        # The ledger's total: every phase (generation, judging, head-to-head, canary), as the
+        # run spent it; a manifest from before the ledger has its judging and head-to-head.
+        "cost": ledger_total or _section(manifest, "usage"),
         "pairwise_cost": regression.get("pairwise_usage")
-        if isinstance(regression.get("pairwise_usage"), Mapping) else None,
+        if not ledger_total and isinstance(regression.get("pairwise_usage"), Mapping) else None,
         "baseline_run_id": regression.get("baseline_run_id"),
         "became_baseline": becomes_baseline(dict(manifest)),
         "rejudge_source": _section(manifest, "rejudge").get("source_run_id"),

@@ -1,0 +1,60 @@
+"""`judgeflow estimate` and a budget's estimate count the calls a run makes (issue 45, item 12).
+
+The first attempts exactly, the drift canary drawn as the run draws it, and the re-asks of
+unparseable judge replies as a bounded range: at most one per judge call.
+"""
+
+from __future__ import annotations
+
+import json
+
+from flows.preflight.budget import estimate_rows
+from flows.preflight.checks import check_options, plan_run, row_source, rows_to_plan, scan_source
+from tasks.dataset.row_stream import valid_rows
+from tests.fake_llm import prompt_text
+from tests.test_regression import params, run, seed
+from tests.test_sessions import _session, turn_script
+
+CONVERSATION = "session/llm_judged/conversation_completeness/rating/percentage"
+GATES = f"gates:\n  - metric: {CONVERSATION}\n    max_drop: 0.5\n    alpha: 0.05\n"
+
+
+def _sessions(n: int, garbage: set[int]) -> list[dict]:
+    """n three-turn sessions; the second turn of those in `garbage` gets unparseable replies."""
+    return [_session(f"s{i}", [
+        ("Tell me about the tower", f"It is in Paris ({i})."),
+        ("How tall?", "330 metres." + (" #garbage" if i in garbage else "")),
+        ("Who built it?", "Gustave Eiffel's company.")]) for i in range(n)]
+
+
+def _estimate(p):
+    source, check_with = row_source(p), check_options(p)
+    check = scan_source(source, check_with)
+    plan = plan_run(p, rows_to_plan(check, p.candidate is not None))
+    return estimate_rows(p, valid_rows(source, check, check_with), check.valid_count, plan,
+                         unpriced=[])
+
+
+def _is_reask(body: dict) -> bool:
+    return any(m.get("role") == "assistant" for m in body.get("messages", []))
+
+
+def test_the_estimate_counts_a_session_night_s_calls_canary_and_re_asks(fake_llm, tmp_path):
+    fake_llm.script = turn_script
+    data = _sessions(12, garbage={1, 4, 7})
+    seed(fake_llm, tmp_path, data, judges=None, max_error_share=0.5)
+    fake_llm.requests.clear()
+    night = params(fake_llm, tmp_path, data, "n1", gates=GATES, judges=None, canary_rows=5,
+                   max_error_share=0.5)
+    estimate = _estimate(night)
+    run(night)
+    made = fake_llm.requests
+    reasks = [b for b in made if _is_reask(b)]
+    assert reasks, "the planted turns must be re-asked"
+    # the first attempts, canary included, are the estimate's count; the re-asks within its range
+    assert len(made) - len(reasks) == estimate.calls
+    assert estimate.calls < len(made) <= estimate.most_calls == 2 * estimate.calls
+    assert "re-asks of unparseable judge replies" in estimate.line()
+    assert all("#garbage" in prompt_text(b) for b in reasks)
+    written = json.loads((tmp_path / "out/nightly/n1/manifest.json").read_text())
+    assert written["regression"]["canary"]["sample"] == 5
