@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from flows.preflight.budget import estimate_rows
-from flows.preflight.checks import check_options, plan_run, row_source, rows_to_plan, scan_source
+from flows.preflight.checks import check_options, plan_run, row_source, set_to_plan, scan_source
 from tasks.dataset.row_stream import valid_rows
 from tests.fake_llm import prompt_text
 from tests.test_regression import params, run, seed
@@ -30,7 +30,7 @@ def _sessions(n: int, garbage: set[int]) -> list[dict]:
 def _estimate(p):
     source, check_with = row_source(p), check_options(p)
     check = scan_source(source, check_with)
-    plan = plan_run(p, rows_to_plan(check, p.candidate is not None))
+    plan = plan_run(p, set_to_plan(check, p.candidate is not None))
     return estimate_rows(p, valid_rows(source, check, check_with), check.valid_count, plan,
                          unpriced=[])
 
