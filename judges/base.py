@@ -140,6 +140,9 @@ class MetricSpec:
     # Read from the candidate's generation when judgeflow generates the responses: a row whose
     # generation failed has no value and is an error of the metric, not a row it skips.
     from_response: bool = False
+    # What the registry of published metrics (judges/catalogue.py) says of its average.
+    kind: Literal["average", "tool_call", "latency"] = "average"
+    direction: Literal["higher", "lower"] = "higher"
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,14 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
+from judges.builtin.deterministic import DETERMINISTIC_METRICS
+from judges.catalogue import Registry
 from judges.result_names import (
     CALIBRATION_AREA,
     TAG_PREFIX,
     TRACE_ID,
     TURN_PASS_RATE,
+    Declared,
     count_names,
     qualified,
     stat_name,
@@ -84,8 +87,29 @@ def same_value_key(value: Any) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
-def metric_field(metric: str) -> MetricField | None:
-    """The per-row field behind an aggregate name; None for counts and pairwise metrics."""
+# The per-row numbers declared lower-is-better (tokens, latency): the fallback below for a
+# published run read without its registry takes the direction from the declarations too.
+_LOWER_FIELDS = frozenset(m.field for m in DETERMINISTIC_METRICS.values()
+                          if m.direction == "lower")
+
+
+def declared_field(entry: Declared | None) -> MetricField | None:
+    """The pairable view of a registry entry; None when it averages no one per-row field."""
+    if entry is None or entry.row_field is None or entry.row_kind is None:
+        return None
+    base = entry.rated[: -len("/rated_count")] if entry.rated else entry.row_field
+    return MetricField(entry.name, base, entry.row_field, entry.row_kind, entry.row_error,
+                       entry.direction == "lower")
+
+
+def metric_field(metric: str, registry: Registry | None = None) -> MetricField | None:
+    """The per-row field behind an aggregate name; None for counts and pairwise metrics.
+
+    With the run's registry (judges/catalogue.py) the answer is its declaration; without
+    one (a published run read back alone) it is read from the name's shape.
+    """
+    if registry is not None:
+        return None if metric.startswith(TAG_PREFIX) else declared_field(registry.entry(metric))
     if metric.startswith(TAG_PREFIX):
         return None
     for suffix in RATE_SUFFIXES:
@@ -102,13 +126,14 @@ def metric_field(metric: str) -> MetricField | None:
         judge, _, last = base.rpartition("/")
         # A session whose turn could not be rated has no pass rate: its judge's error.
         error_field = f"{judge}/error_message" if last == TURN_PASS_RATE and judge else None
-        return MetricField(metric, base, base, "mean", error_field, base.startswith("agent/"))
+        return MetricField(metric, base, base, "mean", error_field, base in _LOWER_FIELDS)
     return None
 
 
-def metric_fields(metrics: Iterable[str]) -> list[MetricField]:
+def metric_fields(metrics: Iterable[str], registry: Registry | None = None
+                  ) -> list[MetricField]:
     """Every aggregate among `metrics` that is an average of a per-row field."""
-    return [f for f in map(metric_field, metrics) if f is not None]
+    return [f for f in (metric_field(m, registry) for m in metrics) if f is not None]
 
 
 def is_pairwise(metric: str) -> bool:

@@ -102,7 +102,7 @@ def _measure(read: Callable[[ToolCallVerdict], float | None]) -> Callable[[EvalR
 NEEDS = "expected_tool_calls and a trajectory (or trace) with the calls made"
 METRICS = (
     MetricSpec("tool_call_precision", TOOL_CALLS_AREA + "/precision",
-               _measure(lambda m: m.precision), NEEDS),
+               _measure(lambda m: m.precision), NEEDS, kind="tool_call"),
     MetricSpec("tool_call_recall", TOOL_CALLS_AREA + "/recall",
-               _measure(lambda m: m.recall), NEEDS),
+               _measure(lambda m: m.recall), NEEDS, kind="tool_call"),
 )
