@@ -17,9 +17,13 @@ from typer.testing import CliRunner
 
 import flows.evaluate  # noqa: F401 - binds Prefect's console log handler to the session
 from flows.cli import app
+from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.catalogue import JudgeCatalogue, Registry
 from judges.result_names import tag_metric, untagged
+from tasks.regression.decide import Context, decide
+from tasks.regression.deltas import DeltaLine
+from tasks.regression.gates import Gate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 runner = CliRunner()
@@ -100,3 +104,63 @@ def test_the_directions_a_person_expects(every_kind):
     assert registry.entry("winrate").direction == "higher"
     assert registry.entry(tag_metric("x/y", "agent/tool_calls/recall/average")).direction == (
         "higher")
+
+
+# --------------------------------------------------------------------------- gates (item 3)
+
+TURNS = "turn/llm_judged/turn_relevance"
+PASS_RATE = f"{TURNS}/turn_pass_rate/average"
+POOLED = f"{TURNS}/turns/percentage"
+
+
+def _builtin_registry() -> Registry:
+    return Registry.of(BUILTIN_JUDGES.values(), DETERMINISTIC_METRICS.values())
+
+
+def _turn_metrics(**extra) -> dict:
+    return {PASS_RATE: 0.6, f"{TURNS}/turn_pass_rate/rated_count": 40,
+            f"{TURNS}/turn_pass_rate/error_count": 0, POOLED: 0.9,
+            f"{TURNS}/turns/rated_count": 200, f"{TURNS}/turns/error_count": 0,
+            f"{TURNS}/rating/percentage": 0.5, f"{TURNS}/rated_count": 40,
+            f"{TURNS}/error_count": 0, **extra}
+
+
+def _dropped(metric: str) -> DeltaLine:
+    """A paired drop of 0.3 on 40 rows, 12 flips yes→no: a breach if the judge were the same."""
+    return DeltaLine(metric, None, 0.9, 0.6, -0.3, -0.4, -0.2, 40, 0, 0, 0, 0.0002, 1.0, 0.0005,
+                     "wilcoxon", None, None, 0.9, 0.6, False, 40)
+
+
+def _context(**fields) -> Context:
+    return Context(suite="s", baseline_run_id="night1", max_error_share=0.1, min_paired=10,
+                   registry=_builtin_registry(), **fields)
+
+
+@pytest.mark.parametrize("metric", [PASS_RATE, POOLED])
+def test_a_judge_model_change_leaves_turn_gates_undecided(metric):
+    changed = {TURNS: ["model 'openai/a' → 'openai/b'"]}
+    gate = Gate(metric=metric, max_drop=0.05)
+    verdict = decide([gate], _turn_metrics(), [_dropped(metric)], _context(judge_changes=changed))
+    (line,) = verdict.gates
+    assert verdict.outcome == "incomplete" and line.outcome == "undecidable"
+    assert "judged by another judge" in line.reason and "openai/b" in line.reason
+
+
+@pytest.mark.parametrize("metric", [PASS_RATE, POOLED])
+def test_an_uncalibrated_turn_judge_cannot_gate_under_the_floor(metric):
+    metrics = _turn_metrics(**{"calibration/turn_relevance/advisory": True})
+    verdict = decide([Gate(metric=metric, min=0.1)], metrics, [],
+                     _context(calibration_floor=0.6,
+                              advisory={"turn_relevance": "not calibrated: no labels"}))
+    (line,) = verdict.gates
+    assert line.outcome == "undecidable" and "advisory" in line.reason
+    assert verdict.outcome == "incomplete"
+
+
+def test_pooled_turns_mostly_errored_is_not_a_pass():
+    metrics = _turn_metrics(**{POOLED: 0.9, f"{TURNS}/turns/rated_count": 20,
+                               f"{TURNS}/turns/error_count": 180})
+    verdict = decide([Gate(metric=POOLED, min=0.8)], metrics, [], _context())
+    (line,) = verdict.gates
+    assert line.outcome == "undecidable" and verdict.outcome == "incomplete"
+    assert "180 of the candidate's turns" in line.reason

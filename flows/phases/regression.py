@@ -170,7 +170,8 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
         pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
         tags=comparison.tags, baseline_refused=comparison.baseline_refused,
         pairs_without_response=comparison.pairing.get("no_response", 0),
-        judge_changes=judge_changes(baseline, judged, params), advisory={
+        judge_changes=judge_changes(baseline, judged, params), registry=run_registry(judged),
+        advisory={
             entry["key"]: entry["advisory_reason"]
             for entry in (judged.calibration or {}).get("judges", []) if entry.get("advisory")})
     verdict = decide(gates, judged.metrics, comparison.deltas, context)
