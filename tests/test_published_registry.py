@@ -17,9 +17,11 @@ from typer.testing import CliRunner
 
 import flows.evaluate  # noqa: F401 - binds Prefect's console log handler to the session
 from flows.cli import app
+from flows.run.completeness import assess, error_shares
 from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.catalogue import JudgeCatalogue, Registry
+from judges.plan import JudgePlan
 from judges.result_names import tag_metric, untagged
 from tasks.regression.decide import Context, decide
 from tasks.regression.deltas import DeltaLine
@@ -164,3 +166,15 @@ def test_pooled_turns_mostly_errored_is_not_a_pass():
     (line,) = verdict.gates
     assert line.outcome == "undecidable" and verdict.outcome == "incomplete"
     assert "180 of the candidate's turns" in line.reason
+
+
+def test_a_run_whose_turns_mostly_failed_is_incomplete():
+    """Every session rated (one turn each is enough), 180 of 200 turns failed: not complete."""
+    plan = JudgePlan((BUILTIN_JUDGES["turn_relevance"],), (), ())
+    metrics = _turn_metrics(**{f"{TURNS}/turns/rated_count": 20,
+                               f"{TURNS}/turns/error_count": 180})
+    status = assess(error_shares(plan, metrics, {}), 0.1)
+    assert status.status == "incomplete"
+    assert status.reasons == ["turn_relevance: 180 of 200 turns failed"]
+    fine = assess(error_shares(plan, _turn_metrics(), {}), 0.1)
+    assert fine.status == "complete"
