@@ -36,7 +36,7 @@ __all__ = [
     "MetricField", "RowData", "advisory_key", "calibrated_keys", "is_calibration",
     "is_pairwise", "judge_failed", "metric_field", "metric_fields", "record_inputs", "row_data",
     "row_tags", "same_value_key", "stats_of", "yes_no_verdict", "PublishedVerdict",
-    "published_verdict", "published_trace_id",
+    "published_verdict", "published_trace_id", "unit_verdicts",
 ]
 
 # One empty set shared by every row without an error (most rows; a regression keeps them all).
@@ -185,6 +185,23 @@ def yes_no_verdict(record: Mapping[str, Any], prefix: str) -> str | None:
     """A judge's yes/no verdict on a published row (`{prefix}/rating`); None without one."""
     rating = record.get(f"{prefix}/rating")
     return rating if rating in ("yes", "no") else None
+
+
+def unit_verdicts(record: Mapping[str, Any], prefix: str, per_unit: bool
+                  ) -> list[str | None]:
+    """A judge's yes/no verdicts on a published row, one per unit it judged.
+
+    A per-chunk or per-turn judge (`per_unit`) published one per chunk or turn
+    (`{prefix}/ratings`, None where that unit failed or was not judged); any other judge one
+    per row. Empty where the judge never reached the row.
+    """
+    if not per_unit:
+        rating = yes_no_verdict(record, prefix)
+        return [] if rating is None else [rating]
+    ratings = record.get(f"{prefix}/ratings")
+    if not isinstance(ratings, list | tuple):
+        return []
+    return [r if r in ("yes", "no") else None for r in ratings]
 
 
 class PublishedVerdict(NamedTuple):
