@@ -17,6 +17,7 @@ from flows.phases.evaluation import JudgedRun
 from judges.base import JudgeSpec
 from judges.catalogue import Registry
 from judges.engine import judge_rows
+from judges.fingerprint import changed as judges_changed
 from judges.fingerprint import fingerprint, recorded_judges
 from judges.model.usage import Usage
 from judges.plan import JudgePlan
@@ -73,9 +74,10 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
     if baseline is None or baseline.refused is not None:
         return None
     settings = params.judge.settings()
-    digest = fingerprint(judged.plan.judges, settings, judged.usage.answered_by)["digest"]
+    now = fingerprint(judged.plan.judges, settings, judged.usage.answered_by)
+    digest = now["digest"]
     recorded = baseline.manifest.get("judge_fingerprint") or {}
-    changed = recorded.get("digest") != digest
+    changed = judges_changed(baseline.manifest, now)
     size = params.canary_rows or (DEFAULT_CANARY_ROWS if changed else 0)
     if size == 0:
         return _skipped("turned off (canary rows 0) and the judge fingerprint is the baseline's",
