@@ -22,7 +22,9 @@ from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.catalogue import JudgeCatalogue, Registry
 from judges.plan import JudgePlan
-from judges.result_names import tag_metric, untagged
+from judges.result_names import stat_name, tag_metric, untagged
+from tasks.metric_fields import metric_field
+from tasks.regression.canary import canary_judges
 from tasks.regression.decide import Context, decide
 from tasks.regression.deltas import DeltaLine
 from tasks.regression.gates import Gate
@@ -178,3 +180,53 @@ def test_a_run_whose_turns_mostly_failed_is_incomplete():
     assert status.reasons == ["turn_relevance: 180 of 200 turns failed"]
     fine = assess(error_shares(plan, _turn_metrics(), {}), 0.1)
     assert fine.status == "complete"
+
+
+# --------------------------------------------------------------------------- every consumer
+
+GATED_KINDS = ("rate", "average", "per_chunk", "per_turn", "tool_call", "latency")
+
+
+def test_every_gateable_key_gets_an_answer_from_each_consumer(every_kind):
+    """For each aggregate a gate may name: the judge-change rule, the calibration floor and the
+    error-share rule find its judge and counts, the canary covers its judge if a model decided
+    it, and the direction is declared, not guessed from the name."""
+    metrics, _, registry = every_kind
+    aggregates = [n for n in metrics
+                  if untagged(n)[0] is None and registry.entry(n).kind in GATED_KINDS]
+    assert len(aggregates) >= 20
+    for name in aggregates:
+        entry = registry.entry(name)
+        field = metric_field(name, registry)
+        if field is not None:  # paired row by row: its direction is the declared one
+            assert field.lower_is_better == (entry.direction == "lower"), name
+        if entry.judge is None:
+            assert not entry.llm, name
+            continue
+        spec = registry.judges[entry.judge]
+        assert (spec in canary_judges([spec])) == entry.llm, name
+        # judge-change rule: a changed judge leaves a relative gate on it undecided
+        verdict = decide([Gate(metric=name, max_drop=0.05)], metrics, [_dropped(name)],
+                         _context(judge_changes={entry.judge: ["prompt 'a' → 'b'"]}))
+        assert "judged by another judge" in verdict.gates[0].reason, name
+        # calibration floor (on judges a model decides): an advisory judge's gate is undecided
+        (key,) = [k for k, (prefix, _) in registry.judge_of_key.items() if prefix == entry.judge]
+        flagged = {**metrics, stat_name(key, "advisory"): True}
+        verdict = decide([Gate(metric=name, min=0.0)], flagged, [],
+                         _context(calibration_floor=0.6))
+        assert ("advisory" in verdict.gates[0].reason) == entry.llm, name
+        # error-share rule: every failed unit counted against the metric's own denominator
+        broken = {**metrics, entry.errors: 10 ** 6}
+        verdict = decide([Gate(metric=name, min=0.0)], broken, [], _context())
+        assert "have no value for it" in verdict.gates[0].reason, name
+
+
+def test_direction_of_tool_call_recall_in_a_regression_line():
+    """agent/tool_calls/recall/average: a drop is the regression (higher is better)."""
+    registry = _builtin_registry()
+    recall = metric_field("agent/tool_calls/recall/average", registry)
+    assert recall is not None and recall.lower_is_better is False
+    assert recall.base == "agent/tool_calls/recall"  # its own counts, never a judge's
+    # read back from a published run alone (no registry): the declarations decide too
+    assert metric_field("agent/tool_calls/recall/average").lower_is_better is False
+    assert metric_field("agent/latency_seconds/average").lower_is_better is True
