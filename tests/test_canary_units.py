@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+from judges.builtin import BUILTIN_JUDGES
+from tasks.regression.canary import baseline_verdicts, choose_rows, unit_pairs
 from tests.fake_llm import Reply, prompt_text
 from tests.planted import verdict
 from tests.test_regression import manifest, params, pointer, run, seed
@@ -88,3 +90,19 @@ def test_a_gated_llm_judge_the_canary_could_not_check_is_named(fake_llm, tmp_pat
     assert written["status"] == "incomplete"
     assert written["regression"]["canary"]["unchecked"] == ["turn_relevance"]
     assert json.dumps(written).count("did not check turn_relevance") >= 1
+
+
+def test_each_judge_gets_its_own_sample_in_a_mixed_set():
+    """500 answer rows and 12 sessions: the turn judge's sample is not what the answers left."""
+    correctness, turns = BUILTIN_JUDGES["correctness"], BUILTIN_JUDGES["turn_relevance"]
+    answers = [{"request_id": f"q{i}", f"{correctness.prefix}/rating": "yes"} for i in range(500)]
+    sessions_ = [{"request_id": f"s{i}", f"{turns.prefix}/ratings": ["yes", None, "no"]}
+                 for i in range(12)]
+    chosen = choose_rows(iter(answers + sessions_), [correctness, turns], 50, seed=3)
+    ids = [r["request_id"] for r in chosen]
+    key = lambda rid: hashlib.sha256(f"3\x00{rid}".encode()).hexdigest()  # noqa: E731
+    brute = sorted([r["request_id"] for r in answers], key=key)[:50]
+    assert sorted(ids) == sorted(brute + [r["request_id"] for r in sessions_])
+    assert ids == sorted(ids, key=key)  # in the seeded order
+    assert baseline_verdicts(sessions_[0], turns) == ["yes", None, "no"]
+    assert unit_pairs(["yes", None, "no"], ["no", "yes", None]) == [("yes", "no"), ("no", None)]

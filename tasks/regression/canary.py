@@ -79,22 +79,29 @@ def sample_key(seed: int, request_id: str) -> str:
 
 def choose_rows(records: Iterable[Mapping[str, Any]], judges: Sequence[JudgeSpec], size: int,
                 seed: int) -> list[Mapping[str, Any]]:
-    """Up to `size` published records with a yes/no verdict (of a row, chunk or turn) of `judges`.
+    """Published records with a yes/no verdict (of a row, chunk or turn) of `judges`.
 
-    The first `size` in the seeded order (`sample_key`), kept in bounded memory as the
-    records stream by, returned in that order.
+    For each judge, the first `size` records with its verdicts in the seeded order
+    (`sample_key`): a judge of a few rows of a mixed set (sessions among answers) gets its own
+    sample, not what is left of the others'. The union, kept in bounded memory (at most `size`
+    per judge) as the records stream by, returned in that order.
     """
-    kept: list[tuple[str, int, Mapping[str, Any]]] = []  # a max-heap by key, via negation
+    kept: dict[str, list[tuple[str, int, Mapping[str, Any]]]] = {j.prefix: [] for j in judges}
     for position, record in enumerate(records):
-        if not any(v in YES_NO for j in judges for v in baseline_verdicts(record, j)):
-            continue
-        key = sample_key(seed, str(record.get("request_id")))
-        entry = (_negated(key), position, record)
-        if len(kept) < size:
-            heapq.heappush(kept, entry)
-        elif entry > kept[0]:
-            heapq.heapreplace(kept, entry)
-    return [record for _, _, record in sorted(kept, reverse=True)]
+        entry: tuple[str, int, Mapping[str, Any]] | None = None
+        for judge in judges:
+            if not any(v in YES_NO for v in baseline_verdicts(record, judge)):
+                continue
+            if entry is None:
+                entry = (_negated(sample_key(seed, str(record.get("request_id")))), position,
+                         record)
+            heap = kept[judge.prefix]  # a max-heap by key, via negation
+            if len(heap) < size:
+                heapq.heappush(heap, entry)
+            elif entry > heap[0]:
+                heapq.heapreplace(heap, entry)
+    union = {entry[1]: entry for heap in kept.values() for entry in heap}
+    return [record for _, _, record in sorted(union.values(), reverse=True)]
 
 
 def _negated(key: str) -> str:
