@@ -17,8 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from functools import cache
 from typing import Any, Literal, NamedTuple
 
+from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.catalogue import Registry
 from judges.result_names import (
@@ -93,6 +95,12 @@ _LOWER_FIELDS = frozenset(m.field for m in DETERMINISTIC_METRICS.values()
                           if m.direction == "lower")
 
 
+@cache
+def _builtin_registry() -> Registry:
+    """The registry of every built-in judge and metric (a published run read back alone)."""
+    return Registry.of(BUILTIN_JUDGES.values(), DETERMINISTIC_METRICS.values())
+
+
 def declared_field(entry: Declared | None) -> MetricField | None:
     """The pairable view of a registry entry; None when it averages no one per-row field."""
     if entry is None or entry.row_field is None or entry.row_kind is None:
@@ -106,12 +114,16 @@ def metric_field(metric: str, registry: Registry | None = None) -> MetricField |
     """The per-row field behind an aggregate name; None for counts and pairwise metrics.
 
     With the run's registry (judges/catalogue.py) the answer is its declaration; without
-    one (a published run read back alone) it is read from the name's shape.
+    one (a published run read back alone), a built-in's declaration, and only for a run's own
+    judges (custom, aspects) the name's shape.
     """
-    if registry is not None:
-        return None if metric.startswith(TAG_PREFIX) else declared_field(registry.entry(metric))
     if metric.startswith(TAG_PREFIX):
         return None
+    if registry is not None:
+        return declared_field(registry.entry(metric))
+    builtin = _builtin_registry().entries.get(metric)
+    if builtin is not None:  # a built-in judge's or metric's: as declared
+        return declared_field(builtin)
     for suffix in RATE_SUFFIXES:
         if metric.endswith(suffix):
             base = metric[: -len(suffix)]

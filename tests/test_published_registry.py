@@ -230,3 +230,7 @@ def test_direction_of_tool_call_recall_in_a_regression_line():
     # read back from a published run alone (no registry): the declarations decide too
     assert metric_field("agent/tool_calls/recall/average").lower_is_better is False
     assert metric_field("agent/latency_seconds/average").lower_is_better is True
+    precision = metric_field("agent/tool_calls/precision/average")  # no judge's counts
+    assert (precision.base, precision.field, precision.error_field) == (
+        "agent/tool_calls/precision", "agent/tool_calls/precision", None)
+    assert metric_field(f"{TURNS}/turns/percentage") is None  # pooled: no per-row field
