@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from flows.params import JudgeModel
 from judges.builtin import BUILTIN_JUDGES
 from tasks.regression.canary import baseline_verdicts, choose_rows, unit_pairs
 from tests.fake_llm import Reply, prompt_text
@@ -106,3 +107,22 @@ def test_each_judge_gets_its_own_sample_in_a_mixed_set():
     assert ids == sorted(ids, key=key)  # in the seeded order
     assert baseline_verdicts(sessions_[0], turns) == ["yes", None, "no"]
     assert unit_pairs(["yes", None, "no"], ["no", "yes", None]) == [("yes", "no"), ("no", None)]
+
+
+def test_a_judge_model_change_leaves_turn_gates_undecided_and_the_baseline_kept(
+        fake_llm, tmp_path):
+    """Same verdicts, another judge model: the turn gates cannot pass and move the baseline."""
+    fake_llm.script = TurnJudge()
+    seed(fake_llm, tmp_path, sessions(20), judges=["turn_relevance"])
+    gates = (f"gates:\n  - metric: {TURNS}/turn_pass_rate/average\n    max_drop: 0.05\n"
+             f"  - metric: {TURNS}/turns/percentage\n    max_drop: 0.05\n")
+    other = JudgeModel(model="openai/planted-v2", api_base=fake_llm.api_base,
+                       backoff_seconds=0.05)
+    state = run(params(fake_llm, tmp_path, sessions(20), "newjudge", gates=gates,
+                       judges=["turn_relevance"], judge=other, min_paired=10))
+    assert not state.is_completed(), state.message
+    lines = manifest(tmp_path, "newjudge")["regression"]["gates"]
+    assert [g["outcome"] for g in lines] == ["undecidable", "undecidable"]
+    assert all("judged by another judge" in g["reason"] and "planted-v2" in g["reason"]
+               for g in lines)
+    assert pointer(tmp_path, "baseline") == "seed"
