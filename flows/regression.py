@@ -166,7 +166,7 @@ async def regression(params: RegressionParams) -> dict | State:
             if rejudge_error:
                 logger.warning("%s", visible(rejudge_error))
         comparison = await compare_with_baseline(params, baseline, prepared, judged, store)
-        canary = await run_canary(params, baseline, judged)
+        canary = await run_canary(params, baseline, judged, gates)
     verdict = decide_run(params, gates, baseline, judged, comparison, canary)
     section = regression_section(params, gates, baseline, comparison, verdict, judged, canary)
     section |= {"baseline_rejudged_from": rejudged_from, "baseline_rejudge_error": rejudge_error}

@@ -144,6 +144,9 @@ class MetricSpec:
     # such a row is an error of the metric (its error_count and error share), never left out
     # unseen, e.g. a row expecting tool calls that records none to compare.
     error: Callable[[EvalRow], str | None] | None = None
+    # What the registry of published metrics (judges/catalogue.py) says of its average.
+    kind: Literal["average", "tool_call", "latency"] = "average"
+    direction: Literal["higher", "lower"] = "higher"
 
 
 @dataclass(frozen=True)

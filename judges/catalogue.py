@@ -1,17 +1,24 @@
-"""Every judge a run knows: the built-ins, the run's custom judges and its aspect critics.
+"""Every judge a run knows, and the registry of every metric its judges publish.
 
 The one list behind planning (which judges apply to the set), calibration (which names
 `human_labels` may use) and shard workers (rebuilding the parent's plan), so the three cannot
 disagree on a name, a prefix or a prompt.
+
+The registry (`Registry`) says, for each run-level metric, its judge (or none), its kind, its
+rated and error counts, its direction and whether an LLM decided it. It is built from the
+judges and metrics of a run and the declarations judges/result_names.py writes beside the
+names, so a new kind of judge declares its metrics in one place. The drift canary, the
+judge-change rule, the calibration floor, the error-share rule and gate directions read it;
+none derives a judge or a denominator from the shape of a name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass, field
 from functools import cached_property
 
-from judges.base import JudgeSpec
+from judges.base import JudgeSpec, MetricSpec
 from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.aspect_critic import make_aspect
 from judges.builtin.custom import (
@@ -19,6 +26,15 @@ from judges.builtin.custom import (
     build_custom_judge,
     load_custom_judges,
     referenced_fields,
+)
+from judges.result_names import (
+    Declared,
+    area_declaration,
+    calibration_keys,
+    judge_declarations,
+    metric_declarations,
+    pairwise_declaration,
+    untagged,
 )
 
 
@@ -67,3 +83,46 @@ class JudgeCatalogue:
         their prefix.
         """
         return [*BUILTIN_JUDGES.values(), *self.extra(fields)]
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Every run-level metric of a run, by name, and the judges behind them."""
+
+    entries: Mapping[str, Declared]
+    judges: Mapping[str, JudgeSpec]  # by prefix
+    judge_of_key: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, judges: Iterable[JudgeSpec], metrics: Iterable[MetricSpec] = ()) -> Registry:
+        """The registry of a run with these judges and metrics."""
+        judges = list(judges)
+        entries: dict[str, Declared] = {}
+        for spec in judges:
+            entries |= {d.name: d for d in judge_declarations(spec)}
+        for metric in metrics:
+            entries |= {d.name: d for d in metric_declarations(metric)}
+        by_prefix = {spec.prefix: spec for spec in judges}
+        keys = {key: (prefix, by_prefix[prefix].name)
+                for prefix, key in calibration_keys(judges).items()}
+        return cls(entries, by_prefix, keys)
+
+    def entry(self, name: str) -> Declared | None:
+        """What `name` (or `tag/{tag}/{name}`) is; None: no judge or metric of the run writes it."""
+        _, name = untagged(name)
+        return (self.entries.get(name) or pairwise_declaration(name)
+                or area_declaration(name, self.judge_of_key))
+
+    def judge_of(self, name: str) -> JudgeSpec | None:
+        """The judge that decided `name`, if one did (the pairwise judge has no spec here)."""
+        found = self.entry(name)
+        return self.judges.get(found.judge) if found and found.judge else None
+
+    def llm_judges(self, names: Iterable[str]) -> list[JudgeSpec]:
+        """The LLM judges the metrics `names` depend on, once each, in order."""
+        out: dict[str, JudgeSpec] = {}
+        for name in names:
+            found = self.entry(name)
+            if found is not None and found.llm and found.judge in self.judges:
+                out.setdefault(found.judge, self.judges[found.judge])
+        return list(out.values())

@@ -34,17 +34,38 @@ def judge_identity(spec: JudgeSpec, settings: LLMSettings,
             "answered_by": sorted(answered_by)}
 
 
+# Recorded, compared by `differences`, but not part of the digest: a run whose replies all came
+# from the cache made no call, so it knows nothing of what answered, and the same judge must
+# keep the same digest (issue 45, item 8).
+OBSERVED = ("answered_by",)
+
+
 def fingerprint(judges: list[JudgeSpec] | tuple[JudgeSpec, ...], settings: LLMSettings,
                 answered_by: Iterable[str] = ()) -> dict[str, Any]:
     """The run's fingerprint: each judge's identity by prefix, and one digest over them.
 
     `answered_by` is what the provider said answered the run's model calls (every judge of a
-    run calls the same model); empty when every reply came from the cache.
+    run calls the same model); empty when every reply came from the cache. It is recorded per
+    judge but left out of the digest, which covers only what the run configured; a provider's
+    model change behind the same name shows in `changed` (from `differences`).
     """
     answered = sorted(set(answered_by))
     parts = {spec.prefix: judge_identity(spec, settings, answered) for spec in judges}
-    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    configured = {prefix: {k: v for k, v in identity.items() if k not in OBSERVED}
+                  for prefix, identity in parts.items()}
+    text = json.dumps(configured, sort_keys=True, separators=(",", ":"))
     return {"digest": hashlib.sha256(text.encode()).hexdigest(), "judges": parts}
+
+
+def changed(manifest: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """Whether any judge of fingerprint `now` differs from the one a published run recorded.
+
+    Compared judge by judge (`differences`): a run that made no call (every reply from the
+    cache) is not a change of what answered; a judge the run did not record is.
+    """
+    recorded = recorded_judges(manifest)
+    return any(differences(recorded.get(prefix), identity)
+               for prefix, identity in now["judges"].items())
 
 
 def recorded_judges(manifest: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

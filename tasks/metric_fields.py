@@ -17,13 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from functools import cache
 from typing import Any, Literal, NamedTuple
 
+from judges.builtin import BUILTIN_JUDGES
+from judges.builtin.deterministic import DETERMINISTIC_METRICS
+from judges.catalogue import Registry
 from judges.result_names import (
     CALIBRATION_AREA,
     TAG_PREFIX,
     TRACE_ID,
     TURN_PASS_RATE,
+    Declared,
     count_names,
     qualified,
     stat_name,
@@ -33,7 +38,7 @@ __all__ = [
     "MetricField", "RowData", "advisory_key", "calibrated_keys", "is_calibration",
     "is_pairwise", "judge_failed", "metric_field", "metric_fields", "record_inputs", "row_data",
     "row_tags", "same_value_key", "stats_of", "yes_no_verdict", "PublishedVerdict",
-    "published_verdict", "published_trace_id",
+    "published_verdict", "published_trace_id", "unit_verdicts",
 ]
 
 # One empty set shared by every row without an error (most rows; a regression keeps them all).
@@ -84,10 +89,41 @@ def same_value_key(value: Any) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
-def metric_field(metric: str) -> MetricField | None:
-    """The per-row field behind an aggregate name; None for counts and pairwise metrics."""
+# The per-row numbers declared lower-is-better (tokens, latency): the fallback below for a
+# published run read without its registry takes the direction from the declarations too.
+_LOWER_FIELDS = frozenset(m.field for m in DETERMINISTIC_METRICS.values()
+                          if m.direction == "lower")
+
+
+@cache
+def _builtin_registry() -> Registry:
+    """The registry of every built-in judge and metric (a published run read back alone)."""
+    return Registry.of(BUILTIN_JUDGES.values(), DETERMINISTIC_METRICS.values())
+
+
+def declared_field(entry: Declared | None) -> MetricField | None:
+    """The pairable view of a registry entry; None when it averages no one per-row field."""
+    if entry is None or entry.row_field is None or entry.row_kind is None:
+        return None
+    base = entry.rated[: -len("/rated_count")] if entry.rated else entry.row_field
+    return MetricField(entry.name, base, entry.row_field, entry.row_kind, entry.row_error,
+                       entry.direction == "lower")
+
+
+def metric_field(metric: str, registry: Registry | None = None) -> MetricField | None:
+    """The per-row field behind an aggregate name; None for counts and pairwise metrics.
+
+    With the run's registry (judges/catalogue.py) the answer is its declaration; without
+    one (a published run read back alone), a built-in's declaration, and only for a run's own
+    judges (custom, aspects) the name's shape.
+    """
     if metric.startswith(TAG_PREFIX):
         return None
+    if registry is not None:
+        return declared_field(registry.entry(metric))
+    builtin = _builtin_registry().entries.get(metric)
+    if builtin is not None:  # a built-in judge's or metric's: as declared
+        return declared_field(builtin)
     for suffix in RATE_SUFFIXES:
         if metric.endswith(suffix):
             base = metric[: -len(suffix)]
@@ -102,13 +138,14 @@ def metric_field(metric: str) -> MetricField | None:
         judge, _, last = base.rpartition("/")
         # A session whose turn could not be rated has no pass rate: its judge's error.
         error_field = f"{judge}/error_message" if last == TURN_PASS_RATE and judge else None
-        return MetricField(metric, base, base, "mean", error_field, base.startswith("agent/"))
+        return MetricField(metric, base, base, "mean", error_field, base in _LOWER_FIELDS)
     return None
 
 
-def metric_fields(metrics: Iterable[str]) -> list[MetricField]:
+def metric_fields(metrics: Iterable[str], registry: Registry | None = None
+                  ) -> list[MetricField]:
     """Every aggregate among `metrics` that is an average of a per-row field."""
-    return [f for f in map(metric_field, metrics) if f is not None]
+    return [f for f in (metric_field(m, registry) for m in metrics) if f is not None]
 
 
 def is_pairwise(metric: str) -> bool:
@@ -160,6 +197,23 @@ def yes_no_verdict(record: Mapping[str, Any], prefix: str) -> str | None:
     """A judge's yes/no verdict on a published row (`{prefix}/rating`); None without one."""
     rating = record.get(f"{prefix}/rating")
     return rating if rating in ("yes", "no") else None
+
+
+def unit_verdicts(record: Mapping[str, Any], prefix: str, per_unit: bool
+                  ) -> list[str | None]:
+    """A judge's yes/no verdicts on a published row, one per unit it judged.
+
+    A per-chunk or per-turn judge (`per_unit`) published one per chunk or turn
+    (`{prefix}/ratings`, None where that unit failed or was not judged); any other judge one
+    per row. Empty where the judge never reached the row.
+    """
+    if not per_unit:
+        rating = yes_no_verdict(record, prefix)
+        return [] if rating is None else [rating]
+    ratings = record.get(f"{prefix}/ratings")
+    if not isinstance(ratings, list | tuple):
+        return []
+    return [r if r in ("yes", "no") else None for r in ratings]
 
 
 class PublishedVerdict(NamedTuple):

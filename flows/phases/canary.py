@@ -7,27 +7,35 @@ cached reply is the baseline's own) and says whether the judge drifted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from flows.phases.evaluation import JudgedRun
+from judges.base import JudgeSpec
+from judges.catalogue import Registry
 from judges.engine import judge_rows
+from judges.fingerprint import changed as judges_changed
 from judges.fingerprint import fingerprint, recorded_judges
 from judges.model.usage import Usage
 from judges.plan import JudgePlan
 from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context
 from tasks.dataset.normalise import normalise
-from tasks.metric_fields import record_inputs, yes_no_verdict
+from tasks.metric_fields import record_inputs
 from tasks.regression.canary import (
     DEFAULT_CANARY_ROWS,
     DRIFTED,
+    PER_UNIT_MODES,
     agreement_of,
+    baseline_verdicts,
     canary_judges,
     choose_rows,
     drift_reasons,
+    unchecked_reasons,
+    unit_pairs,
 )
 from tasks.storage.baseline import BaselineRun, iter_baseline_records
 
@@ -45,27 +53,41 @@ def _skipped(why: str, changed: bool) -> Canary:
     return Canary({"sample": 0, "skipped": why, "fingerprint_changed": changed, "drifted": False})
 
 
-async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRun
-                     ) -> Canary | None:
+def _unchecked(why: str, changed: bool, needed: list[JudgeSpec]) -> Canary:
+    """Skipped; incomplete when a gate depends on an LLM judge the canary could not check."""
+    canary = _skipped(why, changed)
+    canary.reasons = unchecked_reasons(needed, [])
+    canary.section["unchecked"] = [j.name for j in needed]
+    return canary
+
+
+async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRun,
+                     gates: Sequence[Any] = ()) -> Canary | None:
     """Re-judge a seeded sample of the baseline's rows; None when there is no baseline.
 
     The sample has `params.canary_rows` rows (0 turns it off, unless the judge fingerprint
-    differs from the baseline's: then the default size runs anyway).
+    differs from the baseline's: then the default size runs anyway). Every LLM judge is
+    re-judged (per chunk, per turn, per row); one that `gates` depend on (the registry,
+    judges/catalogue.py, says which) and the canary could not check makes the night
+    incomplete, named.
     """
     if baseline is None or baseline.refused is not None:
         return None
     settings = params.judge.settings()
-    digest = fingerprint(judged.plan.judges, settings, judged.usage.answered_by)["digest"]
+    now = fingerprint(judged.plan.judges, settings, judged.usage.answered_by)
+    digest = now["digest"]
     recorded = baseline.manifest.get("judge_fingerprint") or {}
-    changed = recorded.get("digest") != digest
+    changed = judges_changed(baseline.manifest, now)
     size = params.canary_rows or (DEFAULT_CANARY_ROWS if changed else 0)
     if size == 0:
         return _skipped("turned off (canary rows 0) and the judge fingerprint is the baseline's",
                         changed)
+    registry = Registry.of(judged.plan.judges, judged.plan.metrics)
+    needed = registry.llm_judges(g.metric for g in gates)
     judges = [j for j in canary_judges(judged.plan.judges)
               if j.prefix in recorded_judges(baseline.manifest)]
     if not judges:
-        return _skipped("no yes/no judge of tonight's run judged the baseline", changed)
+        return _unchecked("no LLM judge of tonight's run judged the baseline", changed, needed)
     try:
         records = choose_rows(iter_baseline_records(baseline, params.storage_options), judges,
                               size, params.canary_seed)
@@ -83,13 +105,15 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
     for judge in judges:
         pairs = []
         for record, result in zip(records, results, strict=True):
-            before = yes_no_verdict(record, judge.prefix)
             now = next((r for r in result.judges if r.spec.prefix == judge.prefix), None)
-            if before is not None and now is not None and now.applied:
-                pairs.append((before, now.verdict.rating if now.verdict.rating in ("yes", "no")
-                              else None))
+            if now is None or not now.applied:
+                continue
+            tonight = ([u.rating for u in now.chunks] if judge.mode in PER_UNIT_MODES
+                       else [now.verdict.rating])
+            pairs += unit_pairs(baseline_verdicts(record, judge), tonight)
         agreements.append(agreement_of(judge, pairs))
     reasons = drift_reasons(agreements, params.canary_min_agreement, params.max_error_share)
+    reasons += unchecked_reasons(needed, agreements)
     compared = sum(a.compared for a in agreements)
     section = {
         "sample": len(rows), "requested": size, "seed": params.canary_seed,
@@ -98,6 +122,8 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
         "baseline_digest": recorded.get("digest"), "digest": digest,
         "agreement": sum(a.agreed for a in agreements) / compared if compared else None,
         "judges": [a.as_dict() for a in agreements],
+        "unchecked": [j.name for j in needed
+                      if j.prefix not in {a.prefix for a in agreements if a.compared + a.errors}],
         # "could not check" (the judge failed on the sample) is incomplete, not a drift
         "drifted": any(r.startswith(DRIFTED) for r in reasons),
         "cost": ctx.usage.as_dict(),

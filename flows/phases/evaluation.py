@@ -34,6 +34,7 @@ from flows.run.execution import CHUNK_BYTES, auto_chunk_size, generate_all, judg
 from flows.run.progress import PhaseProgress
 from flows.run.timeline import mark
 from flows.shards.fan_out import judge_in_shards
+from judges.catalogue import Registry
 from judges.metrics import MetricsAccumulator, RunMetrics
 from judges.model.budget import open_budget
 from judges.model.ledger import Ledger
@@ -291,8 +292,9 @@ def publish(
     manifest["ledger"] = ledger.section()
     if prepared.generation_calls is not None:  # calls.jsonl: the candidate's calls too
         judged.staging.adopt_calls(prepared.generation_calls, "generation")
-    judged.metrics = with_slices(judged.metrics, judged.staging.iter_records).with_cost(
-        cost_metric_fields(ledger))
+    registry = Registry.of(judged.plan.judges, judged.plan.metrics)
+    judged.metrics = with_slices(judged.metrics, judged.staging.iter_records,
+                                 registry).with_cost(cost_metric_fields(ledger))
     try:
         urls = publish_run(
             location, judged.staging, judged.metrics, manifest,

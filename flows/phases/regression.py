@@ -18,6 +18,7 @@ from flows.phases.canary import Canary
 from flows.phases.evaluation import JudgedRun, PreparedSet
 from flows.phases.head_to_head import head_to_head, merge_fields
 from flows.run.completeness import with_budget_reason
+from judges.catalogue import Registry
 from judges.fingerprint import differences, fingerprint, recorded_judges
 from judges.model.budget import current_budget
 from judges.model.usage import Usage
@@ -49,16 +50,22 @@ class Comparison:
     usage: Usage = field(default_factory=Usage)
 
 
+def run_registry(judged: JudgedRun) -> Registry:
+    """What each of the run's metrics is (judges/catalogue.py), from its plan."""
+    return Registry.of(judged.plan.judges, judged.plan.metrics)
+
+
 def candidate_rows(judged: JudgedRun) -> dict[str, RowData]:
     """The candidate's per-row data by request_id, read back from the staged results."""
-    specs = metric_fields(judged.metrics)
+    specs = metric_fields(judged.metrics, run_registry(judged))
     return {str(r["request_id"]): row_data(r, specs) for r in judged.staging.iter_records()}
 
 
 def _baseline_rows(baseline: BaselineRun, judged: JudgedRun, params: Any,
                    comparison: Comparison) -> BaselineRows:
     try:
-        return BaselineRows.read(baseline, metric_fields(judged.metrics), params.storage_options)
+        return BaselineRows.read(baseline, metric_fields(judged.metrics, run_registry(judged)),
+                                 params.storage_options)
     except BaselineRefused as error:
         comparison.baseline_refused = str(error)
         get_run_logger().warning("%s", visible(error))
@@ -102,7 +109,7 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
     """
     comparison = Comparison()
     candidate = candidate_rows(judged)
-    specs = metric_fields(judged.metrics)
+    specs = metric_fields(judged.metrics, run_registry(judged))
     judged.metrics = judged.metrics.with_slices(slice_metrics(candidate.values(), specs))
     comparison.tags = sorted({t for row in candidate.values() for t in row.tags})
     if baseline is None:
@@ -163,7 +170,8 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
         pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
         tags=comparison.tags, baseline_refused=comparison.baseline_refused,
         pairs_without_response=comparison.pairing.get("no_response", 0),
-        judge_changes=judge_changes(baseline, judged, params), advisory={
+        judge_changes=judge_changes(baseline, judged, params), registry=run_registry(judged),
+        advisory={
             entry["key"]: entry["advisory_reason"]
             for entry in (judged.calibration or {}).get("judges", []) if entry.get("advisory")})
     verdict = decide(gates, judged.metrics, comparison.deltas, context)

@@ -137,7 +137,7 @@ def rejudge_section(params: Any, source: BaselineRun, judged: JudgedRun) -> dict
         "source_run_id": source.run_id, "source_url": source.url,
         "source_check": source.check, "as_baseline": params.as_baseline,
         "source_fingerprint": source_digest, "fingerprint": now["digest"],
-        "fingerprint_changed": source_digest != now["digest"],
+        "fingerprint_changed": bool(changes),
         "judge_changes": changes,  # in words, by judge (empty: the same judges)
         "agreement": sum(a.agreed for a in agreements) / compared if compared else None,
         "judges": [a.as_dict() for a in agreements],

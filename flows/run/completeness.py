@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
+from judges.catalogue import Registry
 from judges.model.budget import BUDGET_REASON, current_budget
 from judges.plan import JudgePlan
 from judges.result_names import count_names
@@ -45,12 +46,23 @@ class ErrorShare(NamedTuple):
 
 def error_shares(plan: JudgePlan, metrics: Mapping, examples: Mapping[str, str]
                  ) -> list[ErrorShare]:
-    """Each planned judge's failed rows among the rows it judged (from metrics.json counts)."""
+    """Each planned judge's failed rows among the rows it judged (from metrics.json counts).
+
+    Besides its rows, each other unit a judge's metric counts (a per-turn judge's pooled turns,
+    as the registry declares them): 180 of 200 turns failed is not a judged run, whatever the
+    sessions say.
+    """
     shares = []
+    registry = Registry.of(plan.judges, plan.metrics)
     for judge in plan.judges:
         rated, errors = (metrics.get(name) or 0 for name in count_names(judge.prefix))
         shares.append(ErrorShare(judge.name, errors, errors + rated,
                                  example=examples.get(judge.prefix)))
+        for entry in registry.entries.values():
+            if entry.judge == judge.prefix and entry.unit != "rows" and entry.rated:
+                rated, errors = (metrics.get(name) or 0 for name in (entry.rated, entry.errors))
+                shares.append(ErrorShare(judge.name, errors, errors + rated, entry.unit,
+                                         examples.get(judge.prefix)))
     for metric in plan.metrics:  # rows a metric should have measured but could not
         if metric.error is not None:
             rated, errors = (metrics.get(name) or 0 for name in count_names(metric.field))

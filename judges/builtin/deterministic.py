@@ -31,6 +31,7 @@ DETERMINISTIC_METRICS: dict[str, MetricSpec] = {
             lambda row: row.total_token_count,
             "trace token usage",
             from_response=True,
+            direction="lower",
         ),
         MetricSpec(
             "total_input_token_count",
@@ -38,6 +39,7 @@ DETERMINISTIC_METRICS: dict[str, MetricSpec] = {
             lambda row: row.total_input_token_count,
             "trace token usage",
             from_response=True,
+            direction="lower",
         ),
         MetricSpec(
             "total_output_token_count",
@@ -45,6 +47,7 @@ DETERMINISTIC_METRICS: dict[str, MetricSpec] = {
             lambda row: row.total_output_token_count,
             "trace token usage",
             from_response=True,
+            direction="lower",
         ),
         # The reference documents both spellings; users' dashboards read either.
         MetricSpec(
@@ -53,6 +56,7 @@ DETERMINISTIC_METRICS: dict[str, MetricSpec] = {
             lambda row: row.total_input_token_count,
             "trace token usage",
             from_response=True,
+            direction="lower",
         ),
         MetricSpec(
             "output_token_count",
@@ -60,6 +64,7 @@ DETERMINISTIC_METRICS: dict[str, MetricSpec] = {
             lambda row: row.total_output_token_count,
             "trace token usage",
             from_response=True,
+            direction="lower",
         ),
         MetricSpec(
             "latency_seconds",
@@ -67,6 +72,8 @@ DETERMINISTIC_METRICS: dict[str, MetricSpec] = {
             lambda row: row.latency_seconds,
             "trace or generated response timing",
             from_response=True,
+            kind="latency",
+            direction="lower",
         ),
         *TOOL_CALL_METRICS,
     )

@@ -112,7 +112,9 @@ def unmeasured(row: EvalRow) -> str | None:
 NEEDS = "expected_tool_calls and a trajectory (or trace) with the calls made"
 METRICS = (
     MetricSpec("tool_call_precision", TOOL_CALLS_AREA + "/precision",
-               _measure(lambda m: m.precision), NEEDS, error=unmeasured),
+               _measure(lambda m: m.precision), NEEDS, error=unmeasured,
+               kind="tool_call"),
     MetricSpec("tool_call_recall", TOOL_CALLS_AREA + "/recall",
-               _measure(lambda m: m.recall), NEEDS, error=unmeasured),
+               _measure(lambda m: m.recall), NEEDS, error=unmeasured,
+               kind="tool_call"),
 )

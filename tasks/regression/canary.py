@@ -7,6 +7,11 @@ seeded sample of the baseline's rows (the baseline's responses, not tonight's) w
 judge, never from the reply cache, and compares each yes/no verdict with the one the baseline
 published: agreement, Cohen's kappa, flips both ways and the exact McNemar p.
 
+Every LLM judge is checked, verdict by verdict: a per-chunk judge on each chunk, a per-turn
+judge on each turn, an answer, agent or session judge on each row. An LLM judge a gate depends
+on that the canary could not check (the baseline has none of its verdicts) leaves the night
+incomplete, named (`unchecked_reasons`).
+
 The rule is agreement, per judge: a judge that agrees with its own earlier verdicts on fewer
 than `min_agreement` of the sampled rows (0.9 by default) has drifted, and the night is
 incomplete, never a pass or a breach. Why 0.9 and 50 rows: see the README ("Judge drift").
@@ -24,7 +29,7 @@ import numpy as np
 
 from judges.base import JudgeSpec
 from judges.calibration.stats import cohen_kappa
-from tasks.metric_fields import yes_no_verdict
+from tasks.metric_fields import unit_verdicts
 from tasks.regression.paired_stats import mcnemar
 
 DEFAULT_CANARY_ROWS = 50
@@ -33,12 +38,38 @@ YES_NO = ("yes", "no")
 DRIFTED = "the judge drifted"  # how a drift reason starts (the others: could not check)
 
 
-def canary_judges(judges: Iterable[JudgeSpec]) -> list[JudgeSpec]:
-    """The judges a canary can check: one yes/no verdict per row.
+PER_UNIT_MODES = ("per_chunk", "per_turn")
 
-    Per-chunk judges give a verdict per chunk, summed up as a precision: no one verdict.
+
+def canary_judges(judges: Iterable[JudgeSpec]) -> list[JudgeSpec]:
+    """The judges a canary checks: every judge a model decides (no deterministic one)."""
+    return [j for j in judges if j.mode != "deterministic"]
+
+
+def baseline_verdicts(record: Mapping[str, Any], judge: JudgeSpec) -> list[str | None]:
+    """The judge's published verdicts on a baseline row: one per row, chunk or turn."""
+    return unit_verdicts(record, judge.prefix, judge.mode in PER_UNIT_MODES)
+
+
+def unit_pairs(before: Sequence[str | None], now: Sequence[str | None]
+               ) -> list[tuple[str, str | None]]:
+    """(baseline verdict, tonight's or None when it failed) for each unit rated in the baseline.
+
+    Units are the row's chunks or turns in order, the same row judged twice: a unit the
+    baseline did not rate is left out, one tonight failed on is an error.
     """
-    return [j for j in judges if j.mode == "answer"]
+    return [(b, n if n in YES_NO else None)
+            for b, n in zip(before, list(now) + [None] * (len(before) - len(now)), strict=False)
+            if b in YES_NO]
+
+
+def unchecked_reasons(needed: Iterable[JudgeSpec], agreements: Sequence[JudgeAgreement]
+                      ) -> list[str]:
+    """A sentence per LLM judge a gate depends on that the canary did not check at all."""
+    checked = {a.prefix for a in agreements if a.compared + a.errors}
+    return [f"the judge drift canary did not check {j.name}: none of the baseline's sampled "
+            "rows has its verdicts, so a gate on it cannot tell the judge's drift from the "
+            "candidate's change" for j in needed if j.prefix not in checked]
 
 
 def sample_key(seed: int, request_id: str) -> str:
@@ -48,22 +79,29 @@ def sample_key(seed: int, request_id: str) -> str:
 
 def choose_rows(records: Iterable[Mapping[str, Any]], judges: Sequence[JudgeSpec], size: int,
                 seed: int) -> list[Mapping[str, Any]]:
-    """Up to `size` published records with a yes/no verdict of at least one of `judges`.
+    """Published records with a yes/no verdict (of a row, chunk or turn) of `judges`.
 
-    The first `size` in the seeded order (`sample_key`), kept in bounded memory as the
-    records stream by, returned in that order.
+    For each judge, the first `size` records with its verdicts in the seeded order
+    (`sample_key`): a judge of a few rows of a mixed set (sessions among answers) gets its own
+    sample, not what is left of the others'. The union, kept in bounded memory (at most `size`
+    per judge) as the records stream by, returned in that order.
     """
-    kept: list[tuple[str, int, Mapping[str, Any]]] = []  # a max-heap by key, via negation
+    kept: dict[str, list[tuple[str, int, Mapping[str, Any]]]] = {j.prefix: [] for j in judges}
     for position, record in enumerate(records):
-        if not any(yes_no_verdict(record, j.prefix) for j in judges):
-            continue
-        key = sample_key(seed, str(record.get("request_id")))
-        entry = (_negated(key), position, record)
-        if len(kept) < size:
-            heapq.heappush(kept, entry)
-        elif entry > kept[0]:
-            heapq.heapreplace(kept, entry)
-    return [record for _, _, record in sorted(kept, reverse=True)]
+        entry: tuple[str, int, Mapping[str, Any]] | None = None
+        for judge in judges:
+            if not any(v in YES_NO for v in baseline_verdicts(record, judge)):
+                continue
+            if entry is None:
+                entry = (_negated(sample_key(seed, str(record.get("request_id")))), position,
+                         record)
+            heap = kept[judge.prefix]  # a max-heap by key, via negation
+            if len(heap) < size:
+                heapq.heappush(heap, entry)
+            elif entry > heap[0]:
+                heapq.heapreplace(heap, entry)
+    union = {entry[1]: entry for heap in kept.values() for entry in heap}
+    return [record for _, _, record in sorted(union.values(), reverse=True)]
 
 
 def _negated(key: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from judges.calibration.policy import MIN_LABELS, advisory_reason
+from judges.catalogue import Registry
 from judges.result_names import PAIRWISE_KEY, WINRATE_FIELDS, count_names, tag_metric
 from tasks.metric_fields import is_pairwise, metric_field, stats_of
 from tasks.regression.deltas import DeltaLine
@@ -56,6 +57,9 @@ class Context(NamedTuple):
     calibration_floor: float | None = None
     calibration_min_labels: int = MIN_LABELS
     baseline_refused: str | None = None  # why the baseline failed its integrity check
+    # What each metric is (judges/catalogue.py): its judge and its counts, whatever its name's
+    # shape (`…/turns/percentage`, `…/turn_pass_rate/average`). None: read from the name.
+    registry: Registry | None = None
 
 
 class GateResult(NamedTuple):
@@ -89,6 +93,16 @@ def _share(errors: Any, rated: Any) -> float:
     return (errors or 0) / total if total else 0.0
 
 
+def _judge_and_counts(gate: Gate, ctx: Context
+                      ) -> tuple[str | None, tuple[str | None, ...], str]:
+    """The prefix of the judge behind a gate's metric, its rated/error counts and their unit."""
+    entry = ctx.registry.entry(gate.metric) if ctx.registry is not None else None
+    if entry is not None:
+        return entry.judge, (entry.rated, entry.errors) if entry.rated else (), entry.unit
+    spec = metric_field(gate.metric)
+    return (spec.base, count_names(spec.base), "rows") if spec is not None else (None, (), "rows")
+
+
 def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str | None:
     """Why neither part of the gate can be decided, if so."""
     if is_pairwise(gate.metric):
@@ -113,18 +127,18 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
         if total - errors < ctx.min_paired:
             return f"only {total - errors} pairs judged (min_paired {ctx.min_paired})"
         return None
-    spec = metric_field(gate.metric)
+    judge, counts, unit = _judge_and_counts(gate, ctx)
     scoped = (lambda name: name) if gate.tag is None else (lambda name: tag_metric(gate.tag, name))
     if metrics.get(scoped(gate.metric)) is None:
         where = "this run" if gate.tag is None else f"rows tagged {gate.tag!r}"
         return f"metric {gate.metric!r} is absent or unrated in {where}"
-    if advisory := gate_advisory(gate.metric, metrics, ctx.advisory):
+    if advisory := gate_advisory(gate.metric, metrics, ctx.advisory, judge):
         return advisory
-    if spec is not None:
-        rated, errors = (metrics.get(scoped(name)) for name in count_names(spec.base))
+    if counts:
+        rated, errors = (metrics.get(scoped(name)) if name else None for name in counts)
         share = _share(errors, rated)
         if share > ctx.max_error_share:
-            return (f"{errors} of the candidate's rows ({share:.1%}) have no value for it (a "
+            return (f"{errors} of the candidate's {unit} ({share:.1%}) have no value for it (a "
                     f"judge or generation error), above max_error_share "
                     f"{ctx.max_error_share:.1%}")
     return None
@@ -135,8 +149,8 @@ def _relative_reason(gate: Gate, ctx: Context, line: DeltaLine | None) -> str | 
         return ctx.baseline_refused
     if ctx.baseline_run_id is None:
         return f"no baseline yet: first run of suite {ctx.suite!r}"
-    spec = metric_field(gate.metric)
-    changed = ctx.judge_changes.get(spec.base) if spec is not None else None
+    judge, _, _ = _judge_and_counts(gate, ctx)
+    changed = ctx.judge_changes.get(judge) if judge is not None else None
     if changed:
         return (f"baseline run {ctx.baseline_run_id!r} was judged by another judge "
                 f"({'; '.join(changed)}): a change would be the judge's, not the candidate's")

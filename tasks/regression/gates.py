@@ -128,7 +128,8 @@ def load_gates(url: str | None, storage_options: dict | None = None) -> list[Gat
 
 
 def gate_advisory(metric: str, metrics: Mapping[str, Any],
-                    reasons: Mapping[str, str] | None = None) -> str | None:
+                    reasons: Mapping[str, str] | None = None,
+                    judge: str | None = None) -> str | None:
     """Why a gate on `metric` cannot be decided because its judge is advisory, if it is.
 
     A judge whose calibration does not reach the run's calibration floor may be read, not
@@ -138,9 +139,12 @@ def gate_advisory(metric: str, metrics: Mapping[str, Any],
         metric: the gated metric.
         metrics: the run's metrics, calibration flags included.
         reasons: the calibration's own reason per advisory judge key, when known.
+        judge: the prefix of the judge behind `metric` (the run's registry); None: read
+            from the metric's name.
     """
     field = metric_field(metric)
-    key = advisory_key(field.base, metrics) if field is not None else None
+    prefix = judge if judge is not None else field.base if field is not None else None
+    key = advisory_key(prefix, metrics) if prefix is not None else None
     if key is None:
         return None
     stats = stats_of(metrics, key)

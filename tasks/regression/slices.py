@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from judges.catalogue import Registry
 from judges.metrics import RunMetrics
 from judges.result_names import count_names, row_count_names, tag_metric
 from tasks.metric_fields import MetricField, RowData, metric_fields, row_data
@@ -43,14 +44,19 @@ def slice_metrics(rows: Iterable[RowData], specs: list[MetricField]) -> dict[str
     return out
 
 
-def slices_of_records(records: Iterable[Mapping[str, Any]], metrics: Mapping[str, Any]) -> dict:
-    """Per-tag aggregates of published records, for the aggregates the run's metrics name."""
-    specs = metric_fields(metrics)
+def slices_of_records(records: Iterable[Mapping[str, Any]], metrics: Mapping[str, Any],
+                      registry: Registry | None = None) -> dict:
+    """Per-tag aggregates of published records, for the aggregates the run's metrics name.
+
+    `registry` (the run's, judges/catalogue.py) says which per-row field and counts each
+    aggregate has; a per-row number's own counts, never a judge's (`agent/tool_calls/...`).
+    """
+    specs = metric_fields(metrics, registry)
     return slice_metrics((row_data(r, specs) for r in records), specs)
 
 
-def with_slices(metrics: RunMetrics, records: Callable[[], Iterable[Mapping[str, Any]]]
-                ) -> RunMetrics:
+def with_slices(metrics: RunMetrics, records: Callable[[], Iterable[Mapping[str, Any]]],
+                registry: Registry | None = None) -> RunMetrics:
     """`metrics` with their per-tag aggregates.
 
     Computed from the published records (read by `records()`) unless the run has them already
@@ -58,4 +64,4 @@ def with_slices(metrics: RunMetrics, records: Callable[[], Iterable[Mapping[str,
     """
     if metrics.slices is not None:
         return metrics
-    return metrics.with_slices(slices_of_records(records(), metrics))
+    return metrics.with_slices(slices_of_records(records(), metrics, registry))
