@@ -152,7 +152,15 @@ def row_record(result: RowResult) -> dict:
         record.update(judge_fields(judge))
     for metric, value in result.metrics:
         record[metric.field] = value
+        reason = metric.error(result.row) if value is None and metric.error else None
+        if reason is not None:  # the row should have been measured: say why it was not
+            record[metric_error_name(metric.field)] = reason
     return record
+
+
+def metric_error_name(field: str) -> str:
+    """Why a row has no value of a metric that should have measured it (MetricSpec.error)."""
+    return f"{field}/error_message"
 
 
 def precision_name(prefix: str) -> str:
@@ -606,10 +614,14 @@ def metric_declarations(metric: MetricSpec) -> list[Declared]:
     Its kind and direction are the spec's own (judges/base.py MetricSpec).
     """
     rated, errors = count_names(metric.field)
+    # A metric counts errors when a row can fail to give it a value: a generated response
+    # that failed, or a row it should have measured but could not (MetricSpec.error).
+    counts_errors = metric.from_response or metric.error is not None
+    row_error = metric_error_name(metric.field) if metric.error is not None else None
     out = [Declared(metric_average_name(metric), metric.kind, None, None, rated,
-                    errors if metric.from_response else None, metric.direction,
-                    False, metric.field, None, "mean"), _count(rated, None, None, False)]
-    if metric.from_response:
+                    errors if counts_errors else None, metric.direction,
+                    False, metric.field, row_error, "mean"), _count(rated, None, None, False)]
+    if counts_errors:
         out.append(_count(errors, None, None, False))
     return out
 
