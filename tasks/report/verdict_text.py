@@ -77,6 +77,10 @@ def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
         f"{fmt_value(metric, base)} → {fmt_value(metric, cand)}")
     if gate.get("delta") is None and gate.get("low") is not None and gate.get("high") is not None:
         values += f" [{fmt_value(metric, gate['low'])}, {fmt_value(metric, gate['high'])}]"
+    # The interval that decided a gate with an alpha: each bound one-sided at α over Holm's
+    # multiplier (docs/regression.md), not the delta's 95% interval.
+    level = gate.get("interval_level")
+    bounds = f" (bounds at {level:.3g} each side)" if level is not None else ""
     worst = gate.get("worst_slice")
     worst_delta = fmt_delta(metric, worst["delta"], worst["low"], worst["high"]) if worst else ""
     return {
@@ -84,10 +88,13 @@ def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
         "gate": name,
         "rule": visible(gate.get("rule") or ""),
         "values": values,
-        "delta": fmt_delta(metric, gate.get("delta"), gate.get("low"), gate.get("high")),
+        "delta": fmt_delta(metric, gate.get("delta"), gate.get("low"), gate.get("high"))
+        + (bounds if gate.get("delta") is not None else ""),
         "delta_point": fmt_delta(metric, gate.get("delta"), None, None),
         "delta_ci": fmt_interval(metric, gate.get("low"), gate.get("high"))
         if gate.get("delta") is not None else "",
+        "interval_note": "" if gate.get("delta") is None or gate.get("low") is None else (
+            f"{level:.3g} per side" if level is not None else "95%"),
         "n": "—" if gate.get("n_paired") is None else f"{gate['n_paired']}",
         "p": f"{fmt_p(gate.get('p'))} / {fmt_p(gate.get('p_adjusted'))}",
         "reason": visible(gate.get("reason") or ""),
