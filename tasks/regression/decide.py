@@ -31,7 +31,7 @@ from tasks.regression.gates import Gate, gate_advisory
 from tasks.regression.limit_tests import PairedData, beyond_p, change_bounds
 from tasks.regression.paired_stats import holm
 
-__all__ = ["Context", "GateResult", "RunVerdict", "decide"]
+__all__ = ["Context", "GateResult", "RunVerdict", "decide", "not_decided"]
 
 Outcome = Literal["passed", "failed", "incomplete"]
 
@@ -334,6 +334,19 @@ def decide(gates: Sequence[Gate], metrics: Mapping[str, Any], lines: Sequence[De
     outcome: Outcome = ("failed" if "breached" in outcomes
                         else "incomplete" if "undecidable" in outcomes else "passed")
     return RunVerdict(outcome, results)
+
+
+def not_decided(verdict: RunVerdict, why: str) -> RunVerdict:
+    """The verdict of a night whose numbers cannot be read (a drifted judge, a spent budget).
+
+    Every gate becomes undecidable, its reason saying why first, so that no view (summary.md,
+    JUnit, the incomplete event, the history) shows a breach or a hold that was not decided;
+    what the numbers alone said stays in the reason, after it.
+    """
+    gates = [g if g.outcome == "undecidable" else g._replace(
+        outcome="undecidable", reason=f"not decided ({why}); on these numbers alone it "
+                                      f"{g.outcome}: {g.reason}") for g in verdict.gates]
+    return RunVerdict("incomplete", gates)
 
 
 def _baseline_refusal(reason: str) -> GateResult:
