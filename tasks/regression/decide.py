@@ -20,7 +20,7 @@ numbers. It never holds on a point estimate beyond its limit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from judges.calibration.policy import MIN_LABELS, advisory_reason
@@ -30,6 +30,7 @@ from tasks.regression.deltas import DeltaLine
 from tasks.regression.gates import Gate, gate_advisory
 from tasks.regression.limit_tests import PairedData, beyond_p, change_bounds
 from tasks.regression.paired_stats import holm
+from tasks.regression.power import min_detectable_change
 
 __all__ = ["Context", "GateResult", "RunVerdict", "decide", "not_decided"]
 
@@ -85,6 +86,10 @@ class GateResult(NamedTuple):
     # The one-sided level of each bound of low/high when a test decided (α over Holm's
     # multiplier, halved for a gate with both limits); None: the line's 95% interval.
     interval_level: float | None = None
+    # The smallest change (drop, else rise) the gate's test breaches with 80% power on these
+    # paired rows (tasks/regression/power.py), and the limit it is read against.
+    min_detectable_change: float | None = None
+    limit: float | None = None
 
 
 class RunVerdict(NamedTuple):
@@ -208,6 +213,7 @@ class Decision(NamedTuple):
     low: float | None  # of candidate − baseline
     high: float | None
     level: float | None  # each bound's one-sided level (alpha over Holm's multiplier)
+    min_detectable_change: float | None = None  # of the first side (drop, else rise)
 
 
 def _relative_decision(gate: Gate, line: DeltaLine, p_adj: float | None,
@@ -239,31 +245,41 @@ def _relative_decision(gate: Gate, line: DeltaLine, p_adj: float | None,
     low = bounds["rise"][0] if "rise" in bounds else -bounds["drop"][1]
     high = -bounds["drop"][0] if "drop" in bounds else bounds["rise"][1]
     n, alpha = line.n_paired, f"α {gate.alpha:g}"
+    sees = min_detectable_change(data, sides[0][1], level, sides[0][0])
+    decided = _decided(low, high, level, sees)
     for side, limit in sides:
         change, word = (-delta, "dropped") if side == "drop" else (delta, "rose")
         beyond = f"{word} {_amount(line, change)}, beyond the {_amount(line, limit)} limit"
         if p_adj < gate.alpha and change > limit:
-            return Decision("breached", f"{beyond} (at least {_amount(line, bounds[side][0])} "
-                            f"at {alpha}, adjusted p {p_adj:.4g})", low, high, level)
+            return decided("breached", f"{beyond} (at least {_amount(line, bounds[side][0])} "
+                           f"at {alpha}, adjusted p {p_adj:.4g})")
         if change > limit:
             stop = (" (Holm stops at a gate with a smaller p)"
                     if bounds[side][0] > limit else "")
-            return Decision("undecidable", f"{beyond}, but {n} paired rows cannot confirm it at "
-                            f"{alpha} (adjusted p {p_adj:.4g}; the {side} may be as small "
-                            f"as {_amount(line, bounds[side][0])}){stop}", low, high, level)
+            return decided("undecidable", f"{beyond}, but {n} paired rows cannot confirm it at "
+                           f"{alpha} (adjusted p {p_adj:.4g}; the {side} may be as small "
+                           f"as {_amount(line, bounds[side][0])}){stop}")
     if gate.strict:
         for side, limit in sides:
             if bounds[side][1] >= limit:
                 word = "dropped" if side == "drop" else "rose"
                 change = -delta if side == "drop" else delta
-                return Decision("undecidable", f"{word} {_amount(line, change)}, within the "
-                                f"{_amount(line, limit)} limit, but {n} paired rows cannot show "
-                                f"it stays within at {alpha} (strict: it may be as large as "
-                                f"{_amount(line, bounds[side][1])})", low, high, level)
-        return Decision("held", f"change {_amount(line, delta)} shown within the limit at "
-                        f"{alpha} (strict)", low, high, level)
-    return Decision("held", f"change {_amount(line, delta)} within the limit (point estimate; "
-                    f"adjusted p {p_adj:.4g} of a change beyond it)", low, high, level)
+                return decided("undecidable", f"{word} {_amount(line, change)}, within the "
+                               f"{_amount(line, limit)} limit, but {n} paired rows cannot show "
+                               f"it stays within at {alpha} (strict: it may be as large as "
+                               f"{_amount(line, bounds[side][1])})")
+        return decided("held", f"change {_amount(line, delta)} shown within the limit at "
+                       f"{alpha} (strict)")
+    return decided("held", f"change {_amount(line, delta)} within the limit (point estimate; "
+                   f"adjusted p {p_adj:.4g} of a change beyond it)")
+
+
+def _decided(low: float, high: float, level: float, sees: float | None
+             ) -> Callable[[str, str], Decision]:
+    """A Decision maker carrying the interval, its level and the smallest change seen."""
+    def make(outcome: str, reason: str) -> Decision:
+        return Decision(outcome, reason, low, high, level, sees)
+    return make
 
 
 def _absolute_breach(gate: Gate, value: float, pairwise: Mapping | None) -> tuple[bool, str]:
@@ -375,14 +391,14 @@ def _result(gate: Gate, ctx: Context, metrics: Mapping[str, Any], line: DeltaLin
                 decision.outcome].append(decision.reason)
     outcome = "breached" if breaches else "undecidable" if undecided else "held"
     reason = "; ".join(breaches or undecided or held)
-    level = None
+    level = sees = None
     if decision is not None:
         numbers = (line.baseline, line.candidate, line.delta, decision.low, decision.high,
                    line.n_paired)
-        level = decision.level
+        level, sees = decision.level, decision.min_detectable_change
     elif gate.metric == "winrate" and value is not None:
         numbers = (None, value, None, source.get("lower_rate"), source.get("upper_rate"), None)
     else:
         numbers = (None, value, None, None, None, None)
     return GateResult(gate.metric, gate.tag, gate.rule, outcome, reason, *numbers, p, p_adj,
-                      _worst_slice(gate, lines), level)
+                      _worst_slice(gate, lines), level, sees, _sides(gate)[0][1] if sees else None)

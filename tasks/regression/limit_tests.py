@@ -28,7 +28,7 @@ import numpy as np
 
 from tasks.regression.paired_stats import wilcoxon_signed_rank
 
-__all__ = ["PairedData", "beyond_p", "within_p", "change_bounds"]
+__all__ = ["PairedData", "beyond_p", "change_bounds", "log_factorials", "within_p"]
 
 
 class PairedData(NamedTuple):
@@ -51,7 +51,8 @@ class PairedData(NamedTuple):
 
 
 @lru_cache(maxsize=64)
-def _log_factorials(n: int) -> np.ndarray:
+def log_factorials(n: int) -> np.ndarray:
+    """The logs of k! for k = 0..n (cached: the power search asks for the same n many times)."""
     return np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1)))))
 
 
@@ -63,7 +64,7 @@ def _binom_upper(k: int, n: int, p: float) -> float:
         return 0.0
     if p >= 1:
         return 1.0
-    lf, i = _log_factorials(n), np.arange(k, n + 1)
+    lf, i = log_factorials(n), np.arange(k, n + 1)
     terms = lf[n] - lf[i] - lf[n - i] + i * math.log(p) + (n - i) * math.log1p(-p)
     top = float(terms.max())
     return min(1.0, math.exp(top) * float(np.exp(terms - top).sum()))
