@@ -23,6 +23,7 @@ from judges.model.budget import current_budget
 from judges.model.usage import Usage
 from tasks.metric_fields import RowData, metric_fields, row_data
 from tasks.regression.baseline_rows import BaselineRows
+from tasks.regression.canary import DRIFTED
 from tasks.regression.decide import Context, RunVerdict, decide, not_decided
 from tasks.regression.deltas import DeltaLine, join_rows, paired_deltas
 from tasks.regression.slices import slice_metrics
@@ -168,7 +169,7 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
             for entry in (judged.calibration or {}).get("judges", []) if entry.get("advisory")})
     verdict = decide(gates, judged.metrics, comparison.deltas, context)
     if canary is not None and canary.reasons:  # no gate is read: not decided, anywhere
-        drifted = (canary.section or {}).get("drifted")
+        drifted = any(r.startswith(DRIFTED) for r in canary.reasons)
         return not_decided(verdict, "the judge drifted since the baseline: drift canary"
                            if drifted else canary.reasons[0])
     budget = current_budget()
