@@ -29,6 +29,7 @@ from flows.commands.compare import compare_command  # noqa: E402
 from flows.commands.estimate import estimate_command  # noqa: E402
 from flows.commands.evaluate import evaluate_command  # noqa: E402
 from flows.commands.mlflow_relay import mlflow_relay_command  # noqa: E402
+from flows.commands.plan_gates import plan_gates_command  # noqa: E402
 from flows.commands.pools import install_pools_command  # noqa: E402
 from flows.commands.regression import regression_command  # noqa: E402
 from flows.commands.rejudge import rejudge_command  # noqa: E402
@@ -58,6 +59,8 @@ app.command(name="install-automations")(install_automations_command)
 # ... and the work pools its deployments run on, with job templates no run can change.
 app.command(name="install-pools")(install_pools_command)
 app.command(name="evaluate")(evaluate_command)
+# No model call: the rows each gate needs, before a suite buys labels or calls.
+app.command(name="plan-gates")(plan_gates_command)
 app.command(name="compare")(compare_command)
 app.command(name="regression")(regression_command)
 app.command(name="rejudge")(rejudge_command)

@@ -19,7 +19,7 @@ from flows.regression import RegressionParams
 from judges.calibration.policy import band
 from judges.calibration.stats import binary_stats, cohen_kappa, kappa_interval
 from tasks.regression.decide import Context, decide
-from tasks.regression.deltas import DeltaLine
+from tasks.regression.deltas import DeltaLine, paired_data
 from tasks.regression.gates import Gate
 from tasks.regression.paired_stats import paired_means
 
@@ -68,10 +68,11 @@ def test_wilcoxon_matches_enumeration_on_random_fractional_sets():
         assert paired_means(baseline, candidate).p_drop == pytest.approx(float(exact), abs=1e-9)
 
 
-def _line(test, metric="retrieval/llm_judged/chunk_relevance/precision/average") -> DeltaLine:
+def _line(test, data, metric="retrieval/llm_judged/chunk_relevance/precision/average"
+          ) -> DeltaLine:
     return DeltaLine(metric, None, test.baseline, test.candidate, test.delta, test.low,
                      test.high, test.n, 0, 0, 0, test.p_drop, test.p_rise, test.p_two_sided,
-                     test.test, None, None, test.baseline, test.candidate, False)
+                     test.test, None, None, test.baseline, test.candidate, False, paired=data)
 
 
 def _false_breach_rate(gate: Gate, runs: int, seed: int) -> float:
@@ -85,7 +86,8 @@ def _false_breach_rate(gate: Gate, runs: int, seed: int) -> float:
         difficulty = rng.integers(0, 6, size=30)
         baseline = np.clip(difficulty + rng.integers(-1, 2, size=30), 0, 5) / 5
         candidate = np.clip(difficulty + rng.integers(-1, 2, size=30), 0, 5) / 5
-        line = _line(paired_means(list(baseline), list(candidate), seed=1))
+        line = _line(paired_means(list(baseline), list(candidate), seed=1),
+                     paired_data(baseline, candidate))
         metrics = {line.metric: float(candidate.mean()),
                    "retrieval/llm_judged/chunk_relevance/rated_count": 30,
                    "retrieval/llm_judged/chunk_relevance/error_count": 0}

@@ -105,35 +105,50 @@ def test_a_drop_breaches_and_failed_wins_over_incomplete():
     assert result.outcome == "failed"
     gate = result.gates[0]
     assert gate.baseline == 1.0 and gate.candidate == 0.75 and gate.n_paired == 40
-    assert gate.p == pytest.approx(0.5**10) and gate.p_adjusted == gate.p
+    # Against "the drop is at most 2 points": each of the 10 discordant pairs is a loss with
+    # probability (1 + 0.02 · 40 / 10) / 2 = 0.54 at the limit, so p = 0.54^10.
+    assert gate.p == pytest.approx(0.54**10) and gate.p_adjusted == gate.p
+    assert gate.high < -0.02  # the interval that decided it lies beyond the limit
 
 
-def test_holm_lets_a_marginal_drop_through_when_several_gates_share_alpha():
-    # 5 losses of 40: one-sided p = 1/32 = 0.03125 < 0.05 alone, 0.0625 once doubled by Holm.
-    candidate = [record(i, "no" if i < 5 else "yes", latency=1.0) for i in range(40)]
+def test_holm_makes_a_marginal_drop_undecidable_never_held():
+    # 6 losses of 40 (15 points): p = 0.5667^6 = 0.033 < 0.05 alone, 0.066 once Holm doubles it.
+    candidate = [record(i, "no" if i < 6 else "yes", latency=1.0) for i in range(40)]
     alone = verdict([Gate(metric=RATE, max_drop=0.02, alpha=0.05)], BASE, candidate)
     assert alone.outcome == "failed"
     both = verdict([Gate(metric=RATE, max_drop=0.02, alpha=0.05),
                     Gate(metric=LATENCY, max_rise=0.5, alpha=0.05)], BASE, candidate)
     first = both.gates[0]
-    assert first.p == pytest.approx(1 / 32) and first.p_adjusted == pytest.approx(1 / 16)
-    assert first.outcome == "held" and "not significant" in first.reason
-    assert both.outcome == "passed"
+    share = (1 + 0.02 * 40 / 6) / 2
+    assert first.p == pytest.approx(share**6) and first.p_adjusted == pytest.approx(2 * share**6)
+    assert first.outcome == "undecidable"
+    assert first.reason.startswith("dropped 15 pp, beyond the 2 pp limit, but 40 paired rows "
+                                   "cannot confirm it at α 0.05")
+    assert both.outcome == "incomplete"
 
 
 def test_an_alpha_gate_on_an_average_can_fire():
-    candidate = [record(i, "yes", recall=0.5 if i < 12 else 1.0) for i in range(40)]
+    candidate = [record(i, "yes", recall=0.5 if i < 30 else 1.0) for i in range(40)]
     result = verdict([Gate(metric=RECALL, max_drop=0.05, alpha=0.01)], BASE, candidate)
     gate = result.gates[0]
     assert gate.outcome == "breached", gate.reason
-    assert gate.delta == pytest.approx(-0.15) and gate.p == pytest.approx(0.5**12)
-    assert gate.high < 0
+    # Shifted by the limit: 30 differences of −0.45 (ranks 11–40) and 10 of +0.05 (ranks
+    # 1–10): W+ = 55, and P(W+ ≤ 55) under random signs is tiny.
+    assert gate.delta == pytest.approx(-0.375) and gate.p < 1e-6
+    assert gate.high < -0.05
+
+
+def test_a_drop_carried_by_few_rows_of_an_average_is_undecidable_not_held():
+    # 12 of 40 rows lose half their recall: the mean drops 0.15, the median not at all.
+    candidate = [record(i, "yes", recall=0.5 if i < 12 else 1.0) for i in range(40)]
+    gate = verdict([Gate(metric=RECALL, max_drop=0.05, alpha=0.01)], BASE, candidate).gates[0]
+    assert gate.outcome == "undecidable" and "beyond the 0.05 limit" in gate.reason
 
 
 def test_max_rise_gates_latency():
     candidate = [record(i, "yes", latency=2.5) for i in range(40)]
     result = verdict([Gate(metric=LATENCY, max_rise=0.5, alpha=0.05)], BASE, candidate)
-    assert result.gates[0].outcome == "breached" and "rose 1.5000" in result.gates[0].reason
+    assert result.gates[0].outcome == "breached" and "rose 1.5, beyond" in result.gates[0].reason
 
 
 def test_tag_gate_and_worst_slice():
@@ -196,16 +211,16 @@ def test_gates_file_default_alpha_and_errors(tmp_path):
 
 
 def test_a_gate_without_alpha_says_it_decided_on_the_point_estimate():
-    from tasks.regression.decide import _relative_breach
+    from tasks.regression.decide import _relative_decision
 
     line = DeltaLine("m", None, 0.9, 0.85, -0.05, -0.1, 0.0, 40, 0, 0, 0, 0.06, 0.95, 0.12,
                      "mcnemar-exact", 4, 2, 0.9, 0.85, False)
-    breached, why = _relative_breach(Gate(metric="m/rating/percentage", max_drop=0.02), line,
-                                     None)
-    assert breached and "decided on the point estimate" in why
-    held, why = _relative_breach(Gate(metric="m/rating/percentage", max_drop=0.02, alpha=0.05),
-                                 line, 0.06)
-    assert not held and "not significant" in why
+    decision = _relative_decision(Gate(metric="m/rating/percentage", max_drop=0.02), line,
+                                  None, None)
+    assert decision.outcome == "breached" and "decided on the point estimate" in decision.reason
+    decision = _relative_decision(Gate(metric="m/rating/percentage", max_drop=0.02, alpha=0.05),
+                                  line, 0.3, 1)
+    assert decision.outcome == "undecidable" and "cannot confirm" in decision.reason
 
 
 def test_the_shipped_gates_file_has_an_alpha():

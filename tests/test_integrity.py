@@ -208,7 +208,10 @@ def test_a_baseline_with_only_its_results_forged_is_refused_when_they_are_read(
             "signed manifest records") in state.message
     gate_lines = manifest(tmp_path, "cand")["regression"]["gates"]
     assert [(g["metric"], g["outcome"]) for g in gate_lines] == [
-        ("baseline", "undecidable"), (RATE, "held")]
+        ("baseline", "undecidable"), (RATE, "undecidable")]
+    # The canary could not check the judge: no gate is read, not even an absolute one.
+    assert gate_lines[1]["reason"].startswith("not decided (the judge drift canary could not "
+                                              "read the baseline's rows")
 
 
 def test_a_run_folder_moved_in_from_elsewhere_is_refused_and_exits_3(key, fake_llm, tmp_path):

@@ -13,7 +13,6 @@ from flows.params import EvaluateParams, JudgeModel
 from flows.phases.regression import DETECTED_EVENT, INCOMPLETE_EVENT
 from flows.regression import RegressionNotPassed, RegressionParams, regression
 from flows.run.outcome import outcome_of
-from tasks.regression.paired_stats import two_proportion_p_value
 from tests.planted import PlantedJudge
 
 RATE = "response/llm_judged/correctness/rating/percentage"
@@ -149,21 +148,36 @@ def test_first_run_is_incomplete_and_an_evaluate_run_seeds_the_baseline(fake_llm
     assert (tmp_path / "out/nightly/night2/summary.md").read_text().count("**HELD**") == 1
 
 
-def test_paired_test_breaches_where_an_unpaired_one_would_not(fake_llm, tmp_path):
-    """220 rows: the baseline says yes to 215; the candidate loses 7 of them and gains none."""
+def test_a_drop_the_rows_cannot_confirm_is_undecidable_and_never_the_baseline(fake_llm,
+                                                                              tmp_path):
+    """220 rows: the candidate loses 7 of the baseline's 215 yes: 3.18 points, limit 2."""
     fake_llm.script = PlantedJudge()
     seed(fake_llm, tmp_path, rows(220, set(range(5))))
-    worse = rows(220, set(range(12)))
+    state = run(params(fake_llm, tmp_path, rows(220, set(range(12))), "unsure"))
+    assert state.is_failed() and state.message.startswith("INCOMPLETE")
+    gate = outcome_of(state).summary["regression"]["gates"][0]
+    assert gate["outcome"] == "undecidable"
+    assert gate["reason"].startswith("dropped 3.18 pp, beyond the 2 pp limit, but 220 paired "
+                                     "rows cannot confirm it at α 0.05")
+    assert manifest(tmp_path, "unsure")["status"] == "incomplete"
+    assert pointer(tmp_path, "baseline") == "seed"  # never the next night's baseline
+    assert events(INCOMPLETE_EVENT, "unsure")
+
+
+def test_paired_test_breaches_a_drop_shown_beyond_the_limit(fake_llm, tmp_path):
+    """220 rows: the baseline says yes to 215; the candidate loses 14 of them and gains none."""
+    fake_llm.script = PlantedJudge()
+    seed(fake_llm, tmp_path, rows(220, set(range(5))))
+    worse = rows(220, set(range(19)))
     state = run(params(fake_llm, tmp_path, worse, "cand"))
     assert state.is_failed()
     gate = outcome_of(state).summary["regression"]["gates"][0]
     assert gate["outcome"] == "breached" and gate["n_paired"] == 220
-    assert gate["p"] == pytest.approx(1 / 128)  # exact McNemar, one-sided
-    unpaired = two_proportion_p_value(215 / 220, 220, 208 / 220, 220)
-    assert unpaired > 0.05  # the pooled z-test of the two rates would have let it through
+    # exact, one-sided, against a drop of at most 2 points (docs/regression.md)
+    assert gate["p"] == pytest.approx(((1 + 0.02 * 220 / 14) / 2) ** 14)
     assert state.message.startswith("FAILED: 1 of 1 gate(s) breached in suite 'nightly' "
                                     "against baseline run 'seed'")
-    assert "97.7% → 94.5%, Δ −3.18 pp" in state.message
+    assert "97.7% → 91.4%, Δ −6.36 pp" in state.message
     # No traceback in the run's log: the flow returned its Failed state.
     messages = logs(state)
     assert not any("Traceback" in m for m in messages)

@@ -75,8 +75,10 @@ def test_verdict_and_gate_lines_open_the_report(failed_run):
     text = re.sub(r"(?<=\w)/ (?=\w)", "/", page.text)  # names may wrap after a slash (<wbr>)
     assert ("BREACHED response/llm_judged/correctness/rating/percentage drop ≤ 0.02 (α 0.05) "
             "worst slice: enterprise-customers-emea: −20.00 pp [−36.60, +0.23] (n=20) "
-            "100.0% → 80.0% −20.00 pp [−31.81, −6.29] 40 0.004 / 0.008 dropped 0.2000" in text)
-    assert "p raw / Holm" in text and "0.004 / 0.008" in text  # 1/256, Holm over 2 tests
+            "100.0% → 80.0% −20.00 pp [−35.65, −5.22] 0.025 per side 40 0.008 / "
+            "0.017 dropped 20 pp, beyond the 2 pp limit (at least 5.22 pp at α 0.05" in text)
+    # 8 losses of 40 against a drop of at most 2 points: p = 0.55^8, Holm over 2 tests
+    assert "p raw / Holm" in text and "0.008 / 0.017" in text
     assert "the head-to-head is disabled (pairwise: false)" in text
     assert "{'" not in text and "'metric':" not in text  # no raw Python dict anywhere
 

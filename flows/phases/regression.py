@@ -24,7 +24,8 @@ from judges.model.budget import current_budget
 from judges.model.usage import Usage
 from tasks.metric_fields import RowData, metric_fields, row_data
 from tasks.regression.baseline_rows import BaselineRows
-from tasks.regression.decide import Context, RunVerdict, decide
+from tasks.regression.canary import DRIFTED
+from tasks.regression.decide import Context, RunVerdict, decide, not_decided
 from tasks.regression.deltas import DeltaLine, join_rows, paired_deltas
 from tasks.regression.slices import slice_metrics
 from tasks.report.plain_text import visible
@@ -175,11 +176,13 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
             entry["key"]: entry["advisory_reason"]
             for entry in (judged.calibration or {}).get("judges", []) if entry.get("advisory")})
     verdict = decide(gates, judged.metrics, comparison.deltas, context)
-    if canary is not None and canary.reasons:
-        return verdict._replace(outcome="incomplete")
+    if canary is not None and canary.reasons:  # no gate is read: not decided, anywhere
+        drifted = any(r.startswith(DRIFTED) for r in canary.reasons)
+        return not_decided(verdict, "the judge drifted since the baseline: drift canary"
+                           if drifted else canary.reasons[0])
     budget = current_budget()
     if budget is not None and budget.reason():  # never a pass, never a breach
-        return verdict._replace(outcome="incomplete")
+        return not_decided(verdict, budget.reason())
     if verdict.outcome == "passed" and judged.completeness.status != "complete":
         return verdict._replace(outcome="incomplete")
     return verdict

@@ -8,13 +8,19 @@ A baseline refused by its integrity check (tasks/storage/baseline.py) decides no
 gates are undecidable, and a line of its own, undecidable too, says why, so that a run with
 only absolute gates still cannot pass on it.
 Failed wins over incomplete (a known regression is reported even if another gate could not
-be checked), and incomplete never counts as passed. Relative gates with an alpha breach only
-on a significant change, their one-sided p-values adjusted by Holm across the run's gates.
+be checked), and incomplete never counts as passed.
+
+A relative gate with an alpha answers its own question, "is the change beyond the limit?"
+(tasks/regression/limit_tests.py): it breaches when a test of "the change is within the limit"
+rejects at alpha after Holm across the run's gates; it holds when the change's point estimate
+is within the limit (strict: when the evidence shows it within, at the same level); otherwise
+— a change beyond the limit the rows cannot confirm — it is undecidable, and says so in
+numbers. It never holds on a point estimate beyond its limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from judges.calibration.policy import MIN_LABELS, advisory_reason
@@ -23,9 +29,11 @@ from judges.result_names import PAIRWISE_KEY, WINRATE_FIELDS, count_names, tag_m
 from tasks.metric_fields import is_pairwise, metric_field, stats_of
 from tasks.regression.deltas import DeltaLine
 from tasks.regression.gates import Gate, gate_advisory
+from tasks.regression.limit_tests import PairedData, beyond_p, change_bounds
 from tasks.regression.paired_stats import holm
+from tasks.regression.power import min_detectable_change
 
-__all__ = ["Context", "GateResult", "RunVerdict", "decide"]
+__all__ = ["Context", "GateResult", "RunVerdict", "decide", "not_decided"]
 
 Outcome = Literal["passed", "failed", "incomplete"]
 
@@ -79,6 +87,13 @@ class GateResult(NamedTuple):
     p: float | None
     p_adjusted: float | None
     worst_slice: dict | None
+    # The one-sided level of each bound of low/high when a test decided (α over Holm's
+    # multiplier, halved for a gate with both limits); None: the line's 95% interval.
+    interval_level: float | None = None
+    # The smallest change (drop, else rise) the gate's test breaches with 80% power on these
+    # paired rows (tasks/regression/power.py), and the limit it is read against.
+    min_detectable_change: float | None = None
+    limit: float | None = None
 
 
 class RunVerdict(NamedTuple):
@@ -169,27 +184,116 @@ def _relative_reason(gate: Gate, ctx: Context, line: DeltaLine | None) -> str | 
     return None
 
 
+def _data(line: DeltaLine) -> PairedData | None:
+    """The paired rows the limit tests read (a rate line carries its counts anyway)."""
+    if line.paired is not None:
+        return line.paired
+    if line.losses is not None and line.gains is not None:
+        return PairedData(line.n_paired, line.losses, line.gains)
+    return None
+
+
+def _sides(gate: Gate) -> list[tuple[str, float]]:
+    return [(side, limit) for side, limit in (("drop", gate.max_drop), ("rise", gate.max_rise))
+            if limit is not None]
+
+
 def _p_value(gate: Gate, line: DeltaLine) -> float | None:
-    # A gate with both limits tests both sides: choosing the side after seeing the delta and
-    # then testing it one-sided would breach twice as often as alpha under no change.
-    if gate.max_drop is not None and gate.max_rise is not None:
-        return line.p_two_sided
-    return line.p_drop if gate.max_drop is not None else line.p_rise
+    """The p-value of "the change is within the gate's limit", the one Holm adjusts.
+
+    A gate with both limits takes twice the smaller side's: choosing the side after seeing the
+    delta and then testing it one-sided would breach twice as often as alpha.
+    """
+    data = _data(line)
+    if data is None:
+        return None
+    sides = _sides(gate)
+    smallest = min(beyond_p(data, limit, side) for side, limit in sides)
+    return min(1.0, len(sides) * smallest)
 
 
-def _relative_breach(gate: Gate, line: DeltaLine, p_adj: float | None) -> tuple[bool, str]:
+def _amount(line: DeltaLine, value: float) -> str:
+    """A change as a person reads it: percentage points of a rate, the metric's unit else."""
+    if line.test.startswith("mcnemar"):
+        return f"{value * 100:.3g} pp"
+    return f"{value:.4g}"
+
+
+class Decision(NamedTuple):
+    """A relative gate's outcome, why, and the interval of the change that decided it."""
+
+    outcome: Literal["held", "breached", "undecidable"]
+    reason: str
+    low: float | None  # of candidate − baseline
+    high: float | None
+    level: float | None  # each bound's one-sided level (alpha over Holm's multiplier)
+    min_detectable_change: float | None = None  # of the first side (drop, else rise)
+
+
+def _relative_decision(gate: Gate, line: DeltaLine, p_adj: float | None,
+                       multiplier: int | None) -> Decision:
+    """Breach when the change is shown beyond the limit; hold when within; else undecidable.
+
+    Holm's multiplier k of this gate sets the level α/k of its bounds (halved for a gate
+    with both limits), so that a breach ⇔ the bound lies beyond the limit.
+    """
     delta = line.delta or 0.0
-    for limit, change, word in ((gate.max_drop, -delta, "dropped"), (gate.max_rise, delta, "rose")):
-        if limit is None or change <= limit:
-            continue
-        if gate.alpha is not None and not (p_adj is not None and p_adj < gate.alpha):
-            return False, (f"{word} {change:.4f} > {limit:g}, but not significant "
-                           f"(adjusted p {p_adj:.4g} ≥ α {gate.alpha:g})")
-        if gate.alpha is None:
-            return True, (f"{word} {change:.4f}, more than {limit:g} (decided on the point "
-                          "estimate: the gate has no alpha, so noise alone can breach it)")
-        return True, f"{word} {change:.4f}, more than {limit:g}"
-    return False, f"change {delta:+.4f} within the limit"
+    data = _data(line) if gate.alpha is not None else None
+    if gate.alpha is not None and (data is None or p_adj is None):
+        return Decision("undecidable", f"no paired values of {gate.metric!r} to test",
+                        line.low, line.high, None)
+    if gate.alpha is None:
+        for side, limit in _sides(gate):
+            change, word = (-delta, "dropped") if side == "drop" else (delta, "rose")
+            if change > limit:
+                return Decision("breached", f"{word} {_amount(line, change)}, more than "
+                                f"{_amount(line, limit)} (decided on the point estimate: the "
+                                "gate has no alpha, so noise alone can breach it)",
+                                line.low, line.high, None)
+        return Decision("held", f"change {delta:+.4f} within the limit (point estimate: the "
+                        "gate has no alpha)", line.low, line.high, None)
+    sides = _sides(gate)
+    level = gate.alpha / (multiplier or 1) / len(sides)
+    bounds = {side: change_bounds(data, side, level) for side, _ in sides}
+    # candidate − baseline: a drop's bounds negate; the interval shown is the one that decided.
+    low = bounds["rise"][0] if "rise" in bounds else -bounds["drop"][1]
+    high = -bounds["drop"][0] if "drop" in bounds else bounds["rise"][1]
+    n, alpha = line.n_paired, f"α {gate.alpha:g}"
+    sees = min_detectable_change(data, sides[0][1], level, sides[0][0])
+    decided = _decided(low, high, level, sees)
+    for side, limit in sides:
+        change, word = (-delta, "dropped") if side == "drop" else (delta, "rose")
+        beyond = f"{word} {_amount(line, change)}, beyond the {_amount(line, limit)} limit"
+        if p_adj < gate.alpha and change > limit:
+            return decided("breached", f"{beyond} (at least {_amount(line, bounds[side][0])} "
+                           f"at {alpha}, adjusted p {p_adj:.4g})")
+        if change > limit:
+            stop = (" (Holm stops at a gate with a smaller p)"
+                    if bounds[side][0] > limit else "")
+            return decided("undecidable", f"{beyond}, but {n} paired rows cannot confirm it at "
+                           f"{alpha} (adjusted p {p_adj:.4g}; the {side} may be as small "
+                           f"as {_amount(line, bounds[side][0])}){stop}")
+    if gate.strict:
+        for side, limit in sides:
+            if bounds[side][1] >= limit:
+                word = "dropped" if side == "drop" else "rose"
+                change = -delta if side == "drop" else delta
+                return decided("undecidable", f"{word} {_amount(line, change)}, within the "
+                               f"{_amount(line, limit)} limit, but {n} paired rows cannot show "
+                               f"it stays within at {alpha} (strict: it may be as large as "
+                               f"{_amount(line, bounds[side][1])})")
+        return decided("held", f"change {_amount(line, delta)} shown within the limit at "
+                       f"{alpha} (strict)")
+    return decided("held", f"change {_amount(line, delta)} within the limit (point estimate; "
+                   f"adjusted p {p_adj:.4g} of a change beyond it)")
+
+
+def _decided(low: float, high: float, level: float, sees: float | None
+             ) -> Callable[[str, str], Decision]:
+    """A Decision maker carrying the interval, its level and the smallest change seen."""
+    def make(outcome: str, reason: str) -> Decision:
+        return Decision(outcome, reason, low, high, level, sees)
+    return make
 
 
 def _absolute_breach(gate: Gate, value: float, pairwise: Mapping | None) -> tuple[bool, str]:
@@ -250,14 +354,29 @@ def decide(gates: Sequence[Gate], metrics: Mapping[str, Any], lines: Sequence[De
            for g, x, c, r in zip(gates, found, common, relative, strict=True)]
     tested = [i for i, g in enumerate(gates) if g.alpha is not None and raw[i] is not None]
     adjusted = dict(zip(tested, holm([raw[i] for i in tested]), strict=True))
+    order = sorted(tested, key=lambda i: raw[i])
+    multipliers = {i: len(order) - rank for rank, i in enumerate(order)}  # Holm's m − j + 1
     results = [_result(g, ctx, metrics, found[i], common[i], relative[i], raw[i],
-                       adjusted.get(i), lines) for i, g in enumerate(gates)]
+                       adjusted.get(i), lines, multipliers.get(i)) for i, g in enumerate(gates)]
     if ctx.baseline_refused is not None:
         results.insert(0, _baseline_refusal(ctx.baseline_refused))
     outcomes = {r.outcome for r in results}
     outcome: Outcome = ("failed" if "breached" in outcomes
                         else "incomplete" if "undecidable" in outcomes else "passed")
     return RunVerdict(outcome, results)
+
+
+def not_decided(verdict: RunVerdict, why: str) -> RunVerdict:
+    """The verdict of a night whose numbers cannot be read (a drifted judge, a spent budget).
+
+    Every gate becomes undecidable, its reason saying why first, so that no view (summary.md,
+    JUnit, the incomplete event, the history) shows a breach or a hold that was not decided;
+    what the numbers alone said stays in the reason, after it.
+    """
+    gates = [g if g.outcome == "undecidable" else g._replace(
+        outcome="undecidable", reason=f"not decided ({why}); on these numbers alone it "
+                                      f"{g.outcome}: {g.reason}") for g in verdict.gates]
+    return RunVerdict("incomplete", gates)
 
 
 def _baseline_refusal(reason: str) -> GateResult:
@@ -268,7 +387,7 @@ def _baseline_refusal(reason: str) -> GateResult:
 
 def _result(gate: Gate, ctx: Context, metrics: Mapping[str, Any], line: DeltaLine | None,
             common: str | None, relative: str | None, p: float | None, p_adj: float | None,
-            lines: Sequence[DeltaLine]) -> GateResult:
+            lines: Sequence[DeltaLine], multiplier: int | None = None) -> GateResult:
     name = gate.metric if gate.tag is None else tag_metric(gate.tag, gate.metric)
     source = ctx.pairwise if is_pairwise(gate.metric) else metrics
     value = None if common else (source or {}).get(name)
@@ -276,20 +395,24 @@ def _result(gate: Gate, ctx: Context, metrics: Mapping[str, Any], line: DeltaLin
     if value is not None and (gate.min is not None or gate.max is not None):
         breached, why = _absolute_breach(gate, value, ctx.pairwise)
         (breaches if breached else held).append(why)
+    decision = None
     if gate.relative and common is None:
         if relative:
             undecided.append(relative)
         else:
-            breached, why = _relative_breach(gate, line, p_adj)
-            (breaches if breached else held).append(why)
+            decision = _relative_decision(gate, line, p_adj, multiplier)
+            {"breached": breaches, "held": held, "undecidable": undecided}[
+                decision.outcome].append(decision.reason)
     outcome = "breached" if breaches else "undecidable" if undecided else "held"
     reason = "; ".join(breaches or undecided or held)
-    use_line = line is not None and gate.relative and relative is None and common is None
-    if use_line:
-        numbers = (line.baseline, line.candidate, line.delta, line.low, line.high, line.n_paired)
+    level = sees = None
+    if decision is not None:
+        numbers = (line.baseline, line.candidate, line.delta, decision.low, decision.high,
+                   line.n_paired)
+        level, sees = decision.level, decision.min_detectable_change
     elif gate.metric == "winrate" and value is not None:
         numbers = (None, value, None, source.get("lower_rate"), source.get("upper_rate"), None)
     else:
         numbers = (None, value, None, None, None, None)
     return GateResult(gate.metric, gate.tag, gate.rule, outcome, reason, *numbers, p, p_adj,
-                      _worst_slice(gate, lines))
+                      _worst_slice(gate, lines), level, sees, _sides(gate)[0][1] if sees else None)

@@ -11,9 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from judges.result_names import tag_metric
 from tasks.metric_fields import MetricField, RowData
-from tasks.regression.paired_stats import PairedTest, mcnemar, paired_means
+from tasks.regression.limit_tests import PairedData
+from tasks.regression.paired_stats import (
+    PairedTest,
+    difference_quantum,
+    exact_differences,
+    mcnemar,
+    paired_means,
+)
 
 
 class DeltaLine(NamedTuple):
@@ -41,10 +50,14 @@ class DeltaLine(NamedTuple):
     lower_is_better: bool
     baseline_rated: int | None = None  # baseline rows rated on the metric (in the tag's slice)
     expectation_changed: int = 0  # same request, another ground truth: not paired
+    # The paired rows as the gates' limit tests read them; not stored (it grows with the set).
+    paired: PairedData | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The line as the manifest stores it."""
-        return self._asdict()
+        data = self._asdict()
+        del data["paired"]
+        return data
 
 
 class Join(NamedTuple):
@@ -77,12 +90,21 @@ def join_rows(baseline: Mapping[str, RowData], candidate: Mapping[str, RowData])
                 [r for r in candidate if r not in baseline], changed, expectation)
 
 
-def _test(spec: MetricField, pairs: list[tuple[float, float]], seed: int) -> PairedTest:
+def _test(spec: MetricField, pairs: list[tuple[float, float]], seed: int
+          ) -> tuple[PairedTest, PairedData]:
     base = [b for b, _ in pairs]
     cand = [c for _, c in pairs]
     if spec.kind == "rate":
-        return mcnemar([b == 1.0 for b in base], [c == 1.0 for c in cand])
-    return paired_means(base, cand, seed=seed)
+        test = mcnemar([b == 1.0 for b in base], [c == 1.0 for c in cand])
+        return test, PairedData(test.n, test.losses or 0, test.gains or 0)
+    b, c = np.asarray(base, dtype=float), np.asarray(cand, dtype=float)
+    return paired_means(base, cand, seed=seed), paired_data(b, c)
+
+
+def paired_data(baseline: np.ndarray, candidate: np.ndarray) -> PairedData:
+    """Paired numeric values as the limit tests read them: exact integer differences."""
+    return PairedData(len(baseline), differences=exact_differences(baseline, candidate),
+                      quantum=difference_quantum(baseline, candidate))
 
 
 def _line(spec: MetricField, tag: str | None, join: Join, baseline: Mapping[str, RowData],
@@ -94,7 +116,7 @@ def _line(spec: MetricField, tag: str | None, join: Join, baseline: Mapping[str,
     ids = tagged(candidate, join.paired)
     pairs = [(baseline[i].values[spec.metric], candidate[i].values[spec.metric]) for i in ids
              if spec.metric in baseline[i].values and spec.metric in candidate[i].values]
-    test = _test(spec, pairs, seed)
+    test, data = _test(spec, pairs, seed)
     name = spec.metric if tag is None else tag_metric(tag, spec.metric)
     base_metrics, cand_metrics = aggregates
     return DeltaLine(
@@ -105,7 +127,7 @@ def _line(spec: MetricField, tag: str | None, join: Join, baseline: Mapping[str,
         test.p_two_sided, test.test, test.losses, test.gains,
         base_metrics.get(name), cand_metrics.get(name), spec.lower_is_better,
         sum(spec.metric in baseline[i].values for i in tagged(baseline, list(baseline))),
-        len(tagged(candidate, join.expectation_changed)),
+        len(tagged(candidate, join.expectation_changed)), data,
     )
 
 

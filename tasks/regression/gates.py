@@ -48,6 +48,9 @@ class Gate(BaseModel):
     alpha: float | None = Field(
         None, gt=0, lt=1, description="A drop/rise breaches only if significant at this level"
     )
+    strict: bool | None = Field(
+        None, description="Hold only when the evidence shows the change within the limit "
+        "(non-inferiority at alpha), not merely its point estimate")
 
     @model_validator(mode="after")
     def _coherent(self) -> Gate:
@@ -59,6 +62,8 @@ class Gate(BaseModel):
                              "no tag or alpha (its interval is the pairwise bootstrap)")
         if self.alpha is not None and not self.relative:
             raise ValueError(f"gate {name}: alpha applies to max_drop / max_rise only")
+        if self.strict and not self.relative:
+            raise ValueError(f"gate {name}: strict applies to max_drop / max_rise only")
         return self
 
     @property
@@ -70,7 +75,8 @@ class Gate(BaseModel):
     def rule(self) -> str:
         """The thresholds as a person reads them, e.g. 'drop ≤ 0.02 (α 0.05) · min 0.9'."""
         parts = []
-        alpha = f" (α {self.alpha:g})" if self.alpha is not None else ""
+        alpha = f" (α {self.alpha:g}{', strict' if self.strict else ''})" if (
+            self.alpha is not None) else ""
         if self.max_drop is not None:
             parts.append(f"drop ≤ {self.max_drop:g}{alpha}")
         if self.max_rise is not None:
@@ -88,14 +94,29 @@ class GatesFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     alpha: float | None = Field(None, gt=0, lt=1, description="Default alpha of relative gates")
+    strict: bool = Field(False, description="Default strict of relative gates")
     gates: list[Gate] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _strict_has_alpha(self) -> GatesFile:
+        for gate in self.resolved():
+            if gate.strict and gate.alpha is None:
+                raise ValueError(f"gate {gate.metric!r}: strict needs an alpha (the gate's or "
+                                 "the file's) to show the change within the limit")
+        return self
+
     def resolved(self) -> list[Gate]:
-        """The gates with the file's default alpha applied to relative gates lacking one."""
-        if self.alpha is None:
-            return list(self.gates)
-        return [g.model_copy(update={"alpha": self.alpha})
-                if g.relative and g.alpha is None else g for g in self.gates]
+        """The gates with the file's default alpha and strict applied to relative gates."""
+        resolved = []
+        for gate in self.gates:
+            update: dict[str, Any] = {}
+            if gate.relative and gate.alpha is None and self.alpha is not None:
+                update["alpha"] = self.alpha
+            if gate.relative and gate.strict is None and self.strict:
+                update["strict"] = True
+            gate = Gate.model_validate({**gate.model_dump(exclude_none=True), **update})
+            resolved.append(gate)
+        return resolved
 
 
 def _describe(error: ValidationError) -> str:

@@ -193,11 +193,14 @@ def exact_differences(baseline: np.ndarray, candidate: np.ndarray) -> np.ndarray
     0.20000000000000007) would give equal differences distinct ranks and non-zero "zeros";
     it lies some 4 orders of magnitude below the unit kept here, so rounding removes it.
     """
+    return np.rint((candidate - baseline) / difference_quantum(baseline, candidate)
+                   ).astype(np.int64)
+
+
+def difference_quantum(baseline: np.ndarray, candidate: np.ndarray) -> float:
+    """The unit of exact_differences: 12 significant digits of the largest value (1 if all 0)."""
     largest = float(max(np.abs(baseline).max(initial=0), np.abs(candidate).max(initial=0)))
-    if largest == 0:
-        return np.zeros(len(baseline), dtype=np.int64)
-    quantum = 10.0 ** (math.floor(math.log10(largest)) - 11)
-    return np.rint((candidate - baseline) / quantum).astype(np.int64)
+    return 10.0 ** (math.floor(math.log10(largest)) - 11) if largest else 1.0
 
 
 def paired_means(baseline: Sequence[float], candidate: Sequence[float],

@@ -112,11 +112,15 @@ def _p(gate: GateLine) -> str:
     return f"p {one(gate.p)}" + (f" adj {one(adjusted)}" if adjusted not in (None, gate.p) else "")
 
 
-def _gate_cell(gate: GateLine | None) -> GateCell | None:
+def _gate_cell(gate: GateLine | None, run_outcome: str | None = None) -> GateCell | None:
     if gate is None:
         return None
     delta = "Δ —" if gate.delta is None else f"Δ {gate.delta:+.3f}"
     outcome = None if gate.outcome == "held" else (gate.outcome or "unknown")
+    if run_outcome == "incomplete" and gate.outcome == "breached":
+        # A breach in an incomplete night (a drifted judge, a spent budget, as older runs
+        # recorded it) was never decided: failed wins over incomplete otherwise.
+        outcome = "not decided"
     return GateCell(delta, _p(gate), outcome)
 
 
@@ -153,7 +157,7 @@ def run_rows(entries: Sequence[HistoryEntry], gate_columns: list[GateKey],
                        and older.judge_digest != entry.judge_digest)
         rows.append(RunRow(
             entry=entry, when=_when(entry),
-            gates=[_gate_cell(gates.get(key)) for key in gate_columns],
+            gates=[_gate_cell(gates.get(key), entry.outcome) for key in gate_columns],
             other_gates=len(set(gates) - set(gate_columns)) + (entry.gates_omitted or 0),
             metrics=[fmt_num(entry.metrics.get(name)) for name in metric_columns],
             rows=_rows(entry), digest=(entry.judge_digest or "—")[:8], digest_changed=changed,

@@ -42,7 +42,8 @@ def gate_table(gates: list[Mapping[str, Any]]) -> list[str]:
         details.append(f"- {inline(cells['gate'])}: {inline(cells['reason'])}. Rule "
                        f"{inline(cells['rule'])}; Δ {inline(cells['delta'])}; n paired "
                        f"{inline(cells['n'])}; p raw / Holm {inline(cells['p'])}; worst slice "
-                       f"{inline(cells['worst'])}")
+                       f"{inline(cells['worst'])}"
+                       + (f"; {inline(cells['sees'])}" if cells["sees"] else ""))
     return [*lines, "", *details]
 
 

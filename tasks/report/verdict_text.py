@@ -68,6 +68,21 @@ def fmt_p(p: float | None) -> str:
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
+def sees_text(gate: Mapping[str, Any]) -> str:
+    """'sees drops of 31 pp and more (80% power)', saying so when twice the limit is below it."""
+    sees, limit = gate.get("min_detectable_change"), gate.get("limit")
+    if sees is None or limit is None:
+        return ""
+    word = "drops" if "drop" in (gate.get("rule") or "") else "rises"
+    rate = _is_rate(gate["metric"])
+    amount = (lambda x: f"{x * 100:.3g} pp") if rate else (lambda x: f"{x:.4g}")
+    text = f"sees {word} of {amount(sees)} and more (80% power)"
+    if sees > 2 * limit:  # a change of twice the limit would most likely go undecided
+        text = (f"this set cannot detect a {word[:-1]} of {amount(2 * limit)} (twice the "
+                f"limit); it {text}")
+    return text
+
+
 def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
     """One gate's line as the strings every view shows."""
     metric = gate["metric"]
@@ -77,6 +92,10 @@ def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
         f"{fmt_value(metric, base)} → {fmt_value(metric, cand)}")
     if gate.get("delta") is None and gate.get("low") is not None and gate.get("high") is not None:
         values += f" [{fmt_value(metric, gate['low'])}, {fmt_value(metric, gate['high'])}]"
+    # The interval that decided a gate with an alpha: each bound one-sided at α over Holm's
+    # multiplier (docs/regression.md), not the delta's 95% interval.
+    level = gate.get("interval_level")
+    bounds = f" (bounds at {level:.3g} each side)" if level is not None else ""
     worst = gate.get("worst_slice")
     worst_delta = fmt_delta(metric, worst["delta"], worst["low"], worst["high"]) if worst else ""
     return {
@@ -84,13 +103,17 @@ def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
         "gate": name,
         "rule": visible(gate.get("rule") or ""),
         "values": values,
-        "delta": fmt_delta(metric, gate.get("delta"), gate.get("low"), gate.get("high")),
+        "delta": fmt_delta(metric, gate.get("delta"), gate.get("low"), gate.get("high"))
+        + (bounds if gate.get("delta") is not None else ""),
         "delta_point": fmt_delta(metric, gate.get("delta"), None, None),
         "delta_ci": fmt_interval(metric, gate.get("low"), gate.get("high"))
         if gate.get("delta") is not None else "",
+        "interval_note": "" if gate.get("delta") is None or gate.get("low") is None else (
+            f"{level:.3g} per side" if level is not None else "95%"),
         "n": "—" if gate.get("n_paired") is None else f"{gate['n_paired']}",
         "p": f"{fmt_p(gate.get('p'))} / {fmt_p(gate.get('p_adjusted'))}",
         "reason": visible(gate.get("reason") or ""),
+        "sees": sees_text(gate),
         "worst": "—" if not worst else (
             f"{visible(worst['tag'])}: {worst_delta} (n={worst['n_paired']})"),
     }
@@ -102,7 +125,8 @@ def gate_line(gate: Mapping[str, Any]) -> str:
     stats = f"{c['values']}"
     if c["delta"] != "—":
         stats += f", Δ {c['delta']}, n={c['n']}, p {c['p']} (raw / Holm)"
-    return f"{c['verdict']} {c['gate']} ({c['rule']}): {stats}: {c['reason']}"
+    sees = f" [{c['sees']}]" if c["sees"] else ""
+    return f"{c['verdict']} {c['gate']} ({c['rule']}): {stats}: {c['reason']}{sees}"
 
 
 def canary_line(section: Mapping[str, Any]) -> str | None:
