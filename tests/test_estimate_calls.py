@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from flows.preflight.budget import estimate_rows
-from flows.preflight.checks import check_options, plan_run, row_source, set_to_plan, scan_source
+from flows.preflight.checks import check_options, plan_run, row_source, scan_source, set_to_plan
 from tasks.dataset.row_stream import valid_rows
 from tests.fake_llm import prompt_text
 from tests.test_regression import params, run, seed
@@ -58,3 +58,36 @@ def test_the_estimate_counts_a_session_night_s_calls_canary_and_re_asks(fake_llm
     assert all("#garbage" in prompt_text(b) for b in reasks)
     written = json.loads((tmp_path / "out/nightly/n1/manifest.json").read_text())
     assert written["regression"]["canary"]["sample"] == 5
+
+
+def test_the_estimate_draws_each_canary_judge_s_own_rows_in_a_mixed_set(tmp_path):
+    """Sessions among answers: each canary judge gets its own `size` rows, as the run draws
+    them (tasks/regression/canary.py), checked against a brute force over the whole set."""
+    from pathlib import Path
+
+    from flows.params import EvaluateParams, JudgeModel
+    from flows.preflight.budget import canary_rows
+    from judges.rows import as_planned
+    from tasks.regression.canary import canary_judges, sample_key
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    lines = [line for name in ("rag_eval.jsonl", "agent_eval.jsonl")
+             for line in (examples / name).read_text().splitlines() if line.strip()]
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    p = EvaluateParams(data=str(data), judge=JudgeModel(model="judgeflow/offline"))
+    source, check_with = row_source(p), check_options(p)
+    check = scan_source(source, check_with)
+    judges = list(canary_judges(plan_run(p, set_to_plan(check, False)).judges))
+    rows = [as_planned(r) for r in valid_rows(source, check, check_with)]
+    kinds = {frozenset(j.name for j in judges if j.applies_to(r)) for r in rows}
+    assert len(kinds) > 1, "the set must mix rows that different judges apply to"
+    for size in (1, 2, 3):
+        expected = set()
+        for judge in judges:  # brute force: sort every row the judge applies to, take `size`
+            mine = sorted((r for r in rows if judge.applies_to(r)),
+                          key=lambda r: sample_key(7, str(r.request_id)))
+            expected |= {r.request_id for r in mine[:size]}
+        drawn = canary_rows(valid_rows(source, check, check_with), judges, size, 7)
+        assert {r.request_id for r in drawn} == expected
+        assert len(drawn) == len(expected)

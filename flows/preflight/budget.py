@@ -19,7 +19,6 @@ bound, and the budget is refused (judges/model/budget.py keeps it during the run
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from judges.model.pricing import Prices, call_cost, model_prices, most_call_cost
 from judges.model.settings import LLMSettings
 from judges.plan import JudgePlan
 from judges.rows import EvalRow, as_planned
-from tasks.regression.canary import canary_judges, sample_key
+from tasks.regression.canary import canary_judges, first_per_judge
 
 ESTIMATE_ROWS = 200
 
@@ -143,18 +142,18 @@ def _reasked(messages: list[dict], cap: int) -> list[dict]:
 
 def canary_rows(rows: Iterable[EvalRow], judges: list[JudgeSpec], size: int,
                 seed: int) -> list[EvalRow]:
-    """The rows the drift canary draws: the first `size` in its seeded order with a judge.
+    """The rows the drift canary draws: for each judge, the first `size` in its seeded order.
 
-    As tasks/regression/canary.py `choose_rows` draws from the baseline's records (those with
-    a verdict of a canary judge), in bounded memory; a row to be generated counts as answered.
+    As tasks/regression/canary.py `choose_rows` draws from the baseline's records (the same
+    `first_per_judge`), in bounded memory; a row to be generated counts as answered.
     """
     def judged(row: EvalRow) -> EvalRow:
         return row if row.response is not None else row.model_copy(
             update={"response": "(generated)"})
 
-    candidates = (judged(as_planned(row)) for row in rows)
-    drawn = (row for row in candidates if any(j.applies_to(row) for j in judges))
-    return heapq.nsmallest(size, drawn, key=lambda row: sample_key(seed, str(row.request_id)))
+    return first_per_judge((judged(as_planned(row)) for row in rows), judges, size, seed,
+                           judged=lambda row, judge: judge.applies_to(row),
+                           request_id=lambda row: str(row.request_id))
 
 
 def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgePlan,

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,8 @@ from judges.base import JudgeSpec
 from judges.calibration.stats import cohen_kappa
 from tasks.metric_fields import unit_verdicts
 from tasks.regression.paired_stats import mcnemar
+
+T = TypeVar("T")
 
 DEFAULT_CANARY_ROWS = 50
 DEFAULT_MIN_AGREEMENT = 0.9
@@ -83,25 +85,38 @@ def choose_rows(records: Iterable[Mapping[str, Any]], judges: Sequence[JudgeSpec
 
     For each judge, the first `size` records with its verdicts in the seeded order
     (`sample_key`): a judge of a few rows of a mixed set (sessions among answers) gets its own
-    sample, not what is left of the others'. The union, kept in bounded memory (at most `size`
-    per judge) as the records stream by, returned in that order.
+    sample, not what is left of the others'. See `first_per_judge`.
     """
-    kept: dict[str, list[tuple[str, int, Mapping[str, Any]]]] = {j.prefix: [] for j in judges}
-    for position, record in enumerate(records):
-        entry: tuple[str, int, Mapping[str, Any]] | None = None
+    return first_per_judge(
+        records, judges, size, seed,
+        judged=lambda record, judge: any(v in YES_NO for v in baseline_verdicts(record, judge)),
+        request_id=lambda record: str(record.get("request_id")))
+
+
+def first_per_judge(items: Iterable[T], judges: Sequence[JudgeSpec], size: int, seed: int,
+                    judged: Callable[[T, JudgeSpec], bool], request_id: Callable[[T], str]
+                    ) -> list[T]:
+    """For each judge, the first `size` items it judged in the seeded order; their union.
+
+    Kept in bounded memory (at most `size` per judge) as the items stream by, returned in that
+    order. The canary draws baseline records with it, the estimate (flows/preflight/budget.py)
+    the set's rows, so that both count the same rows.
+    """
+    kept: dict[str, list[tuple[str, int, T]]] = {j.prefix: [] for j in judges}
+    for position, item in enumerate(items):
+        entry: tuple[str, int, T] | None = None
         for judge in judges:
-            if not any(v in YES_NO for v in baseline_verdicts(record, judge)):
+            if not judged(item, judge):
                 continue
             if entry is None:
-                entry = (_negated(sample_key(seed, str(record.get("request_id")))), position,
-                         record)
+                entry = (_negated(sample_key(seed, request_id(item))), position, item)
             heap = kept[judge.prefix]  # a max-heap by key, via negation
             if len(heap) < size:
                 heapq.heappush(heap, entry)
-            elif entry > heap[0]:
+            elif entry[:2] > heap[0][:2]:
                 heapq.heapreplace(heap, entry)
     union = {entry[1]: entry for heap in kept.values() for entry in heap}
-    return [record for _, _, record in sorted(union.values(), reverse=True)]
+    return [item for _, _, item in sorted(union.values(), key=lambda e: e[:2], reverse=True)]
 
 
 def _negated(key: str) -> str:
