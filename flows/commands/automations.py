@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.commands.common import fail
+from flows.commands.common import configured_server, fail
 
 AUTOMATION_NAME = "judgeflow: re-run a crashed night"
 RESUME_TAG = "resume-on-crash"
@@ -111,11 +111,7 @@ def install_automations_command(
     """Install (or update) the automation that re-runs a crashed night on the Prefect server."""
     import asyncio
 
-    from prefect.settings import PREFECT_API_URL
-
-    if not PREFECT_API_URL.value():  # an ephemeral API would keep it nowhere
-        fail("no Prefect server is configured (PREFECT_API_URL): the automation belongs on "
-             "the server your workers use; set PREFECT_API_URL and run this again")
+    server = configured_server("the automation belongs on the server your workers use")
     try:
         spec = crash_retry_automation(max_retries, tag, delay)
     except ValueError as error:
@@ -123,7 +119,7 @@ def install_automations_command(
     try:
         outcome, automation_id = asyncio.run(install_automation(spec))
     except Exception as error:  # noqa: BLE001 - one sentence instead of a traceback
-        fail(f"could not install the automation on {PREFECT_API_URL.value()!r}: "
+        fail(f"could not install the automation on {server!r}: "
              f"{type(error).__name__}: {error}")
     print(f"{outcome} automation {AUTOMATION_NAME!r} ({automation_id}): a crashed flow run "
           f"tagged {tag!r} is re-run {delay} s after it crashed, at most {max_retries} time(s)")

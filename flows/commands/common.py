@@ -296,3 +296,19 @@ def finish(status: str, reasons: list[str], summary: dict | None = None) -> None
     for reason in reasons:
         console.print(f"  {visible(reason)}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_INCOMPLETE)
+
+
+def configured_server(needed_for: str) -> str:
+    """The Prefect server's API URL, or exit 2 saying why a temporary API will not do.
+
+    Args:
+        needed_for: why this command needs the server the workers use, e.g. "the pool
+            belongs on the server your workers use".
+    """
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if not url:  # an ephemeral API would keep nothing and run nothing
+        fail(f"no Prefect server is configured (PREFECT_API_URL): {needed_for}; set "
+             "PREFECT_API_URL and run this again")
+    return url

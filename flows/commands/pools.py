@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.commands.common import fail
+from flows.commands.common import configured_server, fail
 
 POOLS_DIR = Path(__file__).resolve().parents[2] / "deployments" / "pools"
 POOL_TYPES = ("process", "docker", "kubernetes")
@@ -95,11 +95,7 @@ def install_pools_command(
     """Create (or lock) a work pool whose jobs' command, environment and image no run can set."""
     import asyncio
 
-    from prefect.settings import PREFECT_API_URL
-
-    if not PREFECT_API_URL.value():  # an ephemeral API would keep it nowhere
-        fail("no Prefect server is configured (PREFECT_API_URL): the pool belongs on the "
-             "server your workers use; set PREFECT_API_URL and run this again")
+    server = configured_server("the pool belongs on the server your workers use")
     try:
         template = locked_template(pool_type, image)
     except ValueError as error:
@@ -110,7 +106,7 @@ def install_pools_command(
     except ValueError as error:
         fail(str(error))
     except Exception as error:  # noqa: BLE001 - one sentence instead of a traceback
-        fail(f"could not install work pool {name!r} on {PREFECT_API_URL.value()!r}: "
+        fail(f"could not install work pool {name!r} on {server!r}: "
              f"{type(error).__name__}: {error}")
     print(f"{outcome} work pool {name!r} (type {pool_type}) with judgeflow's locked job "
           f"template (deployments/pools/{pool_type}.json): no flow run's job variables can "

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from flows.commands.common import fail
+from flows.commands.common import configured_server
 
 
 def worker_command(
@@ -25,11 +25,7 @@ def worker_command(
     """Run a Prefect process worker whose shard flow runs start warm."""
     import asyncio
 
-    from prefect.settings import PREFECT_API_URL
-
-    if not PREFECT_API_URL.value():  # an ephemeral API would have no flow runs to pick up
-        fail("no Prefect server is configured (PREFECT_API_URL): a worker polls the server "
-             "that runs your deployments; set PREFECT_API_URL and run this again")
+    configured_server("a worker polls the server that runs your deployments")
     from flows.shards.warm_worker import WarmProcessWorker, warm_process
 
     async def run() -> None:
