@@ -407,3 +407,23 @@ def test_the_cost_column_is_the_ledger_s_total_canary_included(fake_llm, tmp_pat
     assert entry["cost"]["cost_usd"] == pytest.approx(0.40)
     text = Page((suite / "index.html").read_text()).text
     assert "$0.40 · 20 calls" in text and "$0.20 · 10 calls" in text  # the night, the seed
+
+
+def test_a_gate_cell_says_what_its_set_cannot_detect(tmp_path):
+    nights = planted(4)
+    night, manifest, metrics = next(n for n in nights if n[0].kind == "regression")
+    blind, seeing = manifest["regression"]["gates"]
+    blind.update(limit=0.02, min_detectable_change=0.31)  # 31 pp: blind to a 4 pp drop
+    seeing.update(rule="max_drop 0.5", limit=0.5, min_detectable_change=0.1)
+    html = render_history_page("nightly", [history_entry(manifest, metrics)])
+    [cell, other] = Page(html).find("td", **{"class": "gate"})
+    sentence = "this set cannot detect a drop of 4 pp (twice the limit); it sees drops of 31 pp"
+    assert cell["title"].startswith(sentence)  # the tooltip
+    assert other["title"] == "sees drops of 10 pp and more (80% power)"
+    shown = [Page(td.split(">", 1)[1].split("</td>")[0]).text  # each cell's text, no title
+             for td in html.split('<td class="gate"')[1:]]
+    assert [sentence in text for text in shown] == [True, False]  # the note, under the blind one
+    # An entry written before these fields signs the same content as it did then.
+    old = HistoryEntry.model_validate({"run_id": "old", "gates": [{"metric": RATE}]})
+    assert set(old.signed_content()["gates"][0]) == {"metric", "tag", "outcome", "baseline",
+                                                     "candidate", "delta", "p", "p_adjusted"}

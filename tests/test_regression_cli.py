@@ -120,3 +120,23 @@ def test_invalid_set_exits_2_naming_the_row_and_no_api_starts(tmp_path):
 def test_regression_is_listed_in_the_help():
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0 and "regression" in result.output
+
+
+def test_a_held_gate_that_could_not_see_a_breach_says_so_in_the_output(fake_llm, tmp_path):
+    fake_llm.script = PlantedJudge()
+    (tmp_path / "gates.yaml").write_text(GATES)
+    seeded = runner.invoke(app, [
+        "evaluate", write_set(tmp_path / "base.jsonl", rows(12, {0})), "--suite", "ci",
+        "--judge-model", "openai/planted", "--api-base", fake_llm.api_base, "--output",
+        str(tmp_path / "out"), "--judges", "correctness", "--run-id", "seed", "--no-cache"])
+    assert seeded.exit_code == 0, seeded.output
+
+    # One loss, one gain in 12 rows: no change, so the gate holds, but 12 rows see only a
+    # drop far beyond its 2 pp limit.
+    held = invoke(fake_llm, tmp_path, write_set(tmp_path / "cand.jsonl", rows(12, {1})),
+                  "--run-id", "r1")
+    assert held.exit_code == 0, held.output
+    assert "PASSED: all 1 gate(s) held" in held.output
+    [line] = [x for x in held.output.splitlines() if "cannot detect" in x]
+    assert line.startswith("  - response/llm_judged/correctness/rating/percentage (drop ≤ ")
+    assert "this set cannot detect a drop of 4 pp (twice the limit); it sees drops of" in line

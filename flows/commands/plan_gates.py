@@ -25,13 +25,18 @@ def plan_gates_command(
                      ] = 0.8,
     change_factor: Annotated[float, typer.Option(
         min=1.01, help="Plan to breach a change of this many times the limit")] = 2.0,
+    run: Annotated[str | None, typer.Option(
+        help="A published regression run's folder (path or URL): each gate's discordance or "
+        "spread is read from it instead of --discordance / --sd")] = None,
 ) -> None:
     """Print, per relative gate, the rows needed to breach twice its limit, and what --rows sees."""
     from tasks.regression.gate_plan import plan_gates
     from tasks.regression.gates import GateConfigError, load_gates
 
     try:
-        plans = plan_gates(load_gates(gates), rows, discordance, sd, power, change_factor)
+        loaded = load_gates(gates)
+        measured = _measured(loaded, run) if run is not None else None
+        plans = plan_gates(loaded, rows, discordance, sd, power, change_factor, measured)
     except (GateConfigError, ValueError) as error:
         fail(str(error))
     if not plans:
@@ -46,3 +51,26 @@ def plan_gates_command(
         print(f"{name} ({plan.side} ≤ {unit(plan.limit)}, level {plan.level:.3g}): "
               f"{needed} paired rows to breach a {plan.side} of {unit(plan.change)} with "
               f"{power:.0%} power; {rows:,} rows see {sees}")
+
+
+def _measured(gates, run: str) -> dict:
+    """Each gate's discordance or spread as the published run `run` measured it."""
+    from tasks.regression.gate_plan import observed
+    from tasks.storage.baseline import read_json
+
+    url = f"{run.rstrip('/')}/manifest.json"
+    try:
+        manifest = read_json(url)
+    except (OSError, ValueError) as error:
+        fail(f"could not read {url!r}: {type(error).__name__}: {error}")
+    if manifest is None:
+        fail(f"{run!r} holds no manifest.json: give the folder of a published run "
+             "(OUTPUT/SUITE/RUN_ID)")
+    section = manifest.get("regression") if isinstance(manifest, dict) else None
+    if not isinstance(section, dict):
+        fail(f"run {run!r} is not a regression run: it compared nothing to plan with; give a "
+             "regression run's folder, or --discordance / --sd")
+    try:
+        return observed(gates, section)
+    except ValueError as error:
+        fail(f"run {run!r}: {error}")

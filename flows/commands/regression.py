@@ -126,7 +126,7 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     from flows.run.progress import console_progress
     from tasks.report.junit import junit_xml
     from tasks.report.plain_text import visible_lines
-    from tasks.report.verdict_text import verdict_message
+    from tasks.report.verdict_text import blind_gate_lines, verdict_message
 
     _attach_prefect_api()  # the temporary API started before the checks, when no server is set
     with console_progress(progress):  # on a terminal only; stopped before the verdict prints
@@ -142,6 +142,8 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     section = result["regression"]
     _write_junit(junit, junit_xml(section, params.suite, result["files"]["report.html"]))
     typer.echo(verdict_message(section, params.suite, result["files"]["report.html"]))
+    for line in blind_gate_lines(section):  # a held gate that could not have seen a breach
+        typer.echo(line)
     typer.echo(f"summary: {result['files']['summary.md']}")
     print_mlflow_line(result)
     code = {"passed": EXIT_PASSED, "failed": EXIT_FAILED}.get(section["outcome"],

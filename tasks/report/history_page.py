@@ -25,6 +25,7 @@ from markupsafe import Markup
 from judges.base import PROMPTS_DIR
 from tasks.report.cost_text import UNKNOWN
 from tasks.report.plain_text import visible
+from tasks.report.verdict_text import cannot_detect, sees_text
 from tasks.report.view import fmt_duration, fmt_num, fmt_pct
 from tasks.storage.history_entry import GateLine, HistoryEntry
 
@@ -52,6 +53,8 @@ class GateCell(NamedTuple):
     delta: str
     p: str
     outcome: str | None
+    sees: str = ""  # the smallest change the gate's set sees, as the run's report says it
+    blind: bool = False  # its set cannot detect twice its limit
 
 
 class RunRow(NamedTuple):
@@ -121,7 +124,8 @@ def _gate_cell(gate: GateLine | None, run_outcome: str | None = None) -> GateCel
         # A breach in an incomplete night (a drifted judge, a spent budget, as older runs
         # recorded it) was never decided: failed wins over incomplete otherwise.
         outcome = "not decided"
-    return GateCell(delta, _p(gate), outcome)
+    record = {**gate.model_dump(), "metric": gate.metric or ""}
+    return GateCell(delta, _p(gate), outcome, sees_text(record), cannot_detect(record))
 
 
 def _cost(entry: HistoryEntry) -> str:

@@ -68,6 +68,12 @@ def fmt_p(p: float | None) -> str:
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
+def cannot_detect(gate: Mapping[str, Any]) -> bool:
+    """Whether the gate's set would most likely miss a change of twice its limit."""
+    sees, limit = gate.get("min_detectable_change"), gate.get("limit")
+    return sees is not None and limit is not None and sees > 2 * limit
+
+
 def sees_text(gate: Mapping[str, Any]) -> str:
     """'sees drops of 31 pp and more (80% power)', saying so when twice the limit is below it."""
     sees, limit = gate.get("min_detectable_change"), gate.get("limit")
@@ -77,7 +83,7 @@ def sees_text(gate: Mapping[str, Any]) -> str:
     rate = _is_rate(gate["metric"])
     amount = (lambda x: f"{x * 100:.3g} pp") if rate else (lambda x: f"{x:.4g}")
     text = f"sees {word} of {amount(sees)} and more (80% power)"
-    if sees > 2 * limit:  # a change of twice the limit would most likely go undecided
+    if cannot_detect(gate):  # a change of twice the limit would most likely go undecided
         text = (f"this set cannot detect a {word[:-1]} of {amount(2 * limit)} (twice the "
                 f"limit); it {text}")
     return text
@@ -186,6 +192,12 @@ def headline(section: Mapping[str, Any], suite: str) -> str:
     where = (f"against baseline run {baseline!r}" if baseline
              else f"(no baseline yet: first run of suite {suite!r})")
     return f"{text} in suite {suite!r} {where}"
+
+
+def blind_gate_lines(section: Mapping[str, Any]) -> list[str]:
+    """One line per held gate whose set cannot detect twice its limit (the others' lines say it)."""
+    return [f"  - {gate_cells(g)['gate']} ({gate_cells(g)['rule']}): {sees_text(g)}"
+            for g in section.get("gates") or [] if g["outcome"] == "held" and cannot_detect(g)]
 
 
 def verdict_message(section: Mapping[str, Any], suite: str, report: str | None = None) -> str:

@@ -14,7 +14,15 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from judges.result_names import GENERATION_ERROR_COUNT, headline_metrics
 from tasks.metric_fields import counts_of, metric_fields
@@ -101,6 +109,19 @@ class GateLine(Bounded):
     delta: Number = None
     p: Number = None
     p_adjusted: Number = None
+    # Added after entries were first signed: left out of the dump when None, so an entry
+    # signed before them still verifies (its MAC covers the dump without them).
+    rule: Short = None
+    limit: Number = None
+    min_detectable_change: Number = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_newer(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items()
+                if value is not None or key not in NEWER_GATE_FIELDS}
+
+
+NEWER_GATE_FIELDS = ("rule", "limit", "min_detectable_change")
 
 
 class Cost(Bounded):
