@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from flows.preflight.ancestry import AncestryUnknown, nearest_deployment_id
 from judges.errors import ConfigError
 
 SUITES_ENV = "JUDGEFLOW_SUITES"
@@ -39,7 +40,6 @@ BASELINE_SUITES_ENV = "JUDGEFLOW_BASELINE_SUITES"
 # What a trigger (an event, the relay) supplies: a regression that differs from its deployment
 # only in these still moves the baseline when it passes.
 TRIGGER_FIELDS = ("candidate", "run_id")
-MAX_ANCESTORS = 8  # nested runs (a regression's rejudge) are one or two levels deep
 
 
 class SuiteRefused(ConfigError):
@@ -58,25 +58,17 @@ def _deployment(flow_run: Any) -> Any:
     """
     from prefect.client.orchestration import get_client
 
-    if flow_run is None or (flow_run.deployment_id is None and flow_run.parent_task_run_id is None):
-        return None  # called outside a flow run, or a top-level run started by no deployment
     try:
+        deployment_id = nearest_deployment_id(flow_run)
+        if deployment_id is None:
+            return None  # called outside a flow run, or no run up the chain is a deployment's
         with get_client(sync_client=True) as client:
-            for _ in range(MAX_ANCESTORS):
-                if flow_run is None:
-                    return None
-                if flow_run.deployment_id is not None:
-                    return client.read_deployment(flow_run.deployment_id)
-                if flow_run.parent_task_run_id is None:
-                    return None
-                parent = client.read_task_run(flow_run.parent_task_run_id)
-                flow_run = client.read_flow_run(parent.flow_run_id)
+            return client.read_deployment(deployment_id)
     except Exception as error:  # noqa: BLE001 - any failure to read it refuses the run
+        why = str(error) if isinstance(error, AncestryUnknown) else type(error).__name__
         raise SuiteRefused(
-            "the deployment of this flow run could not be read from the Prefect API "
-            f"({type(error).__name__}), so its suite, output and baseline cannot be checked; "
-            "nothing was run") from None
-    return None
+            f"the deployment of this flow run could not be read from the Prefect API ({why}), "
+            "so its suite, output and baseline cannot be checked; nothing was run") from None
 
 
 def _current_flow_run() -> Any:

@@ -37,6 +37,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel
 
+from flows.preflight.ancestry import AncestryUnknown, nearest_deployment_id
 from flows.preflight.jobs import check_job_variables
 from flows.preflight.suite_lock import check_suite
 from judges.errors import ConfigError
@@ -75,34 +76,12 @@ def parameters_untrusted() -> bool:
     return flow_run is not None and _deployment_ancestor(flow_run)
 
 
-MAX_ANCESTORS = 16
-
-
 def _deployment_ancestor(flow_run: Any) -> bool:
-    """Whether a flow run above this one (parent task run -> its flow run, ...) is a deployment run.
-
-    An ancestor that cannot be read, or a chain deeper than MAX_ANCESTORS, counts as one.
-    """
-    parent_task_run_id = getattr(flow_run, "parent_task_run_id", None)
-    if parent_task_run_id is None:
-        return False
-    from prefect.client.orchestration import get_client
-
+    """Whether a flow run above this one is a deployment run (one that cannot be read counts)."""
     try:
-        with get_client(sync_client=True) as client:
-            for _ in range(MAX_ANCESTORS):
-                task_run = client.read_task_run(parent_task_run_id)
-                if task_run.flow_run_id is None:
-                    return False
-                parent = client.read_flow_run(task_run.flow_run_id)
-                if parent.deployment_id is not None:
-                    return True
-                parent_task_run_id = parent.parent_task_run_id
-                if parent_task_run_id is None:
-                    return False
-    except Exception:  # noqa: BLE001 - an ancestor we cannot read may be a deployment run
+        return nearest_deployment_id(flow_run) is not None
+    except AncestryUnknown:  # an ancestor we cannot read may be a deployment run
         return True
-    return True
 
 
 def _entries(name: str) -> list[str]:
