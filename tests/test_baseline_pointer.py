@@ -57,12 +57,12 @@ def _regression_cli(fake_llm, tmp_path, data: list[dict], run_id: str):
 def test_an_older_signed_pointer_put_back_is_refused_and_exits_3(key, fake_llm, tmp_path):
     weak_pointer = _two_baselines(fake_llm, tmp_path)
     _pointer(tmp_path).write_bytes(weak_pointer)  # the bucket writer's rollback, MAC and all
-    done = _regression_cli(fake_llm, tmp_path, rows(20, set(range(10))), "cand")
+    done = _regression_cli(fake_llm, tmp_path, rows(20, set(range(10))), "pointer-cand")
     assert done.exit_code == 3, done.output
     assert ("baseline run 'weak' refused: nightly/baseline.json names it (published "
             in done.output)
     assert "the suite's signed history names a newer baseline, 'strong'" in done.output
-    published = manifest(tmp_path, "cand")
+    published = manifest(tmp_path, "pointer-cand")
     assert published["regression"]["outcome"] == "incomplete"
     assert published["integrity"]["baseline"] == "refused"
     # The weak candidate did not become the baseline either.
@@ -71,9 +71,9 @@ def test_an_older_signed_pointer_put_back_is_refused_and_exits_3(key, fake_llm, 
 
 def test_the_newest_signed_pointer_is_verified(key, fake_llm, tmp_path):
     _two_baselines(fake_llm, tmp_path)
-    state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "cand"))
+    state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "pointer-cand"))
     assert state.is_failed() and state.message.startswith("FAILED")  # judged against strong
-    integrity = manifest(tmp_path, "cand")["integrity"]
+    integrity = manifest(tmp_path, "pointer-cand")["integrity"]
     assert integrity["baseline"] == "verified" and integrity["baseline_pointer"] == "verified"
 
 
@@ -92,10 +92,10 @@ def test_an_unsigned_or_altered_pointer_is_refused(key, fake_llm, tmp_path, monk
         monkeypatch.setenv(SIGNING_KEY_ENV, OTHER_KEY)
         planted = signed
     _pointer(tmp_path).write_text(json.dumps(planted))
-    state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "cand"))
+    state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "pointer-cand"))
     assert state.is_failed() and state.message.startswith("INCOMPLETE"), state.message
     assert "nightly/baseline.json names it, and the pointer" in state.message
-    assert manifest(tmp_path, "cand")["integrity"]["baseline_pointer"] == "refused"
+    assert manifest(tmp_path, "pointer-cand")["integrity"]["baseline_pointer"] == "refused"
 
 
 def test_without_a_key_the_pointer_is_taken_as_found_and_the_manifest_says_so(
@@ -104,15 +104,15 @@ def test_without_a_key_the_pointer_is_taken_as_found_and_the_manifest_says_so(
     weak_pointer = _two_baselines(fake_llm, tmp_path)
     assert "mac" not in json.loads(weak_pointer)
     _pointer(tmp_path).write_bytes(weak_pointer)
-    state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "cand"))
+    state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "pointer-cand"))
     assert state.is_completed()  # as before: the bucket is trusted without a key
-    integrity = manifest(tmp_path, "cand")["integrity"]
+    integrity = manifest(tmp_path, "pointer-cand")["integrity"]
     assert integrity["signing"] == "none" and integrity["baseline_pointer"] == "unchecked"
 
 
 def test_a_baseline_named_explicitly_is_the_operator_s_choice(key, fake_llm, tmp_path):
     _two_baselines(fake_llm, tmp_path)
-    state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "cand", baseline="weak"))
+    state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "pointer-cand", baseline="weak"))
     assert state.is_completed(), state.message
-    integrity = manifest(tmp_path, "cand")["integrity"]
+    integrity = manifest(tmp_path, "pointer-cand")["integrity"]
     assert integrity["baseline"] == "verified" and integrity["baseline_pointer"] is None

@@ -22,23 +22,23 @@ def test_a_drifted_night_shows_no_gate_as_breached_or_held(fake_llm, tmp_path):
     fake_llm.script = PlantedJudge()
     seed(fake_llm, tmp_path, rows(40, set()))
     fake_llm.script = DriftingJudge(share=0.3)
-    state = run(params(fake_llm, tmp_path, rows(40, set()), "drift", canary_rows=40))
+    state = run(params(fake_llm, tmp_path, rows(40, set()), "undecided-drift", canary_rows=40))
     assert state.is_failed() and state.message.startswith("INCOMPLETE")
-    section = manifest(tmp_path, "drift")["regression"]
+    section = manifest(tmp_path, "undecided-drift")["regression"]
     [gate] = section["gates"]
     assert gate["outcome"] == "undecidable"
     assert gate["reason"].startswith("not decided (the judge drifted")
     assert "on these numbers alone it breached" in gate["reason"]  # the drift made a drop
-    summary = (tmp_path / "out/nightly/drift/summary.md").read_text()
+    summary = (tmp_path / "out/nightly/undecided-drift/summary.md").read_text()
     assert "**BREACHED**" not in summary and "**UNDECIDABLE**" in summary
     root = ET.fromstring(junit_xml(section, "nightly"))
     assert root.get("failures") == "0" and not list(root.iter("failure"))
     messages = [e.get("message") for e in root.iter("error")]
     assert any(m.startswith("not decided (the judge drifted") for m in messages)
-    [event] = events(INCOMPLETE_EVENT, "drift")
+    [event] = events(INCOMPLETE_EVENT, "undecided-drift")
     assert event["payload"]["breaches"] == []
     assert all("not decided" in line for line in event["payload"]["gates"])
-    report = (tmp_path / "out/nightly/drift/report.html").read_text()
+    report = (tmp_path / "out/nightly/undecided-drift/report.html").read_text()
     assert 'class="gate-breached"' not in report and "not decided (the judge drifted" in report
     assert pointer(tmp_path, "baseline") == "seed"
 
