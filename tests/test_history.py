@@ -237,7 +237,10 @@ def test_concurrent_publishers_on_s3_lose_no_entry(s3):
     fs = s3.filesystem()
     history = json.loads(fs.cat_file(f"{s3.name}/evals/nightly/history.json"))
     assert [e["run_id"] for e in history["entries"]] == [n.run_id for n in expected(18)][::-1]
-    assert max(taken) > 1  # a publisher did find an entry it lacked, and rebuilt
+    # Whether some publisher had to rebuild depends on how the delays fall on a busy machine
+    # (with signing, every publisher was done in one round in one run of two): not asserted.
+    # Forcing each interleaving instead of timing it is issue 53's.
+    assert len(taken) == 18 and min(taken) >= 1
     html = fs.cat_file(f"{s3.name}/evals/nightly/index.html").decode()
     assert len(_rows(html)) == 18
 
