@@ -134,18 +134,28 @@ def test_an_unlocked_pool_fails_closed(server, deployed, attacker, outside):
     from prefect.workers.process import ProcessWorker
 
     pool, evaluate = "judgeflow-unlocked", deployed["evaluate"]
+
+    def post(api, path: str, json: dict):
+        """A POST retried while the busy server answers 503 (SQLite busy under a full run)."""
+        for _ in range(10):
+            answer = api.post(path, json=json)
+            if answer.status_code != 503:
+                break
+            time.sleep(1)
+        return answer.raise_for_status()
+
     with server.client() as api:
-        api.post("/work_pools/", json={
+        post(api, "/work_pools/", json={
             "name": pool, "type": "process",
             "base_job_template": ProcessWorker.get_default_base_job_template(),
-        }).raise_for_status()
-        deployment = api.post("/deployments/", json={
+        })
+        deployment = post(api, "/deployments/", json={
             "name": "evaluate-unlocked", "flow_id": evaluate["flow_id"],
             "entrypoint": evaluate["entrypoint"], "pull_steps": evaluate["pull_steps"],
             "parameters": evaluate["parameters"],
             "parameter_openapi_schema": evaluate["parameter_openapi_schema"],
             "work_pool_name": pool, "work_queue_name": "default",
-        }).raise_for_status().json()
+        }).json()
     created = _create(server, deployment["id"], _hostile(attacker, outside, False))
     assert created.status_code == 201, created.text
     for _ in range(3):  # a busy machine: the run may not be due yet when a worker looks once
