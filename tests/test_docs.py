@@ -152,3 +152,20 @@ def test_the_readme_s_server_steps_are_the_deployments_page_s():
     readme = steps(README.read_text())
     assert len(readme) == 2
     assert readme == steps((REPO / "docs" / "deployments.md").read_text())
+
+
+def _synopsis(text: str, command: str) -> set[str]:
+    """The options a usage block names: the `judgeflow COMMAND DATA` line and the indented ones."""
+    block = re.search(rf"^judgeflow {command} DATA.*\n(?: {{4}}.*\n)*", text, re.MULTILINE)
+    assert block, f"no usage block for judgeflow {command}"
+    return set(re.findall(r"--[a-z][a-z-]*", block.group(0)))
+
+
+def test_each_usage_block_names_every_option_of_its_command():
+    commands = typer.main.get_command(app).commands
+    for command, page in [("evaluate", "cli.md"), ("regression", "regression.md")]:
+        options = {option for param in commands[command].params for option in param.opts
+                   if option.startswith("--")}
+        named = _synopsis((REPO / "docs" / page).read_text(), command)
+        assert named == options, (f"docs/{page}: judgeflow {command}'s usage lacks "
+                                  f"{sorted(options - named)} and names {sorted(named - options)}")
