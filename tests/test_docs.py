@@ -14,6 +14,7 @@ import typer.main
 import yaml
 
 from flows.cli import app
+from flows.commands import common
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -169,3 +170,19 @@ def test_each_usage_block_names_every_option_of_its_command():
         named = _synopsis((REPO / "docs" / page).read_text(), command)
         assert named == options, (f"docs/{page}: judgeflow {command}'s usage lacks "
                                   f"{sorted(options - named)} and names {sorted(named - options)}")
+
+
+def test_the_readme_s_nightly_time_and_exit_codes_are_the_code_s():
+    readme = README.read_text().replace("\n", " ")
+    config = yaml.safe_load((REPO / "deployments" / "prefect.yaml").read_text())
+    nightly = next(d for d in config["deployments"] if d["name"] == "nightly-regression")
+    schedule = nightly["schedules"][0]
+    minute, hour = schedule["cron"].split()[:2]
+    assert f"`nightly-regression` runs at {int(hour):02d}:{int(minute):02d} " \
+           f"{schedule['timezone']}" in readme
+    stated = dict(re.findall(r"(\d) (complete|failed|invalid|incomplete|published but not)",
+                             readme.split("Exit codes:")[1][:300]))
+    assert stated == {"0": "complete", str(common.EXIT_FAILED): "failed",
+                      str(common.EXIT_INVALID): "invalid",
+                      str(common.EXIT_INCOMPLETE): "incomplete",
+                      str(common.EXIT_NOT_LOGGED): "published but not"}
