@@ -57,7 +57,7 @@ lint: dev
 clean:
 	rm -rf $(TOOLS) $(VENV) results .pytest_cache
 
-# The benchmark of record (README "Performance"): writes bench/results.json, prints the table.
+# The benchmark of record (docs/performance.md): writes bench/results.json, prints the table.
 # BENCH_ARGS="--scale 0.25 --repeat 1" for a quick look.
 bench: dev
 	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)

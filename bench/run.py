@@ -82,7 +82,7 @@ def _cell(value: float | None, digits: str = ".3g") -> str:
 
 
 def table(summaries: list[dict]) -> str:
-    """The results as a Markdown table (the README's performance section shows it)."""
+    """The results as a Markdown table (docs/performance.md shows it)."""
     lines = [
         "| scenario | calls | wall s | rate req/s | limit | ratio (median, range) | target "
         "| CPU ms/call | peak RSS MB |",

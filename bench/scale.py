@@ -233,7 +233,8 @@ def measure(sizes: tuple[int, int] = SIZES, shards: int = 2, repeats: int = REPE
 # its own services, and each polling worker. Workers polling every second cost 0.047 each.
 SERVER_IDLE_BASE = 0.020  # CPU s per s
 SERVER_IDLE_PER_WORKER = 0.005
-# What the projection assumes of the provider and of the machines (README "Scaling out").
+# What the projection assumes of the provider and of the machines (docs/performance.md,
+# "Scaling out").
 LATENCY_ASSUMED = 1.0  # s per judge call
 SHARDS_PER_MACHINE = 2  # one per core of a 2-core worker machine
 MACHINES = (1, 2, 4, 8, 16, 64)
@@ -267,7 +268,7 @@ def projection(result: dict, max_concurrency: int = 128,
 
 
 def projection_table(result: dict) -> str:
-    """The projection as the README's Markdown table."""
+    """The projection as a Markdown table (docs/performance.md, "Scaling out")."""
     lines = ["| worker machines | shards | calls/s | bound by | Prefect server busy |",
              "|--:|--:|--:|---|--:|"]
     for row in projection(result):

@@ -370,7 +370,7 @@ def sharded(calls: int, shards: int = 2, latency: float = 0.005,
 
 def scale_out(sizes: tuple[int, int] = bench_scale.SIZES, shards: int = 2) -> list[Measure]:
     """What scale-out costs per judge call and to start, at the margin (bench/scale.py): the
-    inputs of the README's scaling projection, each against issue 27's target."""
+    inputs of the scaling projection (docs/performance.md), each against issue 27's target."""
     result = bench_scale.measure(sizes, shards)
     per_call, fixed = result["ms_per_call"], result["fixed_seconds"]
     single = per_call["single"]

@@ -88,7 +88,7 @@ def test_an_unsigned_or_altered_pointer_is_refused(key, fake_llm, tmp_path, monk
         planted = signed | {"run_id": "weak"}
     elif forgery == "from latest.json":  # signed, but for the other pointer's name
         planted = json.loads((tmp_path / "out" / "nightly" / "latest.json").read_text())
-    else:  # the key was rotated: what the old one signed is refused (README)
+    else:  # the key was rotated: what the old one signed is refused (docs/security.md)
         monkeypatch.setenv(SIGNING_KEY_ENV, OTHER_KEY)
         planted = signed
     _pointer(tmp_path).write_text(json.dumps(planted))

@@ -1,4 +1,4 @@
-"""The scaling projection behind the README's table (bench/scale.py), checked by hand."""
+"""The scaling projection behind docs/performance.md's table (bench/scale.py), checked by hand."""
 
 from bench.scale import SERVER_IDLE_BASE, SERVER_IDLE_PER_WORKER, projection
 

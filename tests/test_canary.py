@@ -85,7 +85,7 @@ def test_below_the_threshold_a_judge_has_drifted_and_errors_cannot_vouch():
 
 
 def test_the_default_threshold_rarely_false_alarms_and_catches_a_real_drift():
-    """Simulation of the README's numbers: 50 rows at agreement 0.9."""
+    """Simulation of docs/regression.md's numbers: 50 rows at agreement 0.9."""
     rng = random.Random(0)
 
     def alarm_rate(true_agreement: float, trials: int = 4000) -> float:

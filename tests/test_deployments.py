@@ -106,9 +106,9 @@ def server(tmp_path_factory, llm_server) -> Iterator[Server]:
         # The worker polls every second instead of every ten: runs start sooner.
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        # What an operator sets in the worker's environment (README "Threat model"): deployment
-        # runs read the checkout and the tests' tmp folders, publish only to the tmp folders and
-        # call only the loopback judge, with no key paired with it.
+        # What an operator sets in the worker's environment (docs/security.md, "Threat model"):
+        # deployment runs read the checkout and the tests' tmp folders, publish only to the tmp
+        # folders and call only the loopback judge, with no key paired with it.
         "JUDGEFLOW_READ_ROOTS": f"{REPO},{tmp_path_factory.getbasetemp()}",
         "JUDGEFLOW_WRITE_ROOTS": str(tmp_path_factory.getbasetemp()),
         "JUDGEFLOW_MODEL_ENDPOINTS": llm_server.api_base,

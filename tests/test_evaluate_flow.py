@@ -214,4 +214,4 @@ def test_mixed_type_extra_columns_still_make_a_parquet_file(tmp_path):
     _run(EvaluateParams(rows=rows, judge=JudgeModel(model="judgeflow/offline"),
                         output=str(tmp_path / "out"), suite="t", run_id="run1"))
     frame = pd.read_parquet(tmp_path / "out" / "t" / "run1" / "results.parquet")
-    assert list(frame["tag"]) == ['"x"', "3"]  # JSON text, as the README says
+    assert list(frame["tag"]) == ['"x"', "3"]  # JSON text, as docs/output.md says

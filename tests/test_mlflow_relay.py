@@ -431,7 +431,7 @@ def registry_events(webhook_mlflow, relay_url, prefect_api_url):
     from mlflow import MlflowClient
 
     url, _ = relay_url
-    # The webhook as the README says: deployments/trigger_examples/mlflow_webhook.py, twice
+    # The webhook as docs/mlflow.md says: deployments/trigger_examples/mlflow_webhook.py, twice
     # (the second run updates the first's webhook instead of adding one that delivers again).
     env = {**os.environ, "MLFLOW_TRACKING_URI": webhook_mlflow,
            "JUDGEFLOW_MLFLOW_WEBHOOK_SECRET": SECRET}

@@ -8,7 +8,7 @@ warm uv cache), the final stage read instruction by instruction, and the deploym
 deployed to a real Prefect server on a pool of type docker, then resolved as a Docker worker
 would resolve it before starting a container. Where a daemon answers, the image is built and
 run, and (given a prefect with prefect-docker) two Docker workers run a sharded run's shards
-in it; README "Workers on other machines" says how they were run without a registry.
+in it; docs/deployments.md ("Workers on other machines") says how they were run without a registry.
 """
 
 from __future__ import annotations

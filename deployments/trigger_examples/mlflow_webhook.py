@@ -19,8 +19,8 @@ A deploy in the registry (an alias set, or a new version) then starts post-deplo
 
 The secret is read from the same variable the relay reads and never printed. MLflow delivers
 only to https URLs on public addresses unless its server runs with
-MLFLOW_WEBHOOK_ALLOWED_SCHEMES=http,https and MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS=true (README,
-MLflow). An existing webhook of the same name is updated, not duplicated.
+MLFLOW_WEBHOOK_ALLOWED_SCHEMES=http,https and MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS=true
+(docs/mlflow.md). An existing webhook of the same name is updated, not duplicated.
 """
 
 from __future__ import annotations

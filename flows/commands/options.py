@@ -99,7 +99,7 @@ OPTIONS: dict[str, tuple] = {
     "batch_poll_max": _option(float, 60.0, "Longest wait in seconds between two polls of a "
                               "batch"),
     "mlflow_tracking_uri": _option(str | None, None, "Log the published run to this MLflow "
-                                   "tracking server, http(s)://HOST:PORT (README, MLflow); an "
+                                   "tracking server, http(s)://HOST:PORT (docs/mlflow.md); an "
                                    "mlflow: evaluation set is read from it too",
                                    envvar="MLFLOW_TRACKING_URI"),
     "mlflow_experiment": _option(str | None, None, "MLflow experiment to log to (default: the "

@@ -53,7 +53,7 @@ def check_gate_metrics(gates: list[Gate], plan: JudgePlan, pairwise: bool,
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise GateConfigError(
             f"gate on {gate.metric!r}{where} names a metric this run does not produce; {hint}"
-            f"its judges are {', '.join(plan.names) or 'none'} (see README, Judges, for the "
+            f"its judges are {', '.join(plan.names) or 'none'} (docs/judges.md lists the "
             "metric names)")
 
 

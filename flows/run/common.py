@@ -45,9 +45,9 @@ def run_location(params: RunParams, started_at: datetime) -> RunLocation:
     """Where this run publishes: `{output}/{suite}/{run_id}`.
 
     Without a run id, a flow run's is named after the flow run itself (`flow_run_run_id`), so
-    that Prefect retrying or re-scheduling the same flow run (the crash automation, README
-    "A night that survives its worker") resumes what it had done (its stored chunks and
-    submitted batches) instead of starting over under a new id.
+    that Prefect retrying or re-scheduling the same flow run (the crash automation,
+    docs/deployments.md, "A night that survives its worker") resumes what it had done (its
+    stored chunks and submitted batches) instead of starting over under a new id.
     """
     run_id = params.run_id or _current_flow_run_id() or new_run_id(started_at)
     return RunLocation(params.output, params.suite, run_id, params.storage_options)

@@ -1,10 +1,10 @@
 """judgeflow and an MLflow tracking server: runs logged to it, evaluation sets read from it.
 
-Logging (README, MLflow) owns where a run is logged (target.py, no MLflow import: the preflight
+Logging (docs/mlflow.md) owns where a run is logged (target.py, no MLflow import: the preflight
 and the parameters use it), how judgeflow's metric names become legal MLflow names (names.py),
 what a run looks like in MLflow (record.py), the logging itself (log.py), the verdicts attached
 to the rows' traces (assessments.py) and the MLflow run's link written back into the published
-report and manifest (report_link.py). Reading (README, Input, "From MLflow") owns the `mlflow:`
+report and manifest (report_link.py). Reading (docs/input.md, "From MLflow") owns the `mlflow:`
 sources (source.py, no MLflow import), traces and dataset records as rows (rows.py, pure) and
 the paged reading (read.py). log.py, assessments.py and read.py are the only modules that
 import mlflow, and only when a run asks for it: judgeflow works without the `mlflow` extra.

@@ -1,4 +1,4 @@
-"""judgeflow's metric names as MLflow metric names (README, MLflow: the mapping).
+"""judgeflow's metric names as MLflow metric names (docs/mlflow.md, "Metric names").
 
 MLflow accepts letters, digits, `_ - . /` and spaces in a metric name (a colon too, except on a
 Windows server: judgeflow maps it, so a run logs the same everywhere), at most 250 characters,

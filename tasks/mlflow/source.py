@@ -1,6 +1,6 @@
 """An evaluation set kept in MLflow, named by an `mlflow:` source; no MLflow import.
 
-Two kinds (README, Input):
+Two kinds (docs/input.md, "From MLflow"):
 
 - `mlflow:experiments/<name>/traces?filter=<filter>&since=<time>&until=<time>`: the traces of
   an experiment, optionally narrowed by an MLflow trace filter and a time window on the

@@ -14,7 +14,7 @@ incomplete, named (`unchecked_reasons`).
 
 The rule is agreement, per judge: a judge that agrees with its own earlier verdicts on fewer
 than `min_agreement` of the sampled rows (0.9 by default) has drifted, and the night is
-incomplete, never a pass or a breach. Why 0.9 and 50 rows: see the README ("Judge drift").
+incomplete, never a pass or a breach. Why 0.9 and 50 rows: see docs/regression.md ("Judge drift").
 """
 
 from __future__ import annotations
