@@ -18,6 +18,7 @@ from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
+from flows.run.heartbeat import sends_heartbeats
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
 from tasks.report.plain_text import visible
@@ -27,6 +28,7 @@ __all__ = ["compare"]
 
 
 @flow(name=flow_names.COMPARE, log_prints=True)
+@sends_heartbeats
 async def compare(params: CompareParams) -> dict:
     """Judge two systems head to head on every pair, in both orders, and publish the verdicts."""
     params = guard_parameters(params)

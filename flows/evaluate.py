@@ -14,6 +14,7 @@ from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
+from flows.run.heartbeat import sends_heartbeats
 from flows.run.timeline import mark
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
@@ -22,6 +23,7 @@ from tasks.storage.chunk_store import ChunkStore
 
 
 @flow(name=flow_names.EVALUATE, log_prints=True)
+@sends_heartbeats
 async def evaluate(params: EvaluateParams) -> dict:
     """Run every applicable judge over an evaluation set and publish the results."""
     params = guard_parameters(params)

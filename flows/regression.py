@@ -39,6 +39,7 @@ from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import guard_parameters
 from flows.rejudge import rejudged_baseline
 from flows.run.common import batch_mode, run_location, run_summary
+from flows.run.heartbeat import sends_heartbeats
 from flows.run.outcome import kept
 from judges.model.usage import Usage
 from tasks.artifacts import publish_artifacts
@@ -138,6 +139,7 @@ def _emit(params: RegressionParams, event: str, run_id: str, urls: dict, section
 
 
 @flow(name=flow_names.REGRESSION, log_prints=True)
+@sends_heartbeats
 async def regression(params: RegressionParams) -> dict | State:
     """Evaluate the candidate, compare with the baseline, publish; fail unless it passed."""
     params = guard_parameters(params)

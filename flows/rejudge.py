@@ -22,6 +22,7 @@ from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import ParameterRefused, guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
+from flows.run.heartbeat import sends_heartbeats
 from judges.fingerprint import fingerprint
 from judges.model.budget import current_budget, use_budget
 from tasks.artifacts import publish_artifacts
@@ -60,6 +61,7 @@ class RejudgeParams(EvaluateParams):
 
 
 @flow(name=flow_names.REJUDGE, log_prints=True)
+@sends_heartbeats
 async def rejudge(params: RejudgeParams) -> dict:
     """Judge a published run's responses again and publish the result as a new run."""
     params = guard_parameters(params)

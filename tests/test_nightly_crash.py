@@ -13,6 +13,7 @@ two busy cores); marked `shards` with the other worker tests (`-m "not shards"` 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -29,7 +30,13 @@ import httpx
 import pytest
 from prefect.client.schemas.objects import FlowRun
 
-from flows.commands.automations import AUTOMATION_NAME, RESUME_TAG, crash_retry_automation
+from flows.commands.automations import (
+    AUTOMATION_NAME,
+    RESUME_TAG,
+    ZOMBIE_AUTOMATION_NAME,
+    crash_retry_automation,
+    zombie_automation,
+)
 from flows.run.common import flow_run_run_id, new_run_id
 from tests import test_deployments
 from tests.fake_llm import Reply, prompt_text
@@ -273,3 +280,159 @@ def test_a_killed_night_is_run_again_as_the_same_run_and_published_once(
     usage = manifest["usage"]
     assert usage["calls"] + usage["cache_hits"] == ROWS  # the cut chunk's answers: cache hits
     assert usage["cache_hits"] <= ROWS - len(stored) * CHUNK_SIZE, usage
+
+
+# ---- the machine dies: worker and flow run killed together --------------------------------------
+
+HEARTBEAT_SECONDS = "3"  # the run's own heartbeat (flows/run/heartbeat.py), short for the test
+HEARTBEAT_WINDOW = "30"  # ten heartbeats: a loaded machine delivers some late
+
+
+def test_the_zombie_automation_marks_silent_tagged_runs_crashed():
+    spec = zombie_automation(window_seconds=90)
+    trigger = spec.trigger
+    assert trigger.after == {"prefect.flow-run.heartbeat"}
+    # The next heartbeat, or any end, closes the window; Running (a retry's start) does not.
+    assert trigger.expect >= {"prefect.flow-run.heartbeat", "prefect.flow-run.Completed",
+                              "prefect.flow-run.Failed", "prefect.flow-run.Crashed"}
+    assert trigger.posture == "Proactive" and trigger.within.total_seconds() == 90
+    assert trigger.match_related.root["prefect.resource.id"] == f"prefect.tag.{RESUME_TAG}"
+    [action] = spec.actions
+    assert (action.type, action.state.value) == ("change-flow-run-state", "CRASHED")
+    with pytest.raises(ValueError, match="heartbeat window"):
+        zombie_automation(window_seconds=5)
+
+
+class MachineKiller(FlowRunKiller):
+    """SIGKILLs the worker and its flow run together (a machine that dies), once chunks are in."""
+
+    def __init__(self, worker: subprocess.Popen, *args):
+        super().__init__(*args)
+        self.worker = worker
+        self.killed_at: float | None = None
+
+    def _kill(self, pid: int) -> None:
+        self.judge.holding.set()
+        while not self.judge.quiet() and not self.stop.wait(0.02):
+            pass
+        time.sleep(0.2)
+        # The worker first: it must not live to report the flow run's death.
+        os.killpg(self.worker.pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # gone with the worker's process group
+            pass
+        self.killed_pid, self.killed_at = pid, time.monotonic()
+        self.stored_at_kill = self._stored()
+
+
+def _events(api: httpx.Client, name: str, flow_run_id: str) -> list[dict]:
+    found = api.post("/events/filter", json={"limit": 50, "filter": {
+        "event": {"name": [name]}, "resource": {"id": [f"prefect.flow-run.{flow_run_id}"]},
+        "order": "ASC"}})
+    return found.raise_for_status().json()["events"]
+
+
+def test_a_night_whose_machine_died_is_marked_crashed_run_again_and_published_once(
+        server, deployed, fake_llm, tmp_path):
+    installed = server.run(JUDGEFLOW, "install-automations", "--max-retries", "2",
+                           "--delay", "10", "--heartbeat-window", HEARTBEAT_WINDOW).stdout
+    assert ZOMBIE_AUTOMATION_NAME in installed, installed
+
+    judge = NightJudge()
+    fake_llm.reset(judge)
+    out = tmp_path / "out"
+    params = {**deployed["nightly"]["parameters"]["params"],
+              "data": str(_rows_file(tmp_path)), "output": str(out), "suite": SUITE,
+              "judge": {"model": "openai/night-judge", "api_base": fake_llm.api_base,
+                        "concurrency": 2},
+              "judges": ["safety"], "chunk_size": CHUNK_SIZE,
+              "gates": None, "pairwise": False, "canary_rows": 0}
+    with server.client() as api:
+        created = api.post(f"/deployments/{deployed['nightly']['id']}/create_flow_run",
+                           json={"parameters": {"params": params}})
+    flow_run = created.raise_for_status().json()
+
+    # Prefect's own process worker, as `prefect worker start` runs it: no Prefect heartbeat
+    # setting anywhere, so the heartbeats are the run's own.
+    env = {k: v for k, v in server.env.items() if k != "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"}
+    env["JUDGEFLOW_HEARTBEAT_SECONDS"] = HEARTBEAT_SECONDS
+    env["PYTHONUNBUFFERED"] = "1"  # the logs tell what happened when this test fails
+    first_log = server.home / "machine-a.log"
+    with first_log.open("w") as sink:
+        first = subprocess.Popen(
+            [str(BIN / "prefect"), "worker", "start", "--type", "process", "--pool",
+             test_deployments.POOL, "--name", "machine-a", "--limit", "1"],
+            cwd=test_deployments.REPO, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            start_new_session=True)  # its own process group: the machine, killed whole
+    killer = MachineKiller(first, flow_run["id"], out / SUITE, KILL_AFTER_CHUNKS, judge)
+    killer.start()
+    try:
+        try:
+            _wait_for(lambda: killer.killed_pid is not None or killer.stop.is_set(), 300,
+                      "the kill", every=0.2)
+        finally:  # the logs as they are now, not when the wait began
+            assert killer.killed_pid is not None, _tail(first_log, 6000)
+        with server.client() as api:  # nobody reported it: still Running
+            assert _states(api, flow_run["id"])[-1][0] == "RUNNING", _states(api, flow_run["id"])
+        with process_workers(server, ("machine-b",), env):  # another machine on the pool
+            def finished() -> dict | None:
+                with server.client() as api:
+                    now = api.get(f"/flow_runs/{flow_run['id']}").raise_for_status().json()
+                return now if now["state"]["type"] in ("COMPLETED", "FAILED") else None
+
+            final = _wait_for(finished, 300, f"the night's end\n{_tail(first_log)}\n"
+                              f"{_tail(server.home / 'machine-b.log')}\n{_tail(server.log)}",
+                              every=1)
+            published_after = time.monotonic() - killer.killed_at
+    finally:
+        killer.stop.set()
+        killer.join()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=20)
+
+    assert final["state"]["type"] == "COMPLETED", final["state"]
+    assert final["run_count"] == 2
+    with server.client() as api:
+        states = _states(api, flow_run["id"])
+        crashes = _events(api, "prefect.flow-run.Crashed", flow_run["id"])
+        beats = _events(api, "prefect.flow-run.heartbeat", flow_run["id"])
+    crashed = states.index(("CRASHED", "Crashed"))
+    assert states[crashed + 1] == ("SCHEDULED", "AwaitingRetry"), states
+    # The run's own heartbeats (no Prefect setting), tagged for the automation, while it ran.
+    assert len(beats) >= 2, beats
+    assert {"prefect.tag.resume-on-crash"} <= {
+        r["prefect.resource.id"] for r in beats[0]["related"]}
+    # Marked by the heartbeat automation, with the run count the crash automation bounds on.
+    assert [event["resource"].get("prefect.run-count") for event in crashes] == ["1"], crashes
+    print(f"published {published_after:.0f} s after the machine died (heartbeat "
+          f"{HEARTBEAT_SECONDS} s, window {HEARTBEAT_WINDOW} s, re-run delay 10 s)")
+
+    run_id = flow_run_run_id(FlowRun.model_validate(final))
+    run_dirs = [p.name for p in (out / SUITE).iterdir() if p.is_dir() and p.name != "history"]
+    assert run_dirs == [run_id]
+    manifest = json.loads((out / SUITE / run_id / "manifest.json").read_text())
+    assert manifest["status"] == "passed" and manifest["dataset"]["rows_judged"] == ROWS
+    history = json.loads((out / SUITE / "history.json").read_text())
+    assert [entry["run_id"] for entry in history["entries"]].count(run_id) == 1
+    # The chunks stored before the machine died were taken, not judged again.
+    assert len(judge.answered) == ROWS and set(judge.answered.values()) == {1}, (
+        judge.answered.most_common(3))
+
+
+def test_every_deployed_flow_validates_its_parameters_as_a_worker_does():
+    """The heartbeat wrapper keeps each flow's parameter model (a worker validates with it)."""
+    from flows.compare import compare
+    from flows.evaluate import evaluate
+    from flows.regression import regression
+    from flows.rejudge import rejudge
+
+    data = {"data": "examples/rag_eval.jsonl", "judge": {"model": "judgeflow/offline"}}
+    for flow_ in (evaluate, regression):
+        assert type(flow_.validate_parameters({"params": data})["params"]).__name__.endswith(
+            "Params")
+    compared = compare.validate_parameters({"params": {**data, "data": "examples/pairs.jsonl"}})
+    assert type(compared["params"]).__name__ == "CompareParams"
+    with pytest.raises(Exception, match="source_run"):  # its own model's rule, reached
+        rejudge.validate_parameters({"params": {"judge": {"model": "judgeflow/offline"}}})

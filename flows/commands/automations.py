@@ -15,7 +15,12 @@ retried. After that the flow run stays Crashed, unpublished (fail closed), and i
 `prefect.flow-run.Crashed` event is the one to alert on. A run that crashes before it ever
 started (run count 0: its code or checkout is broken) is not retried.
 
-Installing is idempotent: the automation is found by its name and updated in place.
+A machine that dies takes the worker with the flow run, and nobody reports the crash. For that
+case a second automation marks a tagged run whose heartbeats stopped (flows/run/heartbeat.py:
+every deployment run sends them) as Crashed, `heartbeat_window` seconds after the last one;
+the first automation then re-runs it as above.
+
+Installing is idempotent: each automation is found by its name and updated in place.
 """
 
 from __future__ import annotations
@@ -33,6 +38,14 @@ MAX_RETRIES_CAP = 20
 DEFAULT_DELAY_SECONDS = 60
 MIN_DELAY_SECONDS = 10  # Prefect's least `within` for a proactive trigger
 CRASHED_EVENT = "prefect.flow-run.Crashed"
+ZOMBIE_AUTOMATION_NAME = "judgeflow: mark a night whose heartbeats stopped as crashed"
+HEARTBEAT_EVENT = "prefect.flow-run.heartbeat"
+# Three missed heartbeats at the default 30 s (flows/run/heartbeat.py): a busy machine may
+# send one late, not three.
+DEFAULT_HEARTBEAT_WINDOW_SECONDS = 90
+# What ends the wait for the next heartbeat: the next one, or the run reaching an end.
+ALIVE_OR_DONE_EVENTS = frozenset({HEARTBEAT_EVENT} | {
+    f"prefect.flow-run.{state}" for state in ("Completed", "Failed", "Cancelled", "Crashed")})
 # Any of these after the crash means someone (the UI's Retry, a person) already moved the run.
 MOVED_ON_EVENTS = frozenset(f"prefect.flow-run.{state}" for state in (
     "Scheduled", "AwaitingRetry", "Pending", "Running", "Cancelling", "Cancelled", "Completed",
@@ -84,6 +97,46 @@ def crash_retry_automation(max_retries: int = DEFAULT_MAX_RETRIES, tag: str = RE
     )
 
 
+def zombie_automation(tag: str = RESUME_TAG,
+                      window_seconds: int = DEFAULT_HEARTBEAT_WINDOW_SECONDS):
+    """The automation's spec: a tagged run silent for `window_seconds` after a heartbeat → Crashed.
+
+    Proactive, per flow run: each heartbeat opens a window that the next heartbeat (or the
+    run's end) closes; a window that closes on nothing means the run's process is gone with
+    its machine. The Crashed state this sets carries the run count, so the crash automation's
+    bound on re-runs holds for machine deaths too.
+    """
+    from datetime import timedelta
+
+    from prefect.automations import AutomationCore
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.states import StateType
+
+    if window_seconds < MIN_DELAY_SECONDS:
+        raise ValueError(f"the heartbeat window must be at least {MIN_DELAY_SECONDS} s, not "
+                         f"{window_seconds!r}")
+    return AutomationCore(
+        name=ZOMBIE_AUTOMATION_NAME,
+        description=(
+            f"A flow run tagged {tag!r} that sent no heartbeat for {window_seconds} s (its "
+            "machine died with its worker) is marked Crashed, so that the automation "
+            f"{AUTOMATION_NAME!r} re-runs it. Installed by `judgeflow install-automations`."),
+        enabled=True,
+        trigger=EventTrigger(
+            after={HEARTBEAT_EVENT}, expect=set(ALIVE_OR_DONE_EVENTS),
+            for_each={"prefect.resource.id"},
+            match={"prefect.resource.id": "prefect.flow-run.*"},
+            match_related={"prefect.resource.role": "tag",
+                           "prefect.resource.id": f"prefect.tag.{tag}"},
+            posture=Posture.Proactive, threshold=1, within=timedelta(seconds=window_seconds)),
+        actions=[ChangeFlowRunState(
+            state=StateType.CRASHED,
+            message=f"No heartbeat for {window_seconds} s: the flow run's machine stopped "
+                    f"(marked by the automation {ZOMBIE_AUTOMATION_NAME!r})")],
+    )
+
+
 async def install_automation(spec: Any) -> tuple[str, Any]:
     """Create the automation, or update the one of the same name; ("created"|"updated", id)."""
     from prefect.client.orchestration import get_client
@@ -107,19 +160,27 @@ def install_automations_command(
     delay: Annotated[int, typer.Option(
         help="Seconds after the crash (at least 10; Prefect checks every 5 s)")
     ] = DEFAULT_DELAY_SECONDS,
+    heartbeat_window: Annotated[int, typer.Option(
+        help="Seconds without a heartbeat after which a tagged run counts as crashed with its "
+             "machine (at least 10; runs send one every JUDGEFLOW_HEARTBEAT_SECONDS, 30 s)")
+    ] = DEFAULT_HEARTBEAT_WINDOW_SECONDS,
 ) -> None:
-    """Install (or update) the automation that re-runs a crashed night on the Prefect server."""
+    """Install (or update) the automations that re-run a night whose process or machine died."""
     import asyncio
 
-    server = configured_server("the automation belongs on the server your workers use")
+    server = configured_server("the automations belong on the server your workers use")
     try:
-        spec = crash_retry_automation(max_retries, tag, delay)
+        specs = [crash_retry_automation(max_retries, tag, delay),
+                 zombie_automation(tag, heartbeat_window)]
     except ValueError as error:
         fail(str(error))
-    try:
-        outcome, automation_id = asyncio.run(install_automation(spec))
-    except Exception as error:  # noqa: BLE001 - one sentence instead of a traceback
-        fail(f"could not install the automation on {server!r}: "
-             f"{type(error).__name__}: {error}")
-    print(f"{outcome} automation {AUTOMATION_NAME!r} ({automation_id}): a crashed flow run "
-          f"tagged {tag!r} is re-run {delay} s after it crashed, at most {max_retries} time(s)")
+    said = [f"a crashed flow run tagged {tag!r} is re-run {delay} s after it crashed, at most "
+            f"{max_retries} time(s)",
+            f"a flow run tagged {tag!r} silent for {heartbeat_window} s is marked crashed"]
+    for spec, what in zip(specs, said, strict=True):
+        try:
+            outcome, automation_id = asyncio.run(install_automation(spec))
+        except Exception as error:  # noqa: BLE001 - one sentence instead of a traceback
+            fail(f"could not install the automation {spec.name!r} on {server!r}: "
+                 f"{type(error).__name__}: {error}")
+        print(f"{outcome} automation {spec.name!r} ({automation_id}): {what}")

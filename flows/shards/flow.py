@@ -36,6 +36,7 @@ from flows.params import (
 )
 from flows.preflight.trust import guard_parameters
 from flows.run.execution import drive
+from flows.run.heartbeat import sends_heartbeats
 from flows.run.tls_contexts import share_prefect_tls_contexts
 from flows.shards.plan import rebuild_plan
 from flows.shards.store import ShardStoreView
@@ -103,6 +104,7 @@ def _cpu_seconds() -> float:
 
 
 @flow(name=SHARD_FLOW_NAME, log_prints=True)
+@sends_heartbeats
 async def judge_shard(params: ShardParams) -> dict:
     """Judge one shard's chunks into the run's chunk store."""
     params = guard_parameters(params)
