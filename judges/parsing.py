@@ -262,10 +262,13 @@ def verdict_fields(output_model: type[BaseModel]) -> frozenset[str]:
 
 
 def _without_token(value: dict, token: str) -> dict | None:
-    """The object without its token field when it carries `token`; None when it does not."""
+    """The object without its token field when it carries `token`; None when it does not.
+
+    Hex digits in either case are the same token (a model may upper-case what it copies).
+    """
     for key, inner in value.items():
         if str(key).strip().lower() == TOKEN_FIELD and isinstance(inner, str) \
-                and inner.strip() == token:
+                and inner.strip().lower() == token.lower():
             return {k: v for k, v in value.items() if k != key}
     return None
 
