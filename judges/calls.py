@@ -2,6 +2,11 @@
 
 Every judgment leaves an audit entry (who asked, the raw replies, how they parsed), so any
 verdict of a published run can be traced back to what the model actually said.
+
+Every call, whichever judge makes it (row, chunk, turn, agent, session, custom, aspect,
+pairwise and its fixed rubric; online, in a batch or by a local model), asks here for the
+call's token (judges/blocks/call_token.py), and only a reply object carrying it is a verdict:
+this is the one place that decides.
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from judges.base import BinaryVerdict, untrusted_blocks
+from judges.base import BinaryVerdict
+from judges.blocks.call_token import tokened_prompt
 from judges.cache import ReplyCache, cache_key
+from judges.integrity import signing_key
 from judges.model.call_meter import FINISHED_CALLS
 from judges.model.llm import LLMClient
 from judges.model.usage import LLMCallError, Usage
-from judges.parsing import QuotedContent, ReplyParseError, parse_reply, verdict_of
+from judges.parsing import ReplyParseError, parse_reply, tokened_model, verdict_of
 
 REASK = (
     "Your previous reply could not be used: {error}. Reply again with exactly one JSON "
@@ -71,22 +78,24 @@ async def judged_call(
 
     Args:
         ctx: the chunk's client, cache, usage tally and audit log.
-        messages: the rendered prompt.
+        messages: the rendered prompt (the call's token line is added here).
         template_hash: the prompt template's hash (part of the cache key).
         output_model: the reply's model, also sent as response_format where supported.
         sample_index: which of several independent samples this is (part of the cache key).
         provenance: who asks (judge, row, chunk, pass order), recorded in the audit entry.
     """
     settings = ctx.client.settings
+    # What the judge reads as evaluated text can never come back as its verdict: only an object
+    # carrying this token, which the text cannot know, is one. Derived from the messages, so
+    # the same call sends the same prompt and the cache key below still matches on a re-run.
+    messages, token = tokened_prompt(messages, signing_key())
     key = cache_key(settings.call_identity(), messages, template_hash, sample_index)
-    # What the judge reads as evaluated text can never come back as its verdict.
-    quoted = QuotedContent(untrusted_blocks(messages))
-    exchange = await _cached(ctx, key, output_model, quoted)
+    exchange = await _cached(ctx, key, output_model, token)
     source, spent = "cache", Usage()
     if exchange is None:
         source = "model"
         metadata = call_metadata(provenance, sample_index)
-        exchange = await _ask_with_one_reask(ctx, spent, messages, output_model, quoted, metadata)
+        exchange = await _ask_with_one_reask(ctx, spent, messages, output_model, token, metadata)
         if exchange.verdict is not None and ctx.cache is not None:
             await asyncio.to_thread(ctx.cache.put, key, exchange.replies[-1])
     _tally(ctx.usage, spent, provenance)
@@ -128,7 +137,7 @@ def _tally(usage: Usage, spent: Usage, provenance: dict | None) -> None:
 
 
 async def _cached(
-    ctx: JudgeContext, key: str, output_model: type[BaseModel], quoted: QuotedContent
+    ctx: JudgeContext, key: str, output_model: type[BaseModel], token: str
 ) -> Exchange | None:
     if ctx.cache is None:
         return None
@@ -139,7 +148,7 @@ async def _cached(
     if reply is None:
         return None
     try:
-        verdict = parse_reply(reply, output_model, quoted)
+        verdict = parse_reply(reply, output_model, token=token)
     except ReplyParseError:
         return None  # stored under an older output model: ask again
     ctx.usage.cache_hits += 1
@@ -151,24 +160,26 @@ async def _ask_with_one_reask(
     usage: Usage,
     messages: list[dict],
     output_model: type[BaseModel],
-    quoted: QuotedContent,
+    token: str,
     metadata: dict | None = None,
 ) -> Exchange:
     replies: list[str] = []
+    schema = tokened_model(output_model)  # the token is a required field of the reply
     try:
-        completion = await ctx.client.complete(messages, usage, output_model, metadata)
+        completion = await ctx.client.complete(messages, usage, schema, metadata)
         replies.append(completion.text)
         try:
-            return Exchange(replies, parse_reply(completion.text, output_model, quoted), None)
+            return Exchange(replies, parse_reply(completion.text, output_model, token=token),
+                            None)
         except ReplyParseError as first_error:
             follow_up = [
                 *messages,
                 {"role": "assistant", "content": completion.text},
                 {"role": "user", "content": REASK.format(error=first_error)},
             ]
-        completion = await ctx.client.complete(follow_up, usage, output_model, metadata)
+        completion = await ctx.client.complete(follow_up, usage, schema, metadata)
         replies.append(completion.text)
-        return Exchange(replies, parse_reply(completion.text, output_model, quoted), None)
+        return Exchange(replies, parse_reply(completion.text, output_model, token=token), None)
     except LLMCallError as error:
         return Exchange(replies, None, str(error))
     except ReplyParseError as error:

@@ -10,6 +10,10 @@ object closed, objects nested in others). A reply's object is an echo when one o
 the same verdict and the reply's free text (the rationale) is nearly all words of the evaluated
 text. An honest verdict survives a response that merely holds the same verdict: its rationale
 is the judge's own. Text that is not an object at all is compared as a stream of words.
+
+Judge calls no longer need this: each asks for a token the evaluated text cannot know
+(judges/blocks/call_token.py), which tells the judge's objects from the text's exactly. It
+serves judges/parsing.py's `parse_reply` when called without a token.
 """
 
 from __future__ import annotations

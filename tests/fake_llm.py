@@ -3,6 +3,14 @@
 litellm talks to it over real HTTP, so retries, headers and parsing are exercised
 exactly as against a provider. A test gives it a `script`: a function from the
 request body to a `Reply`.
+
+Like an honest judge, the server puts the call's token (judges/blocks/call_token.py), which the
+prompt asks for, into the judge's own object of a scripted reply, so scripts write verdicts as
+`{"rationale": ..., "rating": ...}` and need not know the token. The judge's own object is the
+first that is not copied from the evaluated text (an object that occurs in an <untrusted-…>
+block of the prompt, as a judge quoting it would copy it); when every object is, the first (a
+verdict that happens to be the very text planted). `Reply(token=False)` sends the content as
+scripted: a judge that echoes without the token.
 """
 
 from __future__ import annotations
@@ -13,6 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from judges.base import untrusted_blocks
+from judges.blocks.call_token import TOKEN_FIELD, token_asked
+from judges.parsing import json_objects
 
 
 @dataclass
@@ -29,6 +41,7 @@ class Reply:
     system_fingerprint: str | None = None
     cached_tokens: int = 0  # > 0: usage.prompt_tokens_details.cached_tokens, as OpenAI reports
     reasoning_tokens: int = 0  # > 0: usage.completion_tokens_details (part of completion_tokens)
+    token: bool = True  # False: the content as scripted, without the call's token
 
 
 Script = Callable[[dict], Reply]
@@ -37,6 +50,23 @@ Script = Callable[[dict], Reply]
 def prompt_text(body: dict) -> str:
     """All message contents of a request, joined: what a script inspects."""
     return "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+
+
+def with_call_token(body: dict, reply: Reply) -> str | None:
+    """The reply's content with the call's token in the judge's own object (module docstring)."""
+    content = reply.content
+    token = token_asked(prompt_text(body)) if reply.token and content else None
+    if token is None:
+        return content
+    objects = json_objects(content)
+    if not objects:
+        return content
+    evaluated = untrusted_blocks(body.get("messages", []))
+    own = next((o for o in objects if not any(o.text in text for text in evaluated)),
+               objects[0])
+    start = content.find(own.text)
+    field = f'"{TOKEN_FIELD}": "{token}"' + (", " if own.value else "")
+    return f"{content[:start + 1]}{field}{content[start + 1:]}"
 
 
 def _completion_body(body: dict, reply: Reply) -> dict:
@@ -60,7 +90,7 @@ def _completion_body(body: dict, reply: Reply) -> dict:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": reply.content},
+                "message": {"role": "assistant", "content": with_call_token(body, reply)},
                 "finish_reason": "stop",
             }
         ],

@@ -28,6 +28,8 @@ judge asks through the call's metadata ({"judge": name}), falling back to the pr
   length_adequacy like length_adequacy, any other scale one like prompt_coverage. The
   preference is the position with the higher weighted score (rounded to 6 decimals), "tie"
   when equal, so the two orders of a pair always agree.
+
+Like any judge, it returns the call's token that the prompt asks for (judges/blocks/call_token.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from judges.base import UNTRUSTED_BLOCK
+from judges.blocks.call_token import TOKEN_FIELD, token_asked
 from judges.model.local_models import register_local_model
 from judges.pairwise.reconcile import normalised_score
 
@@ -210,8 +213,11 @@ def answer(messages: list[dict], metadata: Mapping[str, str] | None = None) -> s
     prompt = "\n".join(str(m.get("content", "")) for m in messages)
     assessment = (metadata or {}).get("judge") or _assessment_line(prompt)
     if assessment in PAIRWISE_JUDGES:
-        return json.dumps(_pairwise(prompt, _blocks(prompt)))
-    return json.dumps(_judge(assessment, _blocks(prompt)))
+        reply = _pairwise(prompt, _blocks(prompt))
+    else:
+        reply = _judge(assessment, _blocks(prompt))
+    token = token_asked(prompt)
+    return json.dumps(reply if token is None else {**reply, TOKEN_FIELD: token})
 
 
 def _assessment_line(prompt: str) -> str:
