@@ -29,6 +29,9 @@ BOILERPLATE: tuple[tuple[str, str, str], ...] = (
      "JudgeModel and CandidateModel declare the same model knobs as pydantic fields with their "
      "own help texts (the form and the command line show them); one base for both is issue 47 "
      "item 4, which owns the option declarations"),
+    ("flows/compare.py", "flows/rejudge.py",
+     "flow bodies read as tables of contents, phase by phase (warn, place the run, prepare, "
+     "judge in batch mode); each calls its own phases, which issue 47 items 1-2 make one"),
 )
 
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from flows.run.common import cache_url
 from flows.run.execution import auto_chunk_size, judge_pair_chunks
-from flows.run.progress import PhaseProgress
+from flows.run.progress import with_progress
 from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, tallied_summary
 from judges.model.usage import Usage
 from judges.pairwise.metrics import PairTally, PairwiseSummary
@@ -156,17 +156,13 @@ async def _judge(params: Any, spool: PairSpool, store: ChunkStore | None,
         tallies[index] = [PairTally.of(r.verdict) for r in judged]
         kept.update((r.pair.pair_id, r) for r in judged if r.pair.pair_id in shown)
 
-    progress = await PhaseProgress.start("judging head to head", spool.count, 2.0)
-    try:
-        usage = await judge_pair_chunks(
+    usage = await with_progress(
+        "judging head to head", spool.count, 2.0,
+        lambda progress: judge_pair_chunks(
             spool.pairs(), options, params.judge.settings(),
             params.chunk_size or auto_chunk_size(spool.count), cache_url(params),
-            params.storage_options, consume, store, progress)
-    except BaseException:
-        fields.cleanup()
-        raise
-    finally:
-        await progress.finish()
+            params.storage_options, consume, store, progress),
+        fields.cleanup)
     summary = tallied_summary([t for index in sorted(tallies) for t in tallies[index]],
                               options, seed=BOOTSTRAP_SEED, resamples=HEAD_TO_HEAD_RESAMPLES)
     return HeadToHead(pairwise_metric_fields(summary), summary, fields, kept, usage,
