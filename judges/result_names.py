@@ -18,7 +18,7 @@ Every key a run publishes is written here, from typed values:
 - The cost ledger: `cost/{stat}`, `cost/phase/{phase}/{stat}`, `cost/judge/{judge}/{stat}`.
 
 Reading a published run back (as a regression baseline, or a calibration source) is
-tasks/metric_fields.py's job, the one reader.
+judges/names/metric_fields.py's job, the one reader.
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ from flows.preflight.checks import (
 )
 from judges.errors import did_you_mean
 from judges.metrics import MetricsAccumulator
+from judges.names.metric_fields import is_pairwise
 from judges.plan import JudgePlan
 from tasks.dataset.pairs import read_rubric
 from tasks.dataset.row_stream import SetCheck
-from tasks.metric_fields import is_pairwise
 from tasks.regression.gates import Gate, GateConfigError, load_gates
 from tasks.storage.baseline import find_baseline
 
