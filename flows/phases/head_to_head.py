@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from flows.run.chunk_kinds import PairChunkResult
 from flows.run.common import cache_url
 from flows.run.execution import auto_chunk_size, judge_pair_chunks
 from flows.run.progress import with_progress
@@ -31,7 +32,6 @@ from judges.trajectory.model import Trajectory
 from judges.trajectory.render import render_for_judge
 from tasks.dataset.pairs import read_rubric
 from tasks.regression.baseline_rows import BaselineRows
-from tasks.storage.chunk_kinds import PairChunkResult
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.staging import ResultStaging
 
