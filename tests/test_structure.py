@@ -215,6 +215,38 @@ def test_every_known_exception_is_still_an_import():
     assert [edge for edge in KNOWN_EXCEPTIONS if edge[1] not in graph.get(edge[0], ())] == []
 
 
+MAP_DOC = ROOT / "docs" / "execution.md"
+
+
+def map_entries(text: str) -> set[str]:
+    """The folders docs/execution.md's map names, as paths: `run/` under `flows/` is flows/run."""
+    block = text.split("## The map", 1)[1].split("```", 2)[1]
+    found, stack = set(), []
+    for line in block.splitlines():
+        name = line.strip().split(" ", 1)[0]
+        if not name.endswith("/"):
+            continue  # a description's continuation line
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        stack[depth:] = [name.rstrip("/")]
+        found.add("/".join(stack))
+    return found
+
+
+def test_the_docs_map_names_every_package_and_only_packages():
+    folders = {str(init.parent.relative_to(ROOT)) for layer in (*LAYERS, "prompts")
+               for init in (ROOT / layer).rglob("__init__.py")}
+    named = map_entries(MAP_DOC.read_text())
+    assert {"missing from the map": sorted(folders - named),
+            "no such package": sorted(named - folders)} == {
+        "missing from the map": [], "no such package": []}
+
+
+def test_the_map_reader_reads_nesting():
+    text = "## The map\n\n```\nflows/    a\n          more\n  run/    b\n    x/  c\n" \
+           "  shards/ d\ntasks/  e\n```\n"
+    assert map_entries(text) == {"flows", "flows/run", "flows/run/x", "flows/shards", "tasks"}
+
+
 def test_no_folder_holds_more_than_16_modules():
     crowded = {str(folder.relative_to(ROOT)): count
                for layer in LAYERS for folder in [ROOT / layer, *(ROOT / layer).iterdir()]
