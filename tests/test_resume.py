@@ -297,7 +297,7 @@ def test_judged_pairs_resume_with_their_verdicts_reconciled_again(fake_llm, tmp_
 
 
 def _rows_kind(plan):
-    """The judged-rows kind of chunk (tasks/storage/chunk_kinds.py) under `plan`."""
+    """The judged-rows kind of chunk (flows/run/chunk_kinds.py) under `plan`."""
     from flows.run.chunk_kinds import JudgedRowChunks
     from judges.model.settings import LLMSettings
 
