@@ -208,6 +208,10 @@ def test_a_new_undeclared_edge_fails_and_a_declared_one_passes():
              "judges.model.llm": {"judges.model.batch.broker"}}
     assert undeclared_edges(graph, DOORS) == [
         "tasks.report.page -> tasks.storage.outputs (tasks.report -> tasks.storage)"]
+    # judges.* is storage's door, but never the engine
+    assert undeclared_edges({"tasks.storage.chunk_store": {"judges.engine", "judges.rows"}},
+                            DOORS) == ["tasks.storage.chunk_store -> judges.engine "
+                                       "(tasks.storage -> judges)"]
 
 
 def test_every_known_exception_is_still_an_import():
