@@ -16,9 +16,9 @@ from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
 from flows.run.heartbeat import sends_heartbeats
 from flows.run.timeline import mark
+from judges.blocks.plain_text import visible
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
-from tasks.report.plain_text import visible
 from tasks.storage.chunk_store import ChunkStore
 
 

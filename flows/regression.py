@@ -41,12 +41,12 @@ from flows.rejudge import rejudged_baseline
 from flows.run.common import batch_mode, run_location, run_summary
 from flows.run.heartbeat import sends_heartbeats
 from flows.run.outcome import kept
+from judges.blocks.plain_text import visible
 from judges.model.usage import Usage
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
 from tasks.regression.canary import DEFAULT_CANARY_ROWS, DEFAULT_MIN_AGREEMENT
 from tasks.regression.gates import load_gates
-from tasks.report.plain_text import visible
 from tasks.report.verdict_text import gate_line, verdict_message
 from tasks.storage.baseline import find_baseline
 from tasks.storage.chunk_store import ChunkStore

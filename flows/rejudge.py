@@ -23,11 +23,11 @@ from flows.preflight.tracking import check_tracking_server
 from flows.preflight.trust import ParameterRefused, guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
 from flows.run.heartbeat import sends_heartbeats
+from judges.blocks.plain_text import visible
 from judges.fingerprint import fingerprint
 from judges.model.budget import current_budget, use_budget
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
-from tasks.report.plain_text import visible
 from tasks.storage.baseline import BaselineNotFound, BaselineRun, find_baseline
 from tasks.storage.chunk_store import ChunkStore
 

@@ -18,7 +18,7 @@ Every key a run publishes is written here, from typed values:
 - The cost ledger: `cost/{stat}`, `cost/phase/{phase}/{stat}`, `cost/judge/{judge}/{stat}`.
 
 Reading a published run back (as a regression baseline, or a calibration source) is
-tasks/metric_fields.py's job, the one reader.
+judges/names/metric_fields.py's job, the one reader.
 """
 
 from __future__ import annotations
@@ -89,9 +89,7 @@ def judge_fields(result: JudgeResult) -> dict:
     if result.spec.per_chunk:
         chunks = result.chunks or None  # no lists for a row the judge never reached
         return {
-            f"{prefix}/ratings": [c.rating for c in chunks] if chunks else None,
-            f"{prefix}/rationales": [c.rationale for c in chunks] if chunks else None,
-            f"{prefix}/error_messages": [c.error for c in chunks] if chunks else None,
+            **_verdict_lists(prefix, chunks),
             precision_name(prefix): result.precision,
             f"{prefix}/error_message": verdict.error,
             unjudged_name(prefix): result.unjudged_chunks if result.applied else None,
@@ -106,13 +104,20 @@ def judge_fields(result: JudgeResult) -> dict:
     return fields
 
 
+def _verdict_lists(prefix: str, verdicts: list | None) -> dict:
+    """The ratings, rationales and errors of each chunk or turn (None for a row not reached)."""
+    return {
+        f"{prefix}/ratings": [v.rating for v in verdicts] if verdicts else None,
+        f"{prefix}/rationales": [v.rationale for v in verdicts] if verdicts else None,
+        f"{prefix}/error_messages": [v.error for v in verdicts] if verdicts else None,
+    }
+
+
 def _turn_fields(result: JudgeResult) -> dict:
     """A per-turn judge's fields: each turn's verdict, the pass rate, the session's verdict."""
     prefix, verdict, turns = result.spec.prefix, result.verdict, result.chunks or None
     return {
-        f"{prefix}/ratings": [t.rating for t in turns] if turns else None,
-        f"{prefix}/rationales": [t.rationale for t in turns] if turns else None,
-        f"{prefix}/error_messages": [t.error for t in turns] if turns else None,
+        **_verdict_lists(prefix, turns),
         turn_pass_rate_name(prefix): result.precision,
         f"{prefix}/rating": verdict.rating,
         f"{prefix}/rationale": verdict.rationale,

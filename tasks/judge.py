@@ -15,7 +15,7 @@ Result = TypeVar("Result", covariant=True)
 
 
 class JudgingKind(Protocol[Result]):
-    """A chunk kind that calls a judge (tasks/storage/chunk_kinds.py): rows or pairs."""
+    """A chunk kind that calls a judge (flows/run/chunk_kinds.py): rows or pairs."""
 
     settings: LLMSettings
 

@@ -22,13 +22,13 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import MissingContextError
 
+from judges.blocks.plain_text import visible
 from judges.integrity import signing_key
 from judges.storage import filesystem, is_object_store
 from tasks.report.history_page import render_history_page
 from tasks.report.markdown_text import code
 from tasks.report.nova import nova_results
 from tasks.report.page import render_report
-from tasks.report.plain_text import visible
 from tasks.report.rows import ReportInputs
 from tasks.report.summary_md import summary_markdown
 from tasks.storage.baseline import pointer_path

@@ -112,7 +112,8 @@ def test_without_a_key_the_pointer_is_taken_as_found_and_the_manifest_says_so(
 
 def test_a_baseline_named_explicitly_is_the_operator_s_choice(key, fake_llm, tmp_path):
     _two_baselines(fake_llm, tmp_path)
-    state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "pointer-cand", baseline="weak"))
+    state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "pointer-cand",
+                       baseline="weak"))
     assert state.is_completed(), state.message
     integrity = manifest(tmp_path, "pointer-cand")["integrity"]
     assert integrity["baseline"] == "verified" and integrity["baseline_pointer"] is None

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 import pytest
 
+from flows.run.chunk_kinds import ChunkResult, JudgedRowChunks
 from judges.builtin.offline import MODEL as OFFLINE
 from judges.integrity import SIGNING_KEY_ENV
 from judges.model.settings import LLMSettings
 from judges.plan import plan_judges
 from tasks.call_log import CallLog, CallLogError
-from tasks.storage.chunk_kinds import ChunkResult, JudgedRowChunks
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.row_codec import judge_fingerprint
 from tests.test_resume import _judged, _rows

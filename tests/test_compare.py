@@ -16,13 +16,13 @@ from flows.commands.compare import compare_command
 from flows.compare import compare
 from flows.compare_params import CompareParams
 from flows.params import JudgeModel
+from flows.run.chunk_kinds import JudgedPairChunks
 from judges.builtin.pairwise import PairwiseOptions, compare_metrics
 from judges.model.settings import LLMSettings
 from judges.pairwise.metrics import PassCounts, bootstrap_winrate
 from tasks.dataset.pairs import join_sets, validate_nova
 from tasks.dataset.sources import read_table
 from tasks.dataset.validation import InvalidDatasetError
-from tasks.storage.chunk_kinds import JudgedPairChunks
 from tests.fake_llm import Reply
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"

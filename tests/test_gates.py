@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from judges.names.metric_fields import RowData, metric_fields, row_data
 from judges.result_names import tag_metric
-from tasks.metric_fields import RowData, metric_fields, row_data
 from tasks.regression.decide import Context, decide
 from tasks.regression.deltas import DeltaLine, paired_deltas
 from tasks.regression.gates import Gate, GateConfigError, load_gates

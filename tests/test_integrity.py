@@ -359,8 +359,8 @@ def test_the_key_signs_every_published_run_and_appears_nowhere(key, fake_llm, tm
 
 
 def _rows_kind(plan):
-    """The judged-rows kind of chunk (tasks/storage/chunk_kinds.py) under `plan`."""
+    """The judged-rows kind of chunk (flows/run/chunk_kinds.py) under `plan`."""
+    from flows.run.chunk_kinds import JudgedRowChunks
     from judges.model.settings import LLMSettings
-    from tasks.storage.chunk_kinds import JudgedRowChunks
 
     return JudgedRowChunks(plan, LLMSettings(model="judgeflow/offline"))

@@ -28,13 +28,13 @@ from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
 from flows.run.common import final_state
 from flows.run.completeness import assess, error_shares
+from judges.blocks.plain_text import visible
 from judges.builtin import BUILTIN_JUDGES
 from judges.plan import JudgePlan
 from tasks import artifacts
 from tasks.artifacts import local_report_markdown, report_reference
 from tasks.report.junit import crash_junit_xml, junit_xml
 from tasks.report.markdown_text import cell, code, inline, link
-from tasks.report.plain_text import visible
 from tasks.report.summary_md import key_figures, regression_lines, summary_markdown
 from tasks.report.verdict_text import verdict_message
 from tests.fake_llm import Reply

@@ -21,9 +21,9 @@ from flows.run.completeness import assess, error_shares
 from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.catalogue import JudgeCatalogue, Registry
+from judges.names.metric_fields import metric_field
 from judges.plan import JudgePlan
 from judges.result_names import stat_name, tag_metric, untagged
-from tasks.metric_fields import metric_field
 from tasks.regression.canary import canary_judges
 from tasks.regression.decide import Context, decide
 from tasks.regression.deltas import DeltaLine

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.metric_fields import metric_fields
+from judges.names.metric_fields import metric_fields
 from tasks.regression.decide import Context, decide
 from tasks.regression.deltas import paired_deltas
 from tasks.regression.gates import Gate

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from flows.phases.compare import judge_all_pairs
+from flows.run.chunk_kinds import ChunkResult
 from judges.builtin.aspect_critic import make_aspect
 from judges.builtin.offline import MODEL as OFFLINE
 from judges.builtin.pairwise import PairwiseOptions
@@ -26,7 +27,6 @@ from tasks.chunk_task import judge_context
 from tasks.dataset.pairs import validate_nova
 from tasks.dataset.sources import read_table, table_from_rows
 from tasks.dataset.validation import validate_table
-from tasks.storage.chunk_kinds import ChunkResult
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.row_codec import judge_fingerprint
 from tasks.storage.staging import ResultStaging
@@ -297,8 +297,8 @@ def test_judged_pairs_resume_with_their_verdicts_reconciled_again(fake_llm, tmp_
 
 
 def _rows_kind(plan):
-    """The judged-rows kind of chunk (tasks/storage/chunk_kinds.py) under `plan`."""
+    """The judged-rows kind of chunk (flows/run/chunk_kinds.py) under `plan`."""
+    from flows.run.chunk_kinds import JudgedRowChunks
     from judges.model.settings import LLMSettings
-    from tasks.storage.chunk_kinds import JudgedRowChunks
 
     return JudgedRowChunks(plan, LLMSettings(model="judgeflow/offline"))

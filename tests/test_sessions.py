@@ -19,18 +19,18 @@ import pytest
 
 from flows.evaluate import evaluate
 from flows.params import CandidateModel, EvaluateParams, JudgeModel
+from flows.run.chunk_kinds import ChunkResult, JudgedRowChunks
 from judges.base import UNTRUSTED_BLOCK
 from judges.builtin import BUILTIN_JUDGES
 from judges.engine import judge_rows
 from judges.model.settings import LLMSettings
+from judges.names.metric_fields import metric_fields, row_data
 from judges.plan import plan_judges
 from judges.result_names import row_record
 from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context
 from tasks.dataset.sources import table_from_rows
 from tasks.dataset.validation import validate_table
-from tasks.metric_fields import metric_fields, row_data
-from tasks.storage.chunk_kinds import ChunkResult, JudgedRowChunks
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.row_codec import judge_fingerprint
 from tests.fake_llm import Reply, prompt_text

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from flows.run.timeline import mark
-from tasks.report.plain_text import visible, visible_lines
+from judges.blocks.plain_text import visible, visible_lines
 
 EXIT_FAILED = 1  # the run itself failed (e.g. publishing)
 EXIT_INVALID = 2  # invalid input or configuration: nothing was judged or published
@@ -102,7 +102,7 @@ def fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
     """Print one error message (no traceback, no markup read into it) and exit with `code`.
 
     The message may quote outside text (a run's error, a reply): its lines stay, but no control
-    or bidi character in it reaches the terminal or a CI log (tasks/report/plain_text.py).
+    or bidi character in it reaches the terminal or a CI log (judges/blocks/plain_text.py).
     """
     _stop_prefect_api()
     _resume_collector()

@@ -124,8 +124,8 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     from flows.regression import RegressionNotPassed, regression
     from flows.run.outcome import outcome_of
     from flows.run.progress import console_progress
+    from judges.blocks.plain_text import visible_lines
     from tasks.report.junit import junit_xml
-    from tasks.report.plain_text import visible_lines
     from tasks.report.verdict_text import blind_gate_lines, verdict_message
 
     _attach_prefect_api()  # the temporary API started before the checks, when no server is set

@@ -2,5 +2,6 @@
 
 Prepare (load, validate, plan), generate, judge, calibrate, compare with a baseline, judge head
 to head, assess completeness, build the manifest. The flows at flows/ only sequence them. May
-import flows/run, flows/preflight, flows/shards, tasks/ and judges/.
+import the flows' parameter models, flows/run, flows/preflight, flows/shards, tasks/ and judges/
+(the doors: tests/test_structure.py DOORS).
 """

@@ -20,11 +20,11 @@ from judges.engine import judge_rows
 from judges.fingerprint import changed as judges_changed
 from judges.fingerprint import fingerprint, recorded_judges
 from judges.model.usage import Usage
+from judges.names.metric_fields import record_inputs
 from judges.plan import JudgePlan
 from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context
 from tasks.dataset.normalise import normalise
-from tasks.metric_fields import record_inputs
 from tasks.regression.canary import (
     DEFAULT_CANARY_ROWS,
     DRIFTED,

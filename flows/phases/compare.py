@@ -19,7 +19,7 @@ from flows.preflight.budget import check_budget, estimate_pairs
 from flows.run.common import cache_url
 from flows.run.completeness import Completeness, assess, pair_share, with_budget_reason
 from flows.run.execution import auto_chunk_size, judge_all_pairs
-from flows.run.progress import PhaseProgress
+from flows.run.progress import with_progress
 from flows.shards.fan_out import pairs_in_shards
 from judges.builtin.pairwise import (
     PAIRWISE_JUDGE,
@@ -118,17 +118,12 @@ async def judge_prepared_pairs(params: CompareParams, prepared: PreparedPairs,
     if params.shards > 1:  # the shards judge; this flow run merges what they stored
         sharded = await pairs_in_shards(params, location, pairs, prepared.options, chunk_size)
         store = sharded.merge_view(store or ChunkStore.for_run(location))
-    progress = await PhaseProgress.start("judging pairs", len(pairs),
-                                         2.0 if prepared.options.swap else 1.0)
-    try:
-        verdicts, usage = await judge_all_pairs(
+    verdicts, usage = await with_progress(
+        "judging pairs", len(pairs), 2.0 if prepared.options.swap else 1.0,
+        lambda progress: judge_all_pairs(
             pairs, prepared.options, params.judge.settings(), chunk_size, cache_url(params),
-            params.storage_options, staging, store, progress)
-    except BaseException:
-        staging.cleanup()
-        raise
-    finally:
-        await progress.finish()
+            params.storage_options, staging, store, progress),
+        staging.cleanup)
     summary = compare_summary(verdicts, prepared.options, seed=params.bootstrap_seed,
                               resamples=params.bootstrap_resamples)
     metrics = RunMetrics(

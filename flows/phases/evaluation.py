@@ -34,6 +34,7 @@ from flows.run.execution import CHUNK_BYTES, auto_chunk_size, generate_all, judg
 from flows.run.progress import PhaseProgress
 from flows.run.timeline import mark
 from flows.shards.fan_out import judge_in_shards
+from judges.blocks.plain_text import visible
 from judges.catalogue import Registry
 from judges.metrics import MetricsAccumulator, RunMetrics
 from judges.model.budget import open_budget
@@ -51,7 +52,6 @@ from tasks.mlflow.rows import expectations_note
 from tasks.mlflow.source import is_mlflow_source, manifest_section
 from tasks.publish import publish_run
 from tasks.regression.slices import with_slices
-from tasks.report.plain_text import visible
 from tasks.report.rows import ReportInputs
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation

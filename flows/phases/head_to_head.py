@@ -19,9 +19,10 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from flows.run.chunk_kinds import PairChunkResult
 from flows.run.common import cache_url
 from flows.run.execution import auto_chunk_size, judge_pair_chunks
-from flows.run.progress import PhaseProgress
+from flows.run.progress import with_progress
 from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, tallied_summary
 from judges.model.usage import Usage
 from judges.pairwise.metrics import PairTally, PairwiseSummary
@@ -31,7 +32,6 @@ from judges.trajectory.model import Trajectory
 from judges.trajectory.render import render_for_judge
 from tasks.dataset.pairs import read_rubric
 from tasks.regression.baseline_rows import BaselineRows
-from tasks.storage.chunk_kinds import PairChunkResult
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.staging import ResultStaging
 
@@ -156,17 +156,13 @@ async def _judge(params: Any, spool: PairSpool, store: ChunkStore | None,
         tallies[index] = [PairTally.of(r.verdict) for r in judged]
         kept.update((r.pair.pair_id, r) for r in judged if r.pair.pair_id in shown)
 
-    progress = await PhaseProgress.start("judging head to head", spool.count, 2.0)
-    try:
-        usage = await judge_pair_chunks(
+    usage = await with_progress(
+        "judging head to head", spool.count, 2.0,
+        lambda progress: judge_pair_chunks(
             spool.pairs(), options, params.judge.settings(),
             params.chunk_size or auto_chunk_size(spool.count), cache_url(params),
-            params.storage_options, consume, store, progress)
-    except BaseException:
-        fields.cleanup()
-        raise
-    finally:
-        await progress.finish()
+            params.storage_options, consume, store, progress),
+        fields.cleanup)
     summary = tallied_summary([t for index in sorted(tallies) for t in tallies[index]],
                               options, seed=BOOTSTRAP_SEED, resamples=HEAD_TO_HEAD_RESAMPLES)
     return HeadToHead(pairwise_metric_fields(summary), summary, fields, kept, usage,

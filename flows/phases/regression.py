@@ -18,17 +18,17 @@ from flows.phases.canary import Canary
 from flows.phases.evaluation import JudgedRun, PreparedSet
 from flows.phases.head_to_head import head_to_head, merge_fields
 from flows.run.completeness import with_budget_reason
+from judges.blocks.plain_text import visible
 from judges.catalogue import Registry
 from judges.fingerprint import differences, fingerprint, recorded_judges
 from judges.model.budget import current_budget
 from judges.model.usage import Usage
-from tasks.metric_fields import RowData, metric_fields, row_data
+from judges.names.metric_fields import RowData, metric_fields, row_data
 from tasks.regression.baseline_rows import BaselineRows
 from tasks.regression.canary import DRIFTED
 from tasks.regression.decide import Context, RunVerdict, decide, not_decided
 from tasks.regression.deltas import DeltaLine, join_rows, paired_deltas
 from tasks.regression.slices import slice_metrics
-from tasks.report.plain_text import visible
 from tasks.storage.baseline import BaselineRefused, BaselineRun
 from tasks.storage.chunk_store import ChunkStore
 

@@ -1,10 +1,10 @@
 """What a re-judged run adds: its source run, the source's judges as defaults, how verdicts moved.
 
-A rejudge reads a published run's stored responses back (its results.jsonl, projected onto the
-inputs: tasks/metric_fields.py `record_inputs`) and judges them like any evaluation; this module
-finds the source run, fills in what the source ran (judges, aspects, custom judges, strictness)
-where the user named nothing else, and compares the two runs' yes/no verdicts row by row with
-the drift canary's statistics (tasks/regression/canary.py).
+A rejudge reads a published run's stored responses back (its results.jsonl, projected onto
+the inputs: judges/names/metric_fields.py `record_inputs`) and judges them like any
+evaluation; this module finds the source run, fills in what the source ran (judges, aspects,
+custom judges, strictness) where the user named nothing else, and compares the two runs'
+yes/no verdicts row by row with the drift canary's statistics (tasks/regression/canary.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from judges.builtin.aspect_critic import AspectError
 from judges.catalogue import JudgeCatalogue
 from judges.errors import ConfigError
 from judges.fingerprint import differences, fingerprint, recorded_judges
-from tasks.metric_fields import judge_failed, yes_no_verdict
+from judges.names.metric_fields import judge_failed, yes_no_verdict
 from tasks.regression.canary import agreement_of, canary_judges
 from tasks.storage.baseline import (
     BaselineRefused,

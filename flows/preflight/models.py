@@ -12,13 +12,12 @@ enum in its source file, once per process (tests check it equals `litellm.provid
 from __future__ import annotations
 
 import ast
-import difflib
 import os
 from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
 
-from judges.errors import ConfigError
+from judges.errors import ConfigError, did_you_mean
 from judges.model.batch.requests import BATCH_PROVIDERS
 
 LOCAL_PREFIX = "judgeflow"
@@ -88,8 +87,7 @@ def check_provider(model: str, option: str) -> None:
     providers = litellm_providers()
     if not providers or provider in providers:
         return
-    close = difflib.get_close_matches(provider, sorted(providers), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(repr(f'{c}/') for c in close)}? " if close else ""
+    hint = did_you_mean(provider, sorted(providers), 3, 0.6, lambda close: repr(f"{close}/"))
     raise ModelConfigError(
         f"unknown provider {provider!r} in {option} {model!r}: {hint}litellm model strings are "
         "PROVIDER/MODEL, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-sonnet-20241022, "

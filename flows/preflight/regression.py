@@ -10,7 +10,6 @@ after a full run. The flow checks all of it again: it also runs from deployments
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from flows.preflight.checks import (
@@ -20,11 +19,12 @@ from flows.preflight.checks import (
     preflight_evaluate,
     set_to_plan,
 )
+from judges.errors import did_you_mean
 from judges.metrics import MetricsAccumulator
+from judges.names.metric_fields import is_pairwise
 from judges.plan import JudgePlan
 from tasks.dataset.pairs import read_rubric
 from tasks.dataset.row_stream import SetCheck
-from tasks.metric_fields import is_pairwise
 from tasks.regression.gates import Gate, GateConfigError, load_gates
 from tasks.storage.baseline import find_baseline
 
@@ -49,8 +49,7 @@ def check_gate_metrics(gates: list[Gate], plan: JudgePlan, pairwise: bool,
             continue
         if gate.metric in produced:
             continue
-        close = difflib.get_close_matches(gate.metric, produced, n=1, cutoff=0.75)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        hint = did_you_mean(gate.metric, produced, 1, 0.75)
         raise GateConfigError(
             f"gate on {gate.metric!r}{where} names a metric this run does not produce; {hint}"
             f"its judges are {', '.join(plan.names) or 'none'} (docs/judges.md lists the "

@@ -20,10 +20,10 @@ from judges.calibration.policy import (
 )
 from judges.calibration.rows import CalibrationAccumulator
 from judges.catalogue import JudgeCatalogue
+from judges.names.metric_fields import stats_of
 from judges.plan import JudgePlan
 from judges.result_names import LabelKind, calibration_keys, label_kinds, stat_name
 from tasks.dataset.labels import CalibrationSource, read_calibration_run
-from tasks.metric_fields import stats_of
 
 
 class Calibration(NamedTuple):

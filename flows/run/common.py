@@ -16,8 +16,8 @@ from prefect.states import Completed
 
 from flows.run.completeness import INCOMPLETE
 from flows.run.outcome import kept
+from judges.blocks.plain_text import visible
 from judges.model.batch.broker import BatchOptions, close_batches, current_batches, open_batches
-from tasks.report.plain_text import visible
 from tasks.storage.outputs import RunLocation
 
 # The Prefect state of a run that published but judged too little to be read.

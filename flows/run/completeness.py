@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
+from judges.blocks.plain_text import visible
 from judges.catalogue import Registry
 from judges.model.budget import BUDGET_REASON, current_budget
 from judges.plan import JudgePlan
 from judges.result_names import count_names
-from tasks.report.plain_text import visible
 
 COMPLETE, INCOMPLETE = "complete", "incomplete"
 EXAMPLE_MAX_CHARS = 240
@@ -87,7 +87,7 @@ def one_line(message: str) -> str:
     """An error message as the example shown to the user: one line, bounded, nothing hidden.
 
     The error may quote a judge's reply: besides its whitespace, any control, bidi or invisible
-    character in it shows as its escape (tasks/report/plain_text.py), never acts on a log or
+    character in it shows as its escape (judges/blocks/plain_text.py), never acts on a log or
     terminal.
     """
     return visible(" ".join(str(message).split()))[:EXAMPLE_MAX_CHARS]

@@ -11,6 +11,13 @@ from typing import TypeVar
 from prefect.client.schemas.objects import State
 from prefect.utilities.annotations import quote
 
+from flows.run.chunk_kinds import (
+    ChunkResult,
+    GeneratedRowChunks,
+    JudgedPairChunks,
+    JudgedRowChunks,
+    PairChunkResult,
+)
 from flows.run.progress import ChunkTally, PhaseProgress
 from flows.run.stored_chunks import Persistence, Resumed, StoredChunks
 from flows.run.timeline import mark
@@ -29,14 +36,7 @@ from tasks.dataset.input_limits import MiB, value_bytes
 from tasks.generate import generate_chunk
 from tasks.judge import judge_chunk
 from tasks.report.rows import RowSample
-from tasks.storage.chunk_kinds import (
-    ChunkKind,
-    ChunkResult,
-    GeneratedRowChunks,
-    JudgedPairChunks,
-    JudgedRowChunks,
-    PairChunkResult,
-)
+from tasks.storage.chunk_kinds import ChunkKind
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.staging import ResultStaging
 

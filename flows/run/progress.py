@@ -20,10 +20,11 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
 from prefect.logging.handlers import PrefectConsoleHandler
@@ -47,6 +48,7 @@ from judges.model.call_meter import FINISHED_CALLS
 # The Prefect API sees at most one update per this many seconds (and the final one).
 ARTIFACT_MIN_INTERVAL_SECONDS = 2.0
 TICK_SECONDS = 1.0
+T = TypeVar("T")
 _NOT_A_KEY = re.compile(r"[^a-z0-9]+")
 logger = logging.getLogger(__name__)
 PROGRESS_THEME = Theme({name: style for name, style in DEFAULT_STYLES.items()
@@ -305,3 +307,21 @@ class PhaseProgress:
                                                 description=self.summary())
             except Exception as error:  # noqa: BLE001 - progress is for people: never fails a run
                 logger.warning("progress artifact not updated: %s", error)
+
+
+async def with_progress(description: str, total: int, calls_per_row: float,
+                        work: Callable[[PhaseProgress], Awaitable[T]],
+                        cleanup: Callable[[], None]) -> T:
+    """`work(progress)` under a progress line of its own, which ends either way.
+
+    On any failure, cancellation too, `cleanup` removes what the phase staged before the error
+    goes on: a failed phase leaves no half-written files behind.
+    """
+    progress = await PhaseProgress.start(description, total, calls_per_row)
+    try:
+        return await work(progress)
+    except BaseException:
+        cleanup()
+        raise
+    finally:
+        await progress.finish()

@@ -35,13 +35,13 @@ from flows.shards.limits import limit_name, model_slots
 from flows.shards.plan import ShardRange, check_budget, plan_spec, share, split_shards
 from flows.shards.store import MergeView
 from flows.shards.watch import ShardWatch, wait_for_end
+from judges.blocks.plain_text import visible
 from judges.builtin.custom import fields_present
 from judges.builtin.pairwise import Pair, PairwiseOptions
 from judges.model.pricing import adopt_reported_prices
 from judges.plan import JudgePlan
 from judges.rows import EvalRow
 from judges.storage import url_to_fs
-from tasks.report.plain_text import visible
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
 from tasks.storage.shard_inputs import (

@@ -35,6 +35,12 @@ from flows.params import (
     locations_of,
 )
 from flows.preflight.trust import guard_parameters
+from flows.run.chunk_kinds import (
+    ChunkResult,
+    JudgedPairChunks,
+    JudgedRowChunks,
+    PairChunkResult,
+)
 from flows.run.execution import drive
 from flows.run.heartbeat import sends_heartbeats
 from flows.run.tls_contexts import share_prefect_tls_contexts
@@ -46,12 +52,6 @@ from judges.model.local_models import is_local_model
 from judges.model.pricing import map_price_fields
 from judges.pairwise.models import Rubric
 from tasks.judge import judge_chunk
-from tasks.storage.chunk_kinds import (
-    ChunkResult,
-    JudgedPairChunks,
-    JudgedRowChunks,
-    PairChunkResult,
-)
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
 from tasks.storage.shard_inputs import (

@@ -2,7 +2,8 @@
 
 Also the judges of agent runs (agent/), the deterministic metrics, aspect critics, custom judges
 (templates rendered as data) and the offline heuristic judge. `BUILTIN_JUDGES` is the registry,
-a plain dict. May import judges/ top-level modules, judges/model and judges/trajectory.
+a plain dict. May import judges/ top-level modules, judges/model, judges/trajectory,
+judges/pairwise (the pairwise judge) and judges/toolcalls (the tool-call judges).
 """
 
 from judges.base import JudgeSpec

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from judges.errors import ConfigError
 
@@ -17,6 +19,22 @@ class AgentRunError(ConfigError):
     The message names where (`messages[3]`, `span 3 (TOOL 'search')`) and what is wrong, so the
     user can fix the input from it alone.
     """
+
+
+E = TypeVar("E", bound=Exception)
+
+
+def refusal(check: Callable[[Any], object], value: Any, error_type: type[E]) -> E | None:
+    """The `error_type` that `check(value)` raises, or None when it takes the value.
+
+    A cell's check says what is wrong in words; this is the one place that turns a reader's
+    refusal into that answer.
+    """
+    try:
+        check(value)
+    except error_type as error:
+        return error
+    return None
 
 
 def too_deep(what: str) -> str:

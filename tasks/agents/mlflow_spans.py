@@ -23,8 +23,6 @@ from judges.trajectory.model import Document, ToolCall, Trajectory
 from tasks.agents.chat_messages import assistant_step
 from tasks.agents.errors import AgentRunError
 from tasks.agents.mlflow_trace import (
-    _END_KEYS,
-    _START_KEYS,
     LLM_SPAN_TYPES,
     RETRIEVER_SPAN_TYPE,
     SPAN_INPUTS_KEY,
@@ -34,16 +32,14 @@ from tasks.agents.mlflow_trace import (
     _context_entry,
     _load_trace,
     _output_text,
-    _parent_id,
-    _span_id,
     _span_type,
     _spans_of,
-    _timestamp,
 )
 from tasks.agents.span_facts import (
     SpanFacts,
     assistant_message_of,
     document,
+    placed_facts,
     request_text,
     result_text,
     span_status,
@@ -93,12 +89,8 @@ def _span_facts(index: int, span: Mapping[str, Any], prefix: str) -> SpanFacts:
     where = span_where(prefix, index, kind, name)
     role = _ROLES.get(kind, "other")
     inputs, outputs = _attribute(span, SPAN_INPUTS_KEY), _attribute(span, SPAN_OUTPUTS_KEY)
-    is_error, error_text = span_status(span)
-    facts = SpanFacts(
-        index=index, where=where, span_id=_span_id(span), parent_id=_parent_id(span),
-        start_time_ns=_timestamp(span, _START_KEYS), end_time_ns=_timestamp(span, _END_KEYS),
-        role=role, name=name if isinstance(name, str) else None, request=request_text(inputs),
-        response=_output_text(outputs), is_error=is_error, error_text=error_text)
+    facts = placed_facts(span, index, where, role, request_text(inputs), _output_text(outputs),
+                         span_status(span))
     if role == "tool":
         return facts._replace(call=_tool_call(name, inputs, where), response=result_text(outputs))
     if role == "llm":

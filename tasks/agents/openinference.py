@@ -34,20 +34,14 @@ from judges.errors import shown
 from judges.trajectory.model import ToolCall, Trajectory
 from tasks.agents.chat_messages import assistant_step
 from tasks.agents.errors import AgentRunError
-from tasks.agents.mlflow_trace import (
-    _END_KEYS,
-    _START_KEYS,
-    _parent_id,
-    _span_id,
-    _timestamp,
-    decoded_attribute,
-)
+from tasks.agents.mlflow_trace import decoded_attribute
 from tasks.agents.otel_export import export_spans
 from tasks.agents.span_facts import (
     SpanFacts,
     assistant_message_of,
     document,
     message_text,
+    placed_facts,
     request_text,
     result_text,
     span_status,
@@ -89,11 +83,8 @@ def _span_facts(index: int, span: Mapping[str, Any]) -> SpanFacts:
     if attributes.get("error.type"):
         is_error, error_text = True, error_text or str(attributes["error.type"])
     name = span.get("name")
-    facts = SpanFacts(
-        index=index, where=where, span_id=_span_id(span), parent_id=_parent_id(span),
-        start_time_ns=_timestamp(span, _START_KEYS), end_time_ns=_timestamp(span, _END_KEYS),
-        role=role, name=name if isinstance(name, str) else None, request=_request(attributes),
-        response=_response(attributes), is_error=is_error, error_text=error_text)
+    facts = placed_facts(span, index, where, role, _request(attributes), _response(attributes),
+                         (is_error, error_text))
     if role == "tool":
         result = _first(attributes, "gen_ai.tool.call.result", "output.value")
         return facts._replace(call=_tool_call(attributes, name, where),

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from judges.errors import shown
 from judges.trajectory.model import Trajectory
 from tasks.agents.chat_messages import trajectory_from_chat_messages
-from tasks.agents.errors import AgentRunError, too_deep
+from tasks.agents.errors import AgentRunError, refusal, too_deep
 from tasks.agents.mlflow_spans import trajectory_from_mlflow
 from tasks.agents.mlflow_trace import TraceError, trace_id_of
 from tasks.agents.openinference import trajectory_from_openinference
@@ -106,8 +106,5 @@ def mlflow_trace_id(value: Any) -> str | None:
 
 def trajectory_problem(value: Any) -> str | None:
     """What is wrong with a trajectory cell, in words (None when it reads)."""
-    try:
-        read_trajectory(value)
-    except AgentRunError as error:
-        return str(error)
-    return None
+    error = refusal(read_trajectory, value, AgentRunError)
+    return None if error is None else str(error)

@@ -14,6 +14,7 @@ from typing import Any, Literal, NamedTuple
 
 from judges.rows import content_text
 from judges.trajectory.model import Document, Step, ToolCall
+from tasks.agents.mlflow_trace import _END_KEYS, _START_KEYS, _parent_id, _span_id, _timestamp
 
 SpanRole = Literal["tool", "llm", "retriever", "agent", "other"]
 _ERROR_CODES = frozenset({"ERROR", "STATUS_CODE_ERROR", "2"})
@@ -49,6 +50,19 @@ class SpanFacts(NamedTuple):
     call: ToolCall | None = None
     assistant: Step | None = None
     documents: tuple[Document, ...] = ()
+
+
+def placed_facts(span: Mapping[str, Any], index: int, where: str, role: SpanRole,
+                 request: str | None, response: str | None,
+                 status: tuple[bool, str | None]) -> SpanFacts:
+    """A span's facts: ids, times and name as every convention writes them, the rest as read."""
+    name = span.get("name")
+    is_error, error_text = status
+    return SpanFacts(
+        index=index, where=where, span_id=_span_id(span), parent_id=_parent_id(span),
+        start_time_ns=_timestamp(span, _START_KEYS), end_time_ns=_timestamp(span, _END_KEYS),
+        role=role, name=name if isinstance(name, str) else None, request=request,
+        response=response, is_error=is_error, error_text=error_text)
 
 
 def span_where(prefix: str, index: int, kind: str, name: Any) -> str:

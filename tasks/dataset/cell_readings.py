@@ -9,6 +9,7 @@ did not read (a set checked elsewhere) is read on first use, once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from judges.trajectory.model import Trajectory
@@ -25,6 +26,12 @@ class _Outcome(NamedTuple):
     cell: Any  # held: the key is its id
     values: tuple[Any, ...]
     error: Exception | None
+
+    def value(self, index: int) -> Any:
+        """The reading's `index`th value; the error it met is raised again."""
+        if self.error is not None:
+            raise self.error
+        return self.values[index]
 
 
 class CellReadings:
@@ -45,10 +52,7 @@ class CellReadings:
         Raises:
             AgentRunError: as `read_trajectory` does.
         """
-        found = self._trajectory(cell)
-        if found.error is not None:
-            raise found.error
-        return found.values[0]
+        return self._trajectory(cell).value(0)
 
     def trajectory_trace_id(self, cell: Any) -> str | None:
         """The trace id a trajectory cell of one MLflow trace names (None: none or several).
@@ -86,10 +90,7 @@ class CellReadings:
         Raises:
             AgentRunError: as `trajectory_from_mlflow` does.
         """
-        found = self._trace(cell)
-        if found.error is not None:
-            raise found.error
-        return found.values[1]
+        return self._trace(cell).value(1)
 
     def clear(self) -> None:
         """Forget the batch's cells."""
@@ -97,18 +98,20 @@ class CellReadings:
         self._traces.clear()
 
     def _trajectory(self, cell: Any) -> _Outcome:
-        found = self._trajectories.get(id(cell))
-        if found is None or found.cell is not cell:
-            found = _read_trajectory(cell)
-            self._trajectories[id(cell)] = found
-        return found
+        return _read_once(self._trajectories, cell, _read_trajectory)
 
     def _trace(self, cell: Any) -> _Outcome:
-        found = self._traces.get(id(cell))
-        if found is None or found.cell is not cell:
-            found = _read_trace(cell)
-            self._traces[id(cell)] = found
-        return found
+        return _read_once(self._traces, cell, _read_trace)
+
+
+def _read_once(kept: dict[int, _Outcome], cell: Any,
+               read: Callable[[Any], _Outcome]) -> _Outcome:
+    """The cell's reading from `kept`, made and kept on first use."""
+    found = kept.get(id(cell))
+    if found is None or found.cell is not cell:
+        found = read(cell)
+        kept[id(cell)] = found
+    return found
 
 
 

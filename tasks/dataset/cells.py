@@ -15,6 +15,7 @@ from judges.errors import shown
 from judges.pairwise.reconcile import PREFERENCES
 from judges.trajectory.conversation import TurnExpectation
 from judges.trajectory.expected import ExpectedToolCalls
+from tasks.agents.errors import refusal
 from tasks.agents.mlflow_trace import TraceError, parse_trace
 
 TEXT = "expected a string"
@@ -65,11 +66,8 @@ def chunks_problem(value: Any) -> str | None:
 
 def trace_problem(value: Any) -> str | None:
     """trace: an MLflow trace the trace parser can read."""
-    try:
-        parse_trace(value)
-    except TraceError as error:
-        return trace_problem_text(error)
-    return None
+    error = refusal(parse_trace, value, TraceError)
+    return None if error is None else trace_problem_text(error)
 
 
 def trace_problem_text(error: TraceError) -> str:
@@ -159,12 +157,11 @@ def expected_tool_calls_problem(value: Any) -> str | None:
     """expected_tool_calls: the calls an agent should make, and how to compare them."""
     if not isinstance(value, list | dict):
         return f"{EXPECTED_CALLS}; got {shown(value)}"
-    try:
-        ExpectedToolCalls.from_cell(value)
-    except ValidationError as error:
-        where, detail = first_error(error)
-        return f"{EXPECTED_CALLS}; {where + ': ' if where else ''}{detail}"
-    return None
+    error = refusal(ExpectedToolCalls.from_cell, value, ValidationError)
+    if error is None:
+        return None
+    where, detail = first_error(error)
+    return f"{EXPECTED_CALLS}; {where + ': ' if where else ''}{detail}"
 
 
 EXPECTED_TURNS = ('expected a list with one entry per assistant turn: null, {"expected_response": '
@@ -180,9 +177,7 @@ def expected_turns_problem(value: Any) -> str | None:
             continue
         if not isinstance(entry, dict):
             return f"{EXPECTED_TURNS}; entry {index} is {shown(entry)}"
-        try:
-            TurnExpectation.model_validate(entry)
-        except ValidationError as error:
+        if (error := refusal(TurnExpectation.model_validate, entry, ValidationError)) is not None:
             where, detail = first_error(error)
             return f"{EXPECTED_TURNS}; entry {index}{' ' + where if where else ''}: {detail}"
     if all(entry is None for entry in value):

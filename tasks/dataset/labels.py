@@ -16,11 +16,11 @@ from typing import Any, NamedTuple
 
 from judges.errors import ConfigError
 from judges.integrity import signing_key
+from judges.names.metric_fields import calibrated_keys
 from judges.rows import LABELS_COLUMN, PREFERENCE_COLUMN
 from tasks.dataset.normalise import stable_request_id
 from tasks.dataset.sources import read_table
 from tasks.dataset.table import DatasetReadError, RawTable
-from tasks.metric_fields import calibrated_keys
 from tasks.storage.baseline import read_json
 from tasks.storage.outputs import RunLocation
 from tasks.storage.run_integrity import RunRefused, manifest_problem, read_covered

@@ -21,6 +21,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import ValidationError
 
+from judges.blocks.plain_text import visible, visible_lines
 from judges.builtin.pairwise import Pair
 from judges.errors import ConfigError
 from judges.pairwise.models import Rubric, parse_rubric
@@ -31,7 +32,6 @@ from tasks.dataset.cells import preference_problem
 from tasks.dataset.sources import read_table
 from tasks.dataset.table import RawTable, RowProblem
 from tasks.dataset.validation import ValidatedSet, validate_table
-from tasks.report.plain_text import visible, visible_lines
 
 NOVA_COLUMNS = ("id", "prompt", "response_A", "response_B")
 DUPLICATE_ID = "duplicate id"

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from judges.names.metric_fields import record_inputs
 from judges.planning.set_summary import SetSummary
 from judges.rows import EvalRow
 from tasks.dataset.input_limits import InputLimits, SetMeter
@@ -20,7 +21,6 @@ from tasks.dataset.labels import LabelJoin
 from tasks.dataset.sources import batches_of_rows, iter_batches
 from tasks.dataset.table import DatasetReadError, RecordBatch, RowProblem
 from tasks.dataset.validation import CheckOptions, SetValidator, finished_problems, whole_set_broken
-from tasks.metric_fields import record_inputs
 from tasks.mlflow.artifact_policy import PROXIED, ArtifactPolicy
 from tasks.mlflow.read import MLflowSourceError, read_rows
 from tasks.mlflow.source import is_mlflow_source, parse_source
@@ -36,7 +36,7 @@ class RowSource:
         storage_options: fsspec options of the set and of the labels file.
         labels: a labels file joined onto the set on request_id (tasks/dataset/labels.py).
         published: the set is a published run's results.jsonl: only its inputs are read
-            (tasks/metric_fields.py `record_inputs`), never what its judges wrote.
+            (judges/names/metric_fields.py `record_inputs`), never what its judges wrote.
         tracking_uri: the MLflow tracking server an `mlflow:` set is read from
             (tasks/mlflow/source.py).
         artifacts: where its traces' spans may be read from (tasks/mlflow/artifact_policy.py).

@@ -24,9 +24,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from judges.names.metric_fields import published_trace_id, published_verdict
 from judges.result_names import calibration_keys
 from tasks.agents.mlflow_trace import TRACE_ID_RE
-from tasks.metric_fields import published_trace_id, published_verdict
 from tasks.mlflow.record import RUN_ID_TAG, SUITE_TAG
 
 SOURCE_TYPE = "LLM_JUDGE"

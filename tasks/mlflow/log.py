@@ -35,6 +35,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from judges.blocks.plain_text import visible
 from tasks.mlflow.artifact_policy import ArtifactLocationRefused, ArtifactPolicy
 from tasks.mlflow.assessments import attach_verdicts
 from tasks.mlflow.record import (
@@ -48,7 +49,6 @@ from tasks.mlflow.record import (
 )
 from tasks.mlflow.report_link import REPORT, linked_manifest, publish_linked, report_with_link
 from tasks.mlflow.target import Target, target_of
-from tasks.report.plain_text import visible
 from tasks.storage.outputs import RunLocation
 
 TABLE_FILE = "eval_results_table.json"

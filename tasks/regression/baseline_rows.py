@@ -1,7 +1,7 @@
 """The baseline's rows as a regression reads them: a small entry per row, the answers on disk.
 
 Pairing and the deltas need every baseline row's values, errors, tags and the digests of its
-request and ground truth (`RowData`, tasks/metric_fields.py): a few hundred bytes per row,
+request and ground truth (`RowData`, judges/names/metric_fields.py): a few hundred bytes per row,
 kept in memory by request_id. The head-to-head also needs the response (or agent run) of each
 paired row: text of any size, so it waits in a private temporary file, read back by offset
 when its pair is built. A 40,000-row baseline thus costs tens of MB whatever its rows hold.
@@ -13,7 +13,7 @@ import json
 import tempfile
 from typing import Any, NamedTuple
 
-from tasks.metric_fields import MetricField, RowData, row_data
+from judges.names.metric_fields import MetricField, RowData, row_data
 from tasks.storage.baseline import BaselineRun, iter_baseline_records
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from judges.base import JudgeSpec
 from judges.calibration.stats import cohen_kappa
-from tasks.metric_fields import unit_verdicts
+from judges.names.metric_fields import unit_verdicts
 from tasks.regression.paired_stats import mcnemar
 
 T = TypeVar("T")

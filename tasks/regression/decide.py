@@ -25,8 +25,8 @@ from typing import Any, Literal, NamedTuple
 
 from judges.calibration.policy import MIN_LABELS, advisory_reason
 from judges.catalogue import Registry
+from judges.names.metric_fields import is_pairwise, metric_field, stats_of
 from judges.result_names import PAIRWISE_KEY, WINRATE_FIELDS, count_names, tag_metric
-from tasks.metric_fields import is_pairwise, metric_field, stats_of
 from tasks.regression.deltas import DeltaLine
 from tasks.regression.gates import Gate, gate_advisory
 from tasks.regression.limit_tests import PairedData, beyond_p, change_bounds

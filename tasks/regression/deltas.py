@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from judges.names.metric_fields import MetricField, RowData
 from judges.result_names import tag_metric
-from tasks.metric_fields import MetricField, RowData
 from tasks.regression.limit_tests import PairedData
 from tasks.regression.paired_stats import (
     PairedTest,

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from tasks.metric_fields import metric_field
+from judges.names.metric_fields import metric_field
 from tasks.regression.gates import Gate
 from tasks.regression.power import average_power, rate_power, rows_needed
 

@@ -24,10 +24,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from judges.blocks.plain_text import visible, visible_lines
 from judges.errors import ConfigError
+from judges.names.metric_fields import advisory_key, is_pairwise, metric_field, stats_of
 from judges.storage import open_url
-from tasks.metric_fields import advisory_key, is_pairwise, metric_field, stats_of
-from tasks.report.plain_text import visible, visible_lines
 
 
 class GateConfigError(ConfigError):

@@ -21,6 +21,7 @@ candidate − baseline; a "change" here is in the gate's bad direction (drop or 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -81,37 +82,44 @@ def _signed(data: PairedData, side: str) -> PairedData:
 
 def beyond_p(data: PairedData, limit: float, side: str) -> float:
     """One-sided p-value of H0 "the change in `side` is at most `limit`" (a breach rejects it)."""
-    data = _signed(data, side)
-    if data.n == 0:
-        return 1.0
-    if data.is_rate:
-        d = data.losses + data.gains
-        if d == 0:
-            return 1.0
-        share = min(1.0, max(0.0, (1 + limit * data.n / d) / 2))
-        return _binom_upper(data.losses, d, share)
-    shift = int(round(limit / data.quantum))
-    p_drop, _, _ = wilcoxon_signed_rank(data.differences + shift)
-    return p_drop
+    return _shifted_p(_signed(data, side), limit, _beyond_rate_p, rise=False)
 
 
 def within_p(data: PairedData, limit: float, side: str) -> float:
     """One-sided p-value of H0 "the change in `side` is at least `limit`" (non-inferiority)."""
-    data = _signed(data, side)
+    return _shifted_p(_signed(data, side), limit, _within_rate_p, rise=True)
+
+
+def _shifted_p(data: PairedData, limit: float,
+               rate_p: Callable[[PairedData, float, int], float], rise: bool) -> float:
+    """The test shifted by `limit`: `rate_p` on the discordant pairs, Wilcoxon for averages."""
     if data.n == 0:
         return 1.0
     if data.is_rate:
-        d = data.losses + data.gains
-        if data.losses == d:
-            # Every discordant pair a loss (or none): the discordant pairs say nothing of how
-            # large the drop may be; the loss rate bounds it (drop ≤ loss rate), exactly.
-            return 1.0 - _binom_upper(data.losses + 1, data.n, limit) if limit > 0 else 1.0
-        share = min(1.0, max(0.0, (1 + limit * data.n / d) / 2))
-        # P(X <= l) under the share of a drop of exactly `limit`
-        return 1.0 - _binom_upper(data.losses + 1, d, share)
+        return rate_p(data, limit, data.losses + data.gains)
     shift = int(round(limit / data.quantum))
-    _, p_rise, _ = wilcoxon_signed_rank(data.differences + shift)
-    return p_rise
+    p_drop, p_rise, _ = wilcoxon_signed_rank(data.differences + shift)
+    return p_rise if rise else p_drop
+
+
+def _beyond_rate_p(data: PairedData, limit: float, d: int) -> float:
+    if d == 0:
+        return 1.0
+    return _binom_upper(data.losses, d, _loss_share(data, limit, d))
+
+
+def _within_rate_p(data: PairedData, limit: float, d: int) -> float:
+    if data.losses == d:
+        # Every discordant pair a loss (or none): the discordant pairs say nothing of how
+        # large the drop may be; the loss rate bounds it (drop ≤ loss rate), exactly.
+        return 1.0 - _binom_upper(data.losses + 1, data.n, limit) if limit > 0 else 1.0
+    # P(X <= l) under the share of a drop of exactly `limit`
+    return 1.0 - _binom_upper(data.losses + 1, d, _loss_share(data, limit, d))
+
+
+def _loss_share(data: PairedData, limit: float, d: int) -> float:
+    """π(L) = (1 + L·n/d) / 2: the loss share among the d discordant pairs of a drop of L."""
+    return min(1.0, max(0.0, (1 + limit * data.n / d) / 2))
 
 
 def _search(test, level: float, low: float, high: float, increasing: bool) -> float:

@@ -14,8 +14,8 @@ from typing import Any
 
 from judges.catalogue import Registry
 from judges.metrics import RunMetrics
+from judges.names.metric_fields import MetricField, RowData, metric_fields, row_data
 from judges.result_names import count_names, row_count_names, tag_metric
-from tasks.metric_fields import MetricField, RowData, metric_fields, row_data
 
 
 def slice_metrics(rows: Iterable[RowData], specs: list[MetricField]) -> dict[str, Any]:

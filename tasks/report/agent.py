@@ -43,15 +43,15 @@ _TURN_LIST = re.compile(r"^(?P<prefix>turn/[^/]+/(?P<judge>[^/]+))/"
                         r"(?P<part>ratings|rationales|error_messages)$")
 
 
-class TurnVerdict(NamedTuple):
-    """A per-turn judge's verdict on one turn (the fields the template's verdict block reads)."""
+class VerdictView(NamedTuple):
+    """A judge's outcome on a row, a chunk or a turn: what the template's verdict block reads."""
 
     label: str
     name: str
     rating: str | None
     rationale: str | None
     error: str | None
-    person: str | None = None
+    person: str | None = None  # the label a person gave (human_labels), if any
 
 
 class TurnView(NamedTuple):
@@ -59,7 +59,7 @@ class TurnView(NamedTuple):
 
     number: int | None  # 1-based among user turns; None: steps before the first user message
     items: list[StepView | Gap]
-    verdicts: list[TurnVerdict]
+    verdicts: list[VerdictView]
 
 
 class ExpectedView(NamedTuple):
@@ -105,8 +105,8 @@ def _at(values: Any, index: int) -> Any:
     return None if value is None or value == "" else value
 
 
-def _turn_verdicts(lists: list[tuple[str, str, dict[str, list]]], index: int) -> list[TurnVerdict]:
-    return [TurnVerdict(label, prefix, _at(parts.get("ratings"), index),
+def _turn_verdicts(lists: list[tuple[str, str, dict[str, list]]], index: int) -> list[VerdictView]:
+    return [VerdictView(label, prefix, _at(parts.get("ratings"), index),
                         _at(parts.get("rationales"), index),
                         _at(parts.get("error_messages"), index))
             for label, prefix, parts in lists]

@@ -18,7 +18,7 @@ from judges.pairwise.reconcile import Pass, position_to_side
 from judges.result_names import precision_name, qualified, unjudged_name
 from judges.results import JudgeResult, RowResult
 from judges.rows import LABELS_COLUMN
-from tasks.report.agent import AgentView, agent_view
+from tasks.report.agent import AgentView, VerdictView, agent_view
 from tasks.report.rows import HIDDEN_COLUMNS, ReportRow
 from tasks.report.view import as_text, fmt_num
 
@@ -42,17 +42,6 @@ class Number(NamedTuple):
     name: str
     label: str
     text: str
-
-
-class VerdictView(NamedTuple):
-    """A judge's outcome on a row or a chunk."""
-
-    label: str
-    name: str
-    rating: str | None
-    rationale: str | None
-    error: str | None
-    person: str | None = None  # the label a person gave (human_labels), if any
 
 
 class ChunkView(NamedTuple):

@@ -23,8 +23,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from judges.base import PROMPTS_DIR
+from judges.blocks.plain_text import visible
 from tasks.report.cost_text import UNKNOWN
-from tasks.report.plain_text import visible
 from tasks.report.verdict_text import cannot_detect, sees_text
 from tasks.report.view import fmt_duration, fmt_num, fmt_pct
 from tasks.storage.history_entry import GateLine, HistoryEntry

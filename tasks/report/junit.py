@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from tasks.report.plain_text import visible, visible_lines
+from judges.blocks.plain_text import visible, visible_lines
 from tasks.report.verdict_text import canary_line, gate_line, headline
 
 

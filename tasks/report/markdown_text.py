@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
-from tasks.report.plain_text import visible
+from judges.blocks.plain_text import visible
 
 # Any ASCII punctuation character may be backslash-escaped (CommonMark, section 2.4); these are
 # the ones that can start markup: emphasis, code, links and images, headings, lists, tables,
@@ -39,7 +39,7 @@ def inline(value: object) -> str:
     """`value` as Markdown text: every character that could start markup backslash-escaped.
 
     Line breaks become spaces; other control, bidi and invisible characters their visible
-    escape (tasks/report/plain_text.py), whose backslash is then escaped like any other.
+    escape (judges/blocks/plain_text.py), whose backslash is then escaped like any other.
 
     Args:
         value: any object; its str() is shown.

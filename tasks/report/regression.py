@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from judges.names.metric_fields import counts_of, metric_field
 from judges.result_names import TAG_PREFIX, tag_metric
-from tasks.metric_fields import counts_of, metric_field
 from tasks.report.verdict_text import (
     canary_line,
     fmt_delta,

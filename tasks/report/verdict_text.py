@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tasks.metric_fields import metric_field
+from judges.blocks.plain_text import visible
+from judges.names.metric_fields import metric_field
 from tasks.report.cost_text import usage_cost
-from tasks.report.plain_text import visible
 
 MINUS = "−"
 

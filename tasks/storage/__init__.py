@@ -2,5 +2,6 @@
 
 The run's folder and publishing, staged results, the chunk store for resume, shard inputs,
 baselines read back and their integrity. Every URL opens through judges/storage.py. May import
-judges/.
+judges/, never the engine (judges/engine.py, judges/calls.py): the chunk kinds that judge live
+in flows/run.
 """

@@ -1,71 +1,20 @@
-"""The kinds of chunk a run stores and resumes: judged rows, generated rows, judged pairs.
+"""The protocol of every kind of chunk a run stores and resumes: rows, generated rows, pairs.
 
 One protocol for all three, so that one driver (flows/run/execution.py), one chunk store API
 (tasks/storage/chunk_store.py) and one merge view (flows/shards/store.py) serve rows and pairs
 alike. A kind says how its chunks are fingerprinted (what must match for a stored result to be
 reused), written to and read from a stored document, sized, counted, and what a chunk whose task
 failed, or that no shard finished, becomes: a result per item carrying why, never a lost item.
+The kinds themselves judge and generate, so they live beside the driver
+(flows/run/chunk_kinds.py): storage keeps results and never imports the engine.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
-
-from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, failed_verdict, judge_pairs
-from judges.calls import JudgeContext
-from judges.engine import failed_rows, judge_rows
-from judges.model.settings import LLMSettings
-from judges.model.usage import Usage
-from judges.pairwise.reconcile import PairVerdict
-from judges.plan import JudgePlan
-from judges.result_names import pair_fields
-from judges.results import RowResult
-from judges.rows import GENERATION_ERROR, EvalRow
-from tasks.call_log import CallLog, CallLogError
-from tasks.generate import GeneratedChunk, mark_generation_failed
-from tasks.storage.pair_codec import decode_pair_verdict, encode_pair_verdict, pairs_fingerprint
-from tasks.storage.row_codec import (
-    ResultCodecError,
-    decode_row_result,
-    decode_usage,
-    encode_row_result,
-    encode_usage,
-    generation_fingerprint,
-    judge_fingerprint,
-    row_json,
-)
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
-
-
-def _stored_calls(value: Any) -> CallLog:
-    try:
-        return CallLog.stored(value)
-    except CallLogError as error:  # a store's miss, like any result that does not decode
-        raise ResultCodecError(str(error)) from None
-
-
-@dataclass
-class ChunkResult:
-    """A judged chunk of rows: one typed result per row in input order, usage, the call log."""
-
-    index: int
-    results: list[RowResult]
-    usage: Usage
-    calls: CallLog = field(default_factory=CallLog)
-
-
-@dataclass
-class PairChunkResult:
-    """A judged chunk of pairs: one results record and one verdict per pair, in input order."""
-
-    index: int
-    records: list[dict]
-    verdicts: list[PairVerdict]
-    usage: Usage
-    calls: CallLog = field(default_factory=CallLog)
 
 
 class ChunkKind(Protocol, Generic[Item, Result]):
@@ -99,149 +48,6 @@ class ChunkKind(Protocol, Generic[Item, Result]):
 
     def missing(self, index: int, items: list[Item], why: str) -> Result:
         """A chunk no shard finished: a result per item carrying why."""
-
-
-@dataclass(frozen=True)
-class JudgedRowChunks:
-    """Rows through every planned judge."""
-
-    plan: JudgePlan
-    settings: LLMSettings
-    name: str = "judge"
-
-    async def judge(self, ctx: JudgeContext, index: int, items: list[EvalRow]) -> ChunkResult:
-        """Every planned judge over the rows, all their calls concurrent."""
-        return ChunkResult(index, await judge_rows(ctx, self.plan, items), ctx.usage,
-                           CallLog.of(ctx.calls))
-
-    def fingerprint(self, items: list[EvalRow]) -> str:
-        """Rows, plan (judges, prompts) and model."""
-        return judge_fingerprint(items, self.plan, self.settings)
-
-    def encode(self, result: ChunkResult) -> dict:
-        """Typed row results, usage and the call log."""
-        return {"results": [encode_row_result(r) for r in result.results],
-                "usage": encode_usage(result.usage), "calls": result.calls.text}
-
-    def decode(self, index: int, stored: dict, items: list[EvalRow]) -> ChunkResult:
-        """Row results resolved through this run's plan, each holding the run's own row."""
-        results = stored["results"]
-        if len(results) != len(items):
-            raise ResultCodecError(f"stored chunk holds {len(results)} results for "
-                                   f"{len(items)} rows")
-        return ChunkResult(index, [decode_row_result(r, self.plan, row)
-                                   for r, row in zip(results, items, strict=True)],
-                           decode_usage(stored["usage"]), _stored_calls(stored["calls"]))
-
-    def size(self, result: ChunkResult) -> int:
-        """Rows judged."""
-        return len(result.results)
-
-
-    def errors(self, result: ChunkResult) -> int:
-        """Judgments that ended as an error."""
-        return sum(judged.errored for r in result.results for judged in r.judges)
-
-    def failed(self, index: int, items: list[EvalRow], failure: str) -> ChunkResult:
-        """Every applicable judge of every row carries the failure."""
-        return ChunkResult(index, failed_rows(items, self.plan, failure), Usage())
-
-    def missing(self, index: int, items: list[EvalRow], why: str) -> ChunkResult:
-        """As a failed chunk, saying why no shard finished it."""
-        return self.failed(index, items, why)
-
-
-@dataclass(frozen=True)
-class GeneratedRowChunks:
-    """Rows answered by the candidate model."""
-
-    settings: LLMSettings
-    name: str = "generate"
-
-    def fingerprint(self, items: list[EvalRow]) -> str:
-        """Rows and the candidate model."""
-        return generation_fingerprint(items, self.settings)
-
-    def encode(self, result: GeneratedChunk) -> dict:
-        """The rows as given to the judges, the usage and the call log."""
-        return {"rows": [row_json(r) for r in result.rows], "usage": encode_usage(result.usage),
-                "calls": result.calls.text}
-
-    def decode(self, index: int, stored: dict, items: list[EvalRow]) -> GeneratedChunk:
-        """The stored rows (the items with their generated responses), validated again."""
-        return GeneratedChunk([EvalRow.model_validate(r) for r in stored["rows"]],
-                              decode_usage(stored["usage"]), _stored_calls(stored["calls"]))
-
-    def size(self, result: GeneratedChunk) -> int:
-        """Rows answered (or marked failed)."""
-        return len(result.rows)
-
-
-    def errors(self, result: GeneratedChunk) -> int:
-        """Rows whose generation failed."""
-        return sum(GENERATION_ERROR in row.extra for row in result.rows)
-
-    def failed(self, index: int, items: list[EvalRow], failure: str) -> GeneratedChunk:
-        """Every row keeps the failure as its generation error."""
-        error = f"generation task failed: {failure}"
-        return GeneratedChunk([mark_generation_failed(row, error) for row in items], Usage())
-
-    def missing(self, index: int, items: list[EvalRow], why: str) -> GeneratedChunk:
-        """Generation is never sharded: a missing chunk is a failed one."""
-        return self.failed(index, items, why)
-
-
-@dataclass(frozen=True)
-class JudgedPairChunks:
-    """Pairs judged in both orders (or forward only) and reconciled."""
-
-    options: PairwiseOptions
-    settings: LLMSettings
-    name: str = "pairs"
-
-    async def judge(self, ctx: JudgeContext, index: int, items: list[Pair]) -> PairChunkResult:
-        """Every pass of every pair, concurrent; the verdicts reconciled and recorded."""
-        verdicts = await judge_pairs(ctx, items, self.options)
-        records = [pair_fields(PairResult(p, v, self.options.swap))
-                   for p, v in zip(items, verdicts, strict=True)]
-        return PairChunkResult(index, records, verdicts, ctx.usage, CallLog.of(ctx.calls))
-
-    def fingerprint(self, items: list[Pair]) -> str:
-        """Pairs, rubric, rules and model."""
-        return pairs_fingerprint(items, self.options, self.settings)
-
-    def encode(self, result: PairChunkResult) -> dict:
-        """Published records, verdicts, usage and the call log."""
-        return {"records": result.records,
-                "verdicts": [encode_pair_verdict(v) for v in result.verdicts],
-                "usage": encode_usage(result.usage), "calls": result.calls.text}
-
-    def decode(self, index: int, stored: dict, items: list[Pair]) -> PairChunkResult:
-        """Verdicts reconciled again under this run's rules."""
-        return PairChunkResult(
-            index, list(stored["records"]),
-            [decode_pair_verdict(v, self.options) for v in stored["verdicts"]],
-            decode_usage(stored["usage"]), _stored_calls(stored["calls"]))
-
-    def size(self, result: PairChunkResult) -> int:
-        """Pairs judged."""
-        return len(result.verdicts)
-
-
-    def errors(self, result: PairChunkResult) -> int:
-        """Pairs without a verdict."""
-        return sum(v.verdict == "error" for v in result.verdicts)
-
-    def failed(self, index: int, items: list[Pair], failure: str) -> PairChunkResult:
-        """Every pair is an error verdict carrying the failure."""
-        return self.missing(index, items, f"chunk task failed: {failure}")
-
-    def missing(self, index: int, items: list[Pair], why: str) -> PairChunkResult:
-        """Every pair is an error verdict saying why."""
-        verdicts = [failed_verdict(why, self.options.swap) for _ in items]
-        records = [pair_fields(PairResult(p, v, self.options.swap))
-                   for p, v in zip(items, verdicts, strict=True)]
-        return PairChunkResult(index, records, verdicts, Usage())
 
 
 AnyKind = ChunkKind[Any, Any]

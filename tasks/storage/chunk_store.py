@@ -50,8 +50,9 @@ Result = TypeVar("Result")
 class ChunkStore:
     """Persisted chunk results of one run, by kind ("judge", "generate", "pairs") and index.
 
-    `load`/`save` hold a chunk of any kind (tasks/storage/chunk_kinds.py: judged rows, rows
-    with generated responses, judged pairs); `read`/`write` are the JSON layer beneath them.
+    `load`/`save` hold a chunk of any kind (the protocol of tasks/storage/chunk_kinds.py; the
+    kinds, in flows/run/chunk_kinds.py: judged rows, rows with generated responses, judged
+    pairs); `read`/`write` are the JSON layer beneath them.
 
     Args:
         url: the folder (any fsspec URL), normally `{run}/.chunks` (see `for_run`).

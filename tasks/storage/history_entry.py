@@ -24,8 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from judges.names.metric_fields import counts_of, metric_fields
 from judges.result_names import GENERATION_ERROR_COUNT, headline_metrics
-from tasks.metric_fields import counts_of, metric_fields
 from tasks.storage.baseline_rules import SAFE_RUN_ID, becomes_baseline
 
 ENTRY_BUDGET_BYTES = 6 * 1024  # an entry's JSON, whatever its manifest held

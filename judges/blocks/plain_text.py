@@ -8,9 +8,10 @@ order than it is stored, and a zero-width character hides a difference. `visible
 character as the escape `repr` would use, and leaves every other character as written.
 
 This is the one place that does it: the Markdown of tasks/report/markdown_text.py builds on it, and
-the flows apply it to what they log and to their state messages. It lives in tasks, the lowest layer
-that prints outside values (the judges layer quotes replies with `repr`, which escapes the same
-characters, inside quotes).
+the flows and tasks apply it to what they log and to their state messages. It lives in
+judges/blocks beside the prompt's delimiters, the other half of keeping outside text inert, at
+the bottom where every package that prints outside values can reach it (the judges layer itself
+quotes replies with `repr`, which escapes the same characters, inside quotes).
 """
 
 from __future__ import annotations
