@@ -125,9 +125,10 @@ DOORS: dict[str, tuple[str, ...]] = {
     "tasks.report": ("tasks.regression", "judges.*"),
     "tasks.storage": ("judges.*",),
     "judges": ("judges.*",),
-    "judges.blocks": (),
-    "judges.builtin": ("judges", "judges.model", "judges.trajectory", "judges.pairwise",
-                       "judges.toolcalls"),
+    # call_token.py reads the signing key (judges/integrity.py, which imports no judgeflow).
+    "judges.blocks": ("judges",),
+    "judges.builtin": ("judges", "judges.blocks", "judges.model", "judges.trajectory",
+                       "judges.pairwise", "judges.toolcalls"),
     "judges.builtin.agent": ("judges", "judges.trajectory", "judges.builtin"),
     "judges.builtin.sessions": ("judges", "judges.trajectory", "judges.builtin"),
     "judges.calibration": ("judges", "judges.pairwise"),

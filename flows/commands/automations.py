@@ -62,11 +62,7 @@ def crash_retry_automation(max_retries: int = DEFAULT_MAX_RETRIES, tag: str = RE
     cores); handed the same flow run before then, a Prefect 3.8 worker stops ("this borrower
     is already holding one of this CapacityLimiter's tokens").
     """
-    from datetime import timedelta
-
-    from prefect.automations import AutomationCore
     from prefect.events.actions import ChangeFlowRunState
-    from prefect.events.schemas.automations import EventTrigger, Posture
     from prefect.states import StateType
 
     if not 1 <= max_retries <= MAX_RETRIES_CAP:
@@ -74,27 +70,42 @@ def crash_retry_automation(max_retries: int = DEFAULT_MAX_RETRIES, tag: str = RE
     if delay_seconds < MIN_DELAY_SECONDS:
         raise ValueError(f"delay_seconds must be at least {MIN_DELAY_SECONDS}, not "
                          f"{delay_seconds!r}")
-    return AutomationCore(
-        name=AUTOMATION_NAME,
-        description=(
-            f"A flow run tagged {tag!r} whose process died is scheduled again, as the same "
-            f"flow run (same run id: it resumes from its stored chunks), {delay_seconds} s "
-            f"after the crash, at most {max_retries} time(s); then it stays Crashed. "
-            "Installed by `judgeflow install-automations`."),
-        enabled=True,
-        trigger=EventTrigger(
-            after={CRASHED_EVENT}, expect=set(MOVED_ON_EVENTS),
-            for_each={"prefect.resource.id"},  # one flow run at a time, the one that crashed
-            match={"prefect.resource.id": "prefect.flow-run.*",
-                   "prefect.run-count": [str(n) for n in range(1, max_retries + 1)]},
-            match_related={"prefect.resource.role": "tag",
-                           "prefect.resource.id": f"prefect.tag.{tag}"},
-            posture=Posture.Proactive, threshold=1, within=timedelta(seconds=delay_seconds)),
-        actions=[ChangeFlowRunState(
+    return _tagged_run_automation(
+        AUTOMATION_NAME,
+        f"A flow run tagged {tag!r} whose process died is scheduled again, as the same flow "
+        f"run (same run id: it resumes from its stored chunks), {delay_seconds} s after the "
+        f"crash, at most {max_retries} time(s); then it stays Crashed.",
+        tag, after=CRASHED_EVENT, expect=MOVED_ON_EVENTS, within_seconds=delay_seconds,
+        match={"prefect.run-count": [str(n) for n in range(1, max_retries + 1)]},
+        action=ChangeFlowRunState(
             state=StateType.SCHEDULED, name="AwaitingRetry",
             message=f"Crashed; re-run by the automation {AUTOMATION_NAME!r} to resume its "
-                    "stored chunks")],
-    )
+                    "stored chunks"))
+
+
+def _tagged_run_automation(name: str, description: str, tag: str, *, after: str,
+                           expect: frozenset[str], within_seconds: int, match: dict,
+                           action: Any) -> Any:
+    """A proactive automation per flow run tagged `tag`.
+
+    It takes `action` when `after` is followed by none of `expect` within `within_seconds`.
+    """
+    from datetime import timedelta
+
+    from prefect.automations import AutomationCore
+    from prefect.events.schemas.automations import EventTrigger, Posture
+
+    return AutomationCore(
+        name=name, description=f"{description} Installed by `judgeflow install-automations`.",
+        enabled=True,
+        trigger=EventTrigger(
+            after={after}, expect=set(expect),
+            for_each={"prefect.resource.id"},  # one flow run at a time
+            match={"prefect.resource.id": "prefect.flow-run.*", **match},
+            match_related={"prefect.resource.role": "tag",
+                           "prefect.resource.id": f"prefect.tag.{tag}"},
+            posture=Posture.Proactive, threshold=1, within=timedelta(seconds=within_seconds)),
+        actions=[action])
 
 
 def zombie_automation(tag: str = RESUME_TAG,
@@ -106,35 +117,22 @@ def zombie_automation(tag: str = RESUME_TAG,
     its machine. The Crashed state this sets carries the run count, so the crash automation's
     bound on re-runs holds for machine deaths too.
     """
-    from datetime import timedelta
-
-    from prefect.automations import AutomationCore
-    from prefect.events.actions import ChangeFlowRunState
-    from prefect.events.schemas.automations import EventTrigger, Posture
-    from prefect.states import StateType
-
     if window_seconds < MIN_DELAY_SECONDS:
         raise ValueError(f"the heartbeat window must be at least {MIN_DELAY_SECONDS} s, not "
                          f"{window_seconds!r}")
-    return AutomationCore(
-        name=ZOMBIE_AUTOMATION_NAME,
-        description=(
-            f"A flow run tagged {tag!r} that sent no heartbeat for {window_seconds} s (its "
-            "machine died with its worker) is marked Crashed, so that the automation "
-            f"{AUTOMATION_NAME!r} re-runs it. Installed by `judgeflow install-automations`."),
-        enabled=True,
-        trigger=EventTrigger(
-            after={HEARTBEAT_EVENT}, expect=set(ALIVE_OR_DONE_EVENTS),
-            for_each={"prefect.resource.id"},
-            match={"prefect.resource.id": "prefect.flow-run.*"},
-            match_related={"prefect.resource.role": "tag",
-                           "prefect.resource.id": f"prefect.tag.{tag}"},
-            posture=Posture.Proactive, threshold=1, within=timedelta(seconds=window_seconds)),
-        actions=[ChangeFlowRunState(
-            state=StateType.CRASHED,
-            message=f"No heartbeat for {window_seconds} s: the flow run's machine stopped "
-                    f"(marked by the automation {ZOMBIE_AUTOMATION_NAME!r})")],
-    )
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.states import StateType
+
+    mark_crashed = ChangeFlowRunState(
+        state=StateType.CRASHED,
+        message=f"No heartbeat for {window_seconds} s: the flow run's machine stopped (marked "
+                f"by the automation {ZOMBIE_AUTOMATION_NAME!r})")
+    what = (f"A flow run tagged {tag!r} that sent no heartbeat for {window_seconds} s (its "
+            f"machine died with its worker) is marked Crashed, so that the automation "
+            f"{AUTOMATION_NAME!r} re-runs it.")
+    return _tagged_run_automation(ZOMBIE_AUTOMATION_NAME, what, tag, after=HEARTBEAT_EVENT,
+                                  expect=ALIVE_OR_DONE_EVENTS, within_seconds=window_seconds,
+                                  match={}, action=mark_crashed)
 
 
 async def install_automation(spec: Any) -> tuple[str, Any]:
