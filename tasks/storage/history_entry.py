@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from judges.result_names import GENERATION_ERROR_COUNT, headline_metrics
+from judges.result_names import GENERATION_ERROR_COUNT, headline_metrics, tag_metric
 from tasks.metric_fields import counts_of, metric_fields
 from tasks.storage.baseline_rules import SAFE_RUN_ID, becomes_baseline
 
@@ -114,6 +114,10 @@ class GateLine(Bounded):
     rule: Short = None
     limit: Number = None
     min_detectable_change: Number = None
+    # The value metrics.json publishes for the gated metric (its tag's slice for a tagged
+    # gate): what the chart draws. `candidate` is the mean over the rows paired with the
+    # baseline, which differs when rows were added, dropped or errored.
+    published: Number = None
 
     @model_serializer(mode="wrap")
     def _without_unset_newer(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -121,7 +125,7 @@ class GateLine(Bounded):
                 if value is not None or key not in NEWER_GATE_FIELDS}
 
 
-NEWER_GATE_FIELDS = ("rule", "limit", "min_detectable_change")
+NEWER_GATE_FIELDS = ("rule", "limit", "min_detectable_change", "published")
 
 
 class Cost(Bounded):
@@ -248,6 +252,14 @@ def _errors(metrics: Mapping[str, Any], headline: list[str]) -> int | None:
     return sum(known) if known else None
 
 
+def _with_published(gate: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A gate line with the value metrics.json publishes for its metric (and tag)."""
+    metric, tag = gate.get("metric"), gate.get("tag")
+    if not isinstance(metric, str) or not (tag is None or isinstance(tag, str)):
+        return dict(gate)
+    return {**gate, "published": metrics.get(metric if tag is None else tag_metric(tag, metric))}
+
+
 def _list(value: Any) -> list:
     return list(value) if isinstance(value, list) else []
 
@@ -281,7 +293,7 @@ def history_entry(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> Hi
         "outcome": regression.get("outcome") if regression else status,
         "reasons": _list(manifest.get("incomplete_reasons"))
         or _list(regression.get("incomplete_reasons")),
-        "gates": [g for g in gates if isinstance(g, Mapping)],
+        "gates": [_with_published(g, metrics) for g in gates if isinstance(g, Mapping)],
         "gates_omitted": max(0, len(gates) - MAX_GATES),
         "metrics": {name: metrics.get(name) for name in headline},
         "rows": _rows(manifest),
