@@ -28,6 +28,7 @@ from judges.builtin.custom import (
     referenced_fields,
 )
 from judges.result_names import (
+    PAIRWISE_JUDGE,
     Declared,
     area_declaration,
     calibration_keys,
@@ -117,6 +118,14 @@ class Registry:
         """The judge that decided `name`, if one did (the pairwise judge has no spec here)."""
         found = self.entry(name)
         return self.judges.get(found.judge) if found and found.judge else None
+
+    def pairwise_gated(self, names: Iterable[str]) -> bool:
+        """Whether any of the metrics `names` is a figure the head-to-head's model decided.
+
+        The pairwise judge has no spec, so `llm_judges` cannot list it: the canary asks here.
+        """
+        return any((found := self.entry(name)) is not None and found.llm
+                   and found.judge == PAIRWISE_JUDGE for name in names)
 
     def llm_judges(self, names: Iterable[str]) -> list[JudgeSpec]:
         """The LLM judges the metrics `names` depend on, once each, in order."""
