@@ -214,4 +214,7 @@ def test_a_winrate_gate_is_covered_by_the_canary_re_judging_the_baseline_s_pairs
                        canary_rows=30))
     canary = manifest(tmp_path, "pw-steady")["regression"]["canary"]
     assert canary["pairwise"] == {"checked": True, "pairs": 30} and not canary["drifted"]
+    # asked of the model: 30 rows of correctness, 30 pairs in two orders (what the estimate
+    # counts: tests/test_estimate_calls.py)
+    assert canary["cost"]["calls"] == 30 + 2 * 30
     assert state.is_completed(), state.message
