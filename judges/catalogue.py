@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, get_args
 
 from judges.base import JudgeSpec, MetricSpec
 from judges.builtin import BUILTIN_JUDGES
@@ -27,8 +28,12 @@ from judges.builtin.custom import (
     load_custom_judges,
     referenced_fields,
 )
+from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.result_names import (
+    PAIRWISE_JUDGE,
     Declared,
+    Direction,
+    MetricKind,
     area_declaration,
     calibration_keys,
     judge_declarations,
@@ -107,6 +112,35 @@ class Registry:
                 for prefix, key in calibration_keys(judges).items()}
         return cls(entries, by_prefix, keys)
 
+    def published(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The declarations of the metrics `names` (tags dropped), as the manifest records them.
+
+        What a reader of the published run (the report, summary.md, the suite's history)
+        needs without the run's judges: see `from_published`.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for name in names:
+            _, bare = untagged(name)
+            if bare not in out and (found := self.entry(bare)) is not None:
+                out[bare] = {k: v for k, v in found._asdict().items() if k != "name"}
+        return out
+
+    @classmethod
+    def from_published(cls, section: Any) -> Registry:
+        """The registry a published manifest recorded (`published`); the built-ins' without one.
+
+        The section is read as untrusted: an entry whose fields are not what `Declared` holds
+        is left out (its metric then has no declared answer), never guessed.
+        """
+        entries: dict[str, Declared] = {}
+        for name, fields in (section.items() if isinstance(section, Mapping) else ()):
+            try:
+                entries[name] = _declared(name, fields)
+            except (TypeError, ValueError):
+                continue
+        builtin = cls.of(BUILTIN_JUDGES.values(), DETERMINISTIC_METRICS.values())
+        return cls({**builtin.entries, **entries}, builtin.judges, builtin.judge_of_key)
+
     def entry(self, name: str) -> Declared | None:
         """What `name` (or `tag/{tag}/{name}`) is; None: no judge or metric of the run writes it."""
         _, name = untagged(name)
@@ -118,6 +152,14 @@ class Registry:
         found = self.entry(name)
         return self.judges.get(found.judge) if found and found.judge else None
 
+    def pairwise_gated(self, names: Iterable[str]) -> bool:
+        """Whether any of the metrics `names` is a figure the head-to-head's model decided.
+
+        The pairwise judge has no spec, so `llm_judges` cannot list it: the canary asks here.
+        """
+        return any((found := self.entry(name)) is not None and found.llm
+                   and found.judge == PAIRWISE_JUDGE for name in names)
+
     def llm_judges(self, names: Iterable[str]) -> list[JudgeSpec]:
         """The LLM judges the metrics `names` depend on, once each, in order."""
         out: dict[str, JudgeSpec] = {}
@@ -126,3 +168,24 @@ class Registry:
             if found is not None and found.llm and found.judge in self.judges:
                 out.setdefault(found.judge, self.judges[found.judge])
         return list(out.values())
+
+
+_TEXT = (str, type(None))
+
+
+def _declared(name: str, fields: Any) -> Declared:
+    """One recorded declaration, checked field by field.
+
+    Raises:
+        TypeError, ValueError: not a declaration as `Registry.published` writes it.
+    """
+    if not isinstance(name, str) or not isinstance(fields, Mapping):
+        raise TypeError(f"declaration {name!r:.80} is not a mapping")
+    found = Declared(name, **{k: fields[k] for k in Declared._fields[1:] if k in fields})
+    if (found.kind not in get_args(MetricKind) or found.direction not in get_args(Direction)
+            or not isinstance(found.llm, bool) or not isinstance(found.share, bool)
+            or not all(isinstance(getattr(found, k), _TEXT)
+                       for k in ("judge", "judge_name", "rated", "errors", "row_field",
+                                 "row_error", "row_kind", "unit"))):
+        raise ValueError(f"declaration {name!r:.80} has a field of the wrong kind")
+    return found

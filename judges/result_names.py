@@ -561,6 +561,8 @@ class Declared(NamedTuple):
         row_error: the per-row field saying the row failed for it.
         row_kind: "rate" (yes/no per row) or "mean" (a number per row).
         unit: what `rated` and `errors` count (rows, or a per-turn judge's pooled turns).
+        share: its value is a share of units (a pass rate, a win rate): shown as a
+            percentage, its changes in points.
     """
 
     name: str
@@ -575,6 +577,7 @@ class Declared(NamedTuple):
     row_error: str | None = None
     row_kind: Literal["rate", "mean"] | None = None
     unit: str = "rows"
+    share: bool = False
 
 
 def _count(name: str, judge: str | None, judge_name: str | None, llm: bool,
@@ -595,7 +598,8 @@ def judge_declarations(spec: JudgeSpec) -> list[Declared]:
                 *counts, _count(unjudged_name(prefix), prefix, name, llm)]
     kind: MetricKind = "tool_call" if not llm else "rate"
     out = [Declared(aggregate_name(spec), kind, prefix, name, rated, errors, "higher", llm,
-                    f"{prefix}/rating", f"{prefix}/error_message", "rate"), *counts]
+                    f"{prefix}/rating", f"{prefix}/error_message", "rate", share=True),
+           *counts]
     if spec.mode == "per_turn":
         pooled, rate = turns_base(prefix), turn_pass_rate_name(prefix)
         t_rated, t_errors = count_names(pooled)
@@ -603,7 +607,7 @@ def judge_declarations(spec: JudgeSpec) -> list[Declared]:
         out += [
             # pooled over turns: sessions weigh by their turn count, so no per-row field
             Declared(f"{pooled}/percentage", "per_turn", prefix, name, t_rated, t_errors,
-                     "higher", llm, unit="turns"),
+                     "higher", llm, unit="turns", share=True),
             _count(t_rated, prefix, name, llm), _count(t_errors, prefix, name, llm),
             _count(f"{pooled}/unjudged_count", prefix, name, llm),
             # a session whose turns could not be rated has no pass rate: its judge's error
@@ -648,7 +652,7 @@ def pairwise_declaration(name: str) -> Declared | None:
     direction: Direction = ("none" if name != base else "higher" if base in _PAIRWISE_HIGHER
                             else "lower" if base in _PAIRWISE_LOWER else "none")
     return Declared(name, "pairwise", PAIRWISE_JUDGE, PAIRWISE_JUDGE, "pairs_total",
-                    "pairs_error", direction, True)
+                    "pairs_error", direction, True, share=name in WINRATE_FIELDS)
 
 
 def area_declaration(name: str, judge_of_key: Mapping[str, tuple[str, str]]

@@ -54,7 +54,7 @@ def expected(count: int) -> list[Night]:
 def night_manifest(index: int, night: Night) -> tuple[dict, dict]:
     """The sealed manifest and the metrics that night published."""
     when = START + timedelta(days=index)
-    metrics = {RATE: night.candidate, f"{PREFIX}/rated_count": 98,
+    metrics = {RATE: night.candidate, f"{PREFIX}/rated_count": 98, f"tag/billing/{SAFETY}": 0.97,
                f"{PREFIX}/error_count": 2 if night.outcome != "incomplete" else 40,
                SAFETY: 0.97, "response/llm_judged/safety/rated_count": 100,
                "response/llm_judged/safety/error_count": 0,

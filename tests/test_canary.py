@@ -11,6 +11,7 @@ from fractions import Fraction
 
 import pytest
 
+from judges.base import UNTRUSTED_BLOCK
 from judges.builtin import BUILTIN_JUDGES
 from judges.model.usage import Usage
 from tasks.regression.canary import agreement_of, choose_rows, drift_reasons
@@ -146,3 +147,74 @@ def test_usage_keeps_what_answered_through_the_chunk_store_codec():
     usage.add(Usage(calls=1, answered_by={"gpt-4o-2024-08-06 fp_2": 1}))
     assert decode_usage(encode_usage(usage)) == usage
     assert usage.answered_by == {"gpt-4o-2024-08-06 fp_1": 2, "gpt-4o-2024-08-06 fp_2": 1}
+
+
+class PairJudge:
+    """The planted judge for row verdicts; for the head-to-head, the longer answer wins.
+
+    `drift`: on that share of the prompts (by a hash of the prompt, so both orders agree) the
+    shorter answer wins instead, a judge that changed its taste since the baseline.
+    """
+
+    def __init__(self, drift: float = 0.0):
+        self.rows, self.drift = PlantedJudge(), drift
+
+    def __call__(self, body: dict) -> Reply:
+        text = prompt_text({"messages": body.get("messages", [])[:2]})
+        if "Assessment: pairwise" not in text:
+            return self.rows(body)
+        blocks = {m.group(1): m.group(2) for m in UNTRUSTED_BLOCK.finditer(text)}
+        first, second = blocks["response_1"], blocks["response_2"]
+        flipped = hashlib.sha256(blocks["prompt"].encode()).digest()[0] / 256 < self.drift
+        longer = "1" if len(first) > len(second) else "2" if len(second) > len(first) else "tie"
+        preference = {"1": "2", "2": "1", "tie": "tie"}[longer] if flipped else longer
+        score = {"1": (4, 2), "2": (2, 4), "tie": (3, 3)}[preference]
+        return Reply(json.dumps({"criteria": [{
+            "name": "detail", "description": "Says enough.", "type": "scale", "weight": 1,
+            "score_1": score[0], "score_2": score[1]}], "preference": preference,
+            "rationale": "planted"}))
+
+
+WINRATE_GATE = "gates:\n  - metric: winrate\n    min: 0.3\n"
+
+
+def test_a_winrate_gate_is_covered_by_the_canary_re_judging_the_baseline_s_pairs(
+        fake_llm, tmp_path):
+    detailed = [{**r, "response": r["response"] + ", with the steps spelled out"}
+                for r in rows(30, set())]
+    fake_llm.script = PairJudge()
+    seed(fake_llm, tmp_path, rows(30, set()), run_id="pw-seed")
+    # The first head-to-head: against an evaluate run, which has no pair verdicts to compare.
+    state = run(params(fake_llm, tmp_path, detailed, "pw-1", WINRATE_GATE, pairwise=True,
+                       canary_rows=30))
+    assert state.is_completed(), state.message
+    canary = manifest(tmp_path, "pw-1")["regression"]["canary"]
+    assert canary["pairwise"]["checked"] is False and "pw-seed" in canary["pairwise"]["why"]
+    assert pointer(tmp_path, "baseline") == "pw-1"  # its pairs are the next nights' sample
+    # An unchanged candidate, judged by a pairwise judge that now prefers the shorter answer
+    # on some prompts: without the canary the win-rate gate would be read as the candidate's.
+    fake_llm.script = PairJudge(drift=0.4)
+    state = run(params(fake_llm, tmp_path, detailed, "pw-drift", WINRATE_GATE, pairwise=True,
+                       canary_rows=30))
+    written = manifest(tmp_path, "pw-drift")["regression"]
+    pairwise = next(j for j in written["canary"]["judges"] if j["prefix"] == "pairwise")
+    # Independent count: the planted drift flips exactly the prompts whose hash is below 0.4.
+    flips = sum(hashlib.sha256(f"question {i}".encode()).digest()[0] / 256 < 0.4
+                for i in range(30))
+    assert (pairwise["compared"], pairwise["agreed"], pairwise["yes_to_no"]) == (
+        30, 30 - flips, flips)
+    assert state.is_failed() and written["outcome"] == "incomplete", state.message
+    assert "the judge drifted: the pairwise judge (head-to-head) agrees with the baseline's" in (
+        state.message)
+    assert {g["outcome"] for g in written["gates"]} != {"breached"}
+    assert pointer(tmp_path, "baseline") == "pw-1"
+    # The same judge as the baseline's: the pairs re-judged both orders agree, the night passes.
+    fake_llm.script = PairJudge()
+    state = run(params(fake_llm, tmp_path, detailed, "pw-steady", WINRATE_GATE, pairwise=True,
+                       canary_rows=30))
+    canary = manifest(tmp_path, "pw-steady")["regression"]["canary"]
+    assert canary["pairwise"] == {"checked": True, "pairs": 30} and not canary["drifted"]
+    # asked of the model: 30 rows of correctness, 30 pairs in two orders (what the estimate
+    # counts: tests/test_estimate_calls.py)
+    assert canary["cost"]["calls"] == 30 + 2 * 30
+    assert state.is_completed(), state.message

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pytest
+
 from flows.params import JudgeModel
 from judges.builtin import BUILTIN_JUDGES
 from tasks.regression.canary import baseline_verdicts, choose_rows, unit_pairs
@@ -126,3 +128,30 @@ def test_a_judge_model_change_leaves_turn_gates_undecided_and_the_baseline_kept(
     assert all("judged by another judge" in g["reason"] and "planted-v2" in g["reason"]
                for g in lines)
     assert pointer(tmp_path, "baseline") == "seed"
+
+
+def test_pairwise_agreement_matches_scikit_learn_and_scipy():
+    """The head-to-head canary's numbers, against independent implementations."""
+    from scipy.stats import binomtest
+    from sklearn.metrics import cohen_kappa_score
+
+    from tasks.regression.canary import choose_pairs, pair_agreement
+
+    pairs = ([("B", "B")] * 20 + [("B", "A")] * 5 + [("A", "tie")] * 2 + [("tie", "tie")] * 3
+             + [("A", "B")] * 1 + [("B", None)] * 2)
+    result = pair_agreement(pairs)
+    decided = [(b, n) for b, n in pairs if n is not None]
+    assert (result.compared, result.agreed, result.errors) == (31, 23, 2)
+    assert result.kappa == pytest.approx(
+        cohen_kappa_score([b for b, _ in decided], [n for _, n in decided]), abs=1e-12)
+    # McNemar exact over "the candidate (B) won": 5 B→not-B, 1 not-B→B
+    assert (result.yes_to_no, result.no_to_yes) == (5, 1)
+    assert result.mcnemar_p == pytest.approx(binomtest(1, 6, 0.5).pvalue, abs=1e-12)
+    # The sample: only judged pairs that kept the baseline's answer; the seeded order.
+    records = [{"request_id": f"q{i}", "pairwise/verdict": ("A", "B", "tie", "error")[i % 4],
+                "baseline/response": "x" if i % 5 else None} for i in range(200)]
+    chosen = choose_pairs(iter(records), 10, 3, "pairwise/verdict", "baseline/response")
+    eligible = [r for r in records if r["pairwise/verdict"] != "error" and r["baseline/response"]]
+    brute = sorted(eligible, key=lambda r: hashlib.sha256(
+        f"3\x00{r['request_id']}".encode()).hexdigest())[:10]
+    assert [r["request_id"] for r in chosen] == [r["request_id"] for r in brute]

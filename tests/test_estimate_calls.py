@@ -91,3 +91,20 @@ def test_the_estimate_draws_each_canary_judge_s_own_rows_in_a_mixed_set(tmp_path
         drawn = canary_rows(valid_rows(source, check, check_with), judges, size, 7)
         assert {r.request_id for r in drawn} == expected
         assert len(drawn) == len(expected)
+
+
+def test_the_estimate_counts_the_canary_s_head_to_head_pairs_when_a_gate_reads_them(
+        fake_llm, tmp_path):
+    """A win-rate gate: the canary re-judges up to `canary_rows` of the baseline's pairs, two
+    calls each (tests/test_canary.py counts the same 2 × 30 in a run); no such gate, none."""
+    from tests.test_canary import WINRATE_GATE
+    from tests.test_regression import rows
+
+    data = rows(30, set())
+    gated = _estimate(params(fake_llm, tmp_path, data, "w1", gates=WINRATE_GATE,
+                             pairwise=True, canary_rows=30))
+    plain = _estimate(params(fake_llm, tmp_path, data, "w2", gates="gates: []\n",
+                             pairwise=True, canary_rows=30))
+    assert gated.calls - plain.calls == 2 * 30
+    assert gated.reasks - plain.reasks == 2 * 30  # each may be asked once more
+    assert gated.input_tokens > plain.input_tokens

@@ -177,8 +177,71 @@ def test_the_trend_charts_mark_baseline_moves_failures_and_incomplete_runs(tmp_p
                          ("incomplete", lambda n: n.outcome == "incomplete"),
                          ("baseline", lambda n: n.became_baseline)):
         on_charts = [m for m in marks[kind] if not m["d"].startswith("M8.0 8.0")]  # no legend
-        assert [m["d"].count("M") for m in on_charts] == [sum(map(wanted, regressions))] * 2
+        # The evaluate night that seeded the baseline is on the untagged chart too (its entry
+        # has the rate; a tag's slice is only in gate lines).
+        assert [m["d"].count("M") for m in on_charts] == [sum(map(wanted, nights)),
+                                                          sum(map(wanted, regressions))]
     assert "became the baseline" in page.text and "failed" in page.text  # the legend
+
+
+def _chart_values(page: Page, chart: int) -> dict[str, list[tuple[float, float, float]]]:
+    """Each drawn series of a chart: (value it says, x, y) per point, read off the SVG."""
+    svg_start = [i for i, (t, a) in enumerate(page.tags)
+                 if t == "svg" and a.get("class") == "chart"][chart]
+    end = next((i for i, (t, a) in enumerate(page.tags) if i > svg_start and t == "svg"),
+               len(page.tags))
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for tag, attrs in page.tags[svg_start:end]:
+        if "data-values" not in attrs:
+            continue
+        values = [float(v) for v in attrs["data-values"].split()]
+        if tag == "polyline":
+            xy = [tuple(map(float, p.split(","))) for p in attrs["points"].split()]
+        else:  # each mark's path starts "M{x} {y}m..."
+            xy = [tuple(map(float, m.split("m")[0].split())) for m in attrs["d"].split("M")[1:]]
+        out[attrs.get("class")] = [(v, x, y) for v, (x, y) in zip(values, xy, strict=True)]
+    return out
+
+
+def test_the_chart_draws_what_each_run_published_evaluate_and_rejudge_runs_included(tmp_path):
+    # Planted: an evaluate run (the first baseline), a regression whose gate's paired mean
+    # (1.000) is not what it published (0.909: rows it added failed), a rejudge adopted as
+    # the baseline, and a regression after it.
+    (n0, m0, x0), (n1, m1, x1), (_, m3, x3) = planted(3)
+    x1 = {**x1, RATE: 0.909}
+    m1 = {**m1, "regression": {**m1["regression"], "gates": [
+        {**m1["regression"]["gates"][0], "candidate": 1.0}, m1["regression"]["gates"][1]]}}
+    m2 = {**m0, "kind": "rejudge", "run_id": "rejudge-1", "status": "complete",
+          "published_at": "2024-03-02T12:00:00+00:00", "finished_at": "2024-03-02T12:00:00+00:00",
+          "rejudge": {"source_run_id": n1.run_id, "as_baseline": True}}
+    x2 = {**x0, RATE: 0.875}
+    published = [x0, x1, x2, x3]
+    for manifest, metrics in zip((m0, m1, m2, m3), published, strict=True):
+        _record(str(tmp_path), manifest, metrics)
+    page = Page((tmp_path / "nightly" / "index.html").read_text())
+    drawn = _chart_values(page, 0)  # the untagged rate's chart
+    # Independent check: every value drawn is the one metrics.json holds, by kind of run.
+    assert [v for v, _, _ in drawn["line"]] == [x1[RATE], x3[RATE]]
+    assert [v for v, _, _ in drawn["m-evaluate"]] == [x0[RATE]]
+    assert [v for v, _, _ in drawn["m-rejudge"]] == [x2[RATE]]
+    assert 1.0 not in [v for v, _, _ in drawn["line"]]  # never the paired mean
+    # ... and drawn where the axis puts it: y is linear in the value, x in run order.
+    points = sorted([*drawn["line"], *drawn["m-evaluate"], *drawn["m-rejudge"]],
+                    key=lambda p: p[1])
+    assert [round(v, 3) for v, _, _ in points] == [round(x[RATE], 3) for x in published]
+    (v_lo, _, y_lo), (v_hi, _, y_hi) = min(points), max(points)
+    for value, _, y in points:
+        assert y == pytest.approx(y_lo + (y_hi - y_lo) * (value - v_lo) / (v_hi - v_lo), abs=0.1)
+    # The baseline moves (the evaluate run, then the rejudge adopted on purpose) are marked
+    # where those runs are drawn; the regression that moved it too.
+    diamonds = [m for m in page.find("path", **{"class": "m-baseline"})
+                if not m["d"].startswith("M8.0 8.0")][0]["d"]
+    at = {tuple(map(float, m.split("m")[0].split())) for m in diamonds.split("M")[1:]}
+    evaluate_xy, rejudge_xy = drawn["m-evaluate"][0][1:], drawn["m-rejudge"][0][1:]
+    assert evaluate_xy in at and rejudge_xy in at
+    assert "evaluate run" in page.text and "rejudge run" in page.text  # the legend
+    entry = _history(tmp_path / "nightly")["entries"][2]
+    assert entry["run_id"] == n1.run_id and entry["gates"][0]["published"] == 0.909
 
 
 def test_the_table_shows_the_newest_rows_and_says_so(tmp_path):

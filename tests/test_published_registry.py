@@ -42,9 +42,15 @@ def _catalogue(tmp_path: Path) -> tuple[JudgeCatalogue, str]:
 
 
 @pytest.fixture(scope="module")
-def every_kind(tmp_path_factory) -> tuple[dict, dict, Registry]:
+def every_kind_dir(tmp_path_factory) -> Path:
+    """Where the every-kind runs are published."""
+    return tmp_path_factory.mktemp("every_kind")
+
+
+@pytest.fixture(scope="module")
+def every_kind(every_kind_dir) -> tuple[dict, dict, Registry]:
     """metrics.json of an evaluate run with every judge kind, of a compare run, the registry."""
-    tmp = tmp_path_factory.mktemp("every_kind")
+    tmp = every_kind_dir
     catalogue, judges = _catalogue(tmp)
     rows = [json.loads(line) for name in ("rag_eval.jsonl", "agent_eval.jsonl")
             for line in (EXAMPLES / name).read_text().splitlines() if line.strip()]
@@ -236,3 +242,50 @@ def test_direction_of_tool_call_recall_in_a_regression_line():
         "agent/tool_calls/precision", "agent/tool_calls/precision",
         "agent/tool_calls/precision/error_message")
     assert metric_field(f"{TURNS}/turns/percentage") is None  # pooled: no per-row field
+
+
+# --------------------------------------------------------------------------- readers of a run
+
+
+
+
+def test_the_report_and_the_history_page_answer_every_key_from_the_published_registry(
+        every_kind, every_kind_dir):
+    """For every key of metrics.json: the registry the run published (what the report,
+    summary.md and the suite's history read) answers as the run's own did; a gate on it is
+    shown in percent exactly when it is a share, in the report and on the history page."""
+    from tasks.report.history_page import _gate_cell
+    from tasks.report.regression import slice_rows
+    from tasks.report.verdict_text import gate_cells
+    from tasks.storage.history_entry import GateLine
+
+    metrics, pairwise, registry = every_kind
+    manifest = json.loads((every_kind_dir / "out" / "a" / "r" / "manifest.json").read_text())
+    recorded = manifest["metric_registry"]
+    published = Registry.from_published(recorded)
+    fields = ("kind", "judge", "rated", "errors", "direction", "llm", "share", "unit")
+    for name in [*metrics, *pairwise]:
+        run, read = registry.entry(name), published.entry(name)
+        assert read is not None, name
+        assert [getattr(read, f) for f in fields] == [getattr(run, f) for f in fields], name
+    assert published.entry("turn/llm_judged/turn_relevance/turns/percentage").share
+    assert not published.entry("agent/tool_calls/recall/average").share
+    context = Context(suite="s", baseline_run_id="b", max_error_share=1.0, min_paired=1,
+                      registry=registry)
+    gated = [n for n in metrics if untagged(n)[0] is None
+             and registry.entry(n).kind in GATED_KINDS and metrics[n] is not None]
+    assert len(gated) >= 20
+    for name in gated:
+        share = registry.entry(name).share
+        (line,) = decide([Gate(metric=name, min=0.0)], metrics, [], context).gates
+        record = {**line._asdict(), "min_detectable_change": 0.1, "limit": 0.02,
+                  "rule": "max_drop 0.02"}
+        assert gate_cells(record)["values"].endswith("%") == share, name  # the report
+        cell = _gate_cell(GateLine.model_validate(record))  # the history page
+        assert (" pp " in cell.sees) == share, (name, cell.sees)
+    # The report's per-tag slices: each with the counts its declaration names.
+    slices = slice_rows(metrics, published)
+    assert {row.tag for row in slices}  # the agent rows are tagged
+    for row in slices:
+        entry = published.entry(row.name)
+        assert row.rated == metrics[tag_metric(row.tag, entry.rated)], row

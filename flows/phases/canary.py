@@ -15,6 +15,8 @@ from pydantic import ValidationError
 
 from flows.phases.evaluation import JudgedRun
 from judges.base import JudgeSpec
+from judges.builtin.pairwise import Pair, PairwiseOptions, judge_pairs
+from judges.calls import JudgeContext
 from judges.catalogue import Registry
 from judges.engine import judge_rows
 from judges.fingerprint import changed as judges_changed
@@ -22,18 +24,25 @@ from judges.fingerprint import fingerprint, recorded_judges
 from judges.model.usage import Usage
 from judges.names.metric_fields import record_inputs
 from judges.plan import JudgePlan
+from judges.result_names import BASELINE_RESPONSE, PAIR_PREFIX
+from judges.trajectory.render import render_for_judge
 from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context
 from tasks.dataset.normalise import normalise
+from tasks.dataset.pairs import read_rubric
 from tasks.regression.canary import (
     DEFAULT_CANARY_ROWS,
     DRIFTED,
+    PAIR_VERDICTS,
     PER_UNIT_MODES,
+    JudgeAgreement,
     agreement_of,
     baseline_verdicts,
     canary_judges,
+    choose_pairs,
     choose_rows,
     drift_reasons,
+    pair_agreement,
     unchecked_reasons,
     unit_pairs,
 )
@@ -61,6 +70,46 @@ def _unchecked(why: str, changed: bool, needed: list[JudgeSpec]) -> Canary:
     return canary
 
 
+def _published_pair(index: int, record: dict[str, Any]) -> Pair | None:
+    """The head-to-head pair a baseline record was judged on, or None without an answer.
+
+    A is the answer its own baseline gave (kept beside it), B its own answer (an agent run
+    rendered as the head-to-head renders it).
+    """
+    row = normalise(index, record_inputs(record), str(record.get("request_id")))
+    after = render_for_judge(row.trajectory) if row.is_agent_run else row.response
+    if not isinstance(after, str):
+        return None
+    return Pair(row_index=index, pair_id=row.request_id, prompt=row.request_text,
+                response_A=record[BASELINE_RESPONSE], response_B=after)
+
+
+async def pairwise_agreement(params: Any, baseline: BaselineRun, ctx: JudgeContext, size: int
+                             ) -> JudgeAgreement | str:
+    """The pairwise judge tonight against the baseline's own head-to-head verdicts.
+
+    A seeded sample of the baseline's judged pairs, judged again both orders (never from the
+    cache); or why it could not be checked (the baseline has no head-to-head verdicts).
+
+    Raises:
+        OSError, ValueError, ValidationError: the baseline's rows or the rubric cannot be read.
+    """
+    verdict_field = f"{PAIR_PREFIX}verdict"
+    records = choose_pairs(iter_baseline_records(baseline, params.storage_options), size,
+                           params.canary_seed, verdict_field, BASELINE_RESPONSE)
+    found = [(r, pair) for i, r in enumerate(records) if (pair := _published_pair(i, r))]
+    if not found:
+        return (f"the baseline {baseline.run_id!r} has no head-to-head verdicts to compare "
+                "with (it ran none); tonight's head-to-head judges both answers with tonight's "
+                "judge")
+    rubric = read_rubric(params.rubric, params.storage_options) if params.rubric else None
+    options = PairwiseOptions(rubric, swap=True, strict_ties=params.strict_ties)
+    verdicts = await judge_pairs(ctx, [pair for _, pair in found], options)
+    return pair_agreement([(record[verdict_field],
+                            v.verdict if v.verdict in PAIR_VERDICTS else None)
+                           for (record, _), v in zip(found, verdicts, strict=True)])
+
+
 async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRun,
                      gates: Sequence[Any] = ()) -> Canary | None:
     """Re-judge a seeded sample of the baseline's rows; None when there is no baseline.
@@ -84,21 +133,25 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
                         changed)
     registry = Registry.of(judged.plan.judges, judged.plan.metrics)
     needed = registry.llm_judges(g.metric for g in gates)
+    pairwise_gated = registry.pairwise_gated(g.metric for g in gates)
     judges = [j for j in canary_judges(judged.plan.judges)
               if j.prefix in recorded_judges(baseline.manifest)]
-    if not judges:
+    if not judges and not pairwise_gated:
         return _unchecked("no LLM judge of tonight's run judged the baseline", changed, needed)
+    ctx = judge_context(settings, None, params.storage_options)  # never the cache
+    pairwise: JudgeAgreement | str | None = None
     try:
         records = choose_rows(iter_baseline_records(baseline, params.storage_options), judges,
-                              size, params.canary_seed)
+                              size, params.canary_seed) if judges else []
         rows = [normalise(i, record_inputs(r), str(r.get("request_id")))
                 for i, r in enumerate(records)]
+        if pairwise_gated:  # a gate reads the head-to-head: its judge is checked too
+            pairwise = await pairwise_agreement(params, baseline, ctx, size)
     except (OSError, ValueError, ValidationError) as error:
         why = f"the judge drift canary could not read the baseline's rows: {error}"
         return Canary({"sample": 0, "error": why, "fingerprint_changed": changed,
                        "drifted": True}, [why])
-    ctx = judge_context(settings, None, params.storage_options)  # never the cache
-    results = await judge_rows(ctx, JudgePlan(tuple(judges), (), ()), rows)
+    results = await judge_rows(ctx, JudgePlan(tuple(judges), (), ()), rows) if rows else []
     # The canary's calls are audited in calls.jsonl like the run's own.
     judged.staging.write_calls("canary", CallLog.of(ctx.calls).in_phase("canary"))
     agreements = []
@@ -112,6 +165,8 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
                        else [now.verdict.rating])
             pairs += unit_pairs(baseline_verdicts(record, judge), tonight)
         agreements.append(agreement_of(judge, pairs))
+    if isinstance(pairwise, JudgeAgreement):
+        agreements.append(pairwise)
     reasons = drift_reasons(agreements, params.canary_min_agreement, params.max_error_share)
     reasons += unchecked_reasons(needed, agreements)
     compared = sum(a.compared for a in agreements)
@@ -128,4 +183,8 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
         "drifted": any(r.startswith(DRIFTED) for r in reasons),
         "cost": ctx.usage.as_dict(),
     }
+    if pairwise_gated:
+        section["pairwise"] = ({"checked": True, "pairs": pairwise.compared + pairwise.errors}
+                               if isinstance(pairwise, JudgeAgreement)
+                               else {"checked": False, "why": pairwise})
     return Canary(section, reasons, ctx.usage)

@@ -295,6 +295,9 @@ def publish(
     registry = Registry.of(judged.plan.judges, judged.plan.metrics)
     judged.metrics = with_slices(judged.metrics, judged.staging.iter_records,
                                  registry).with_cost(cost_metric_fields(ledger))
+    # What each published metric is, for readers without the run's judges (the report,
+    # summary.md, the suite's history): the registry's declarations, not the names' shapes.
+    manifest["metric_registry"] = registry.published(dict(judged.metrics))
     try:
         urls = publish_run(
             location, judged.staging, judged.metrics, manifest,

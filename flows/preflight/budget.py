@@ -27,6 +27,7 @@ from typing import Any
 
 from judges.base import JudgeSpec
 from judges.builtin.pairwise import render as render_pair
+from judges.catalogue import Registry
 from judges.errors import ConfigError
 from judges.model.limits import CHARS_PER_TOKEN, ESTIMATED_REPLY_TOKENS
 from judges.model.pricing import Prices, call_cost, model_prices, most_call_cost
@@ -34,6 +35,7 @@ from judges.model.settings import LLMSettings
 from judges.plan import JudgePlan
 from judges.rows import EvalRow, as_planned
 from tasks.regression.canary import canary_judges, first_per_judge
+from tasks.regression.gates import GateConfigError, load_gates
 
 ESTIMATE_ROWS = 200
 
@@ -192,6 +194,8 @@ def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgeP
     judge_most.add_most(judge_prices, judge, "--judge-max-tokens",
                         [*first_prompts, *(_reasked(m, reply) for m in first_prompts)])
     most = judge_most.most * Fraction(scale)
+    # one judge call at the mean first-row prompt's bound, re-asked
+    judge_most_per_call = judge_most.most / max(calls, 1)
     if getattr(params, "pairwise", False):  # a regression's head-to-head: both orders per row
         pair_calls = 2 * total
         pair_prompt = 2 * round(prompt / max(calls, 1) * total)
@@ -215,6 +219,15 @@ def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgeP
         judge_most.add_most(judge_prices, judge, "--judge-max-tokens",
                             [*canary_prompts, *(_reasked(m, reply) for m in canary_prompts)])
         most += judge_most.most
+    if size and getattr(params, "pairwise", False) and _gates_read_head_to_head(params, plan):
+        # The canary re-judges the baseline's head-to-head pairs too, both orders: at most
+        # `size` of them (the set stands in for the baseline's rows, as above).
+        canary_pairs = 2 * size
+        pair_prompt = canary_pairs * round(prompt / max(calls, 1))
+        calls_total, judge_calls = calls_total + canary_pairs, judge_calls + canary_pairs
+        prompt_total += pair_prompt
+        cost.add(judge_prices, pair_prompt, canary_pairs * reply)
+        most += judge_most_per_call * canary_pairs
     output_total = calls_total * reply
     uncapped = list(judge_most.uncapped) if judge_calls else []
     if params.candidate is not None and generations:
@@ -235,6 +248,19 @@ def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgeP
     return Estimate(calls_total, prompt_total, output_total, cost.online, tuple(unpriced or ()),
                     cost.batch, reasks=judge_calls,
                     most_cost_usd=None if uncapped else float(most), uncapped=tuple(uncapped))
+
+
+def _gates_read_head_to_head(params: Any, plan: JudgePlan) -> bool:
+    """Whether a gate of the run reads a head-to-head figure (its judge is then canaried).
+
+    A gates file that cannot be read counts as yes (the estimate stays an upper bound; the
+    run's preflight refuses the file anyway).
+    """
+    try:
+        gates = load_gates(getattr(params, "gates", None), getattr(params, "storage_options", None))
+    except GateConfigError:
+        return True
+    return Registry.of(plan.judges, plan.metrics).pairwise_gated(g.metric for g in gates)
 
 
 def estimate_pairs(params: Any, pairs: Iterable[Any], total: int) -> Estimate:

@@ -12,6 +12,14 @@ judge on each turn, an answer, agent or session judge on each row. An LLM judge 
 on that the canary could not check (the baseline has none of its verdicts) leaves the night
 incomplete, named (`unchecked_reasons`).
 
+The pairwise judge of a regression's head-to-head has no judge spec: when a gate reads a
+pairwise figure (`winrate`), the canary re-judges a seeded sample of the baseline's own
+head-to-head pairs (its `baseline/response` against its response), both orders, and compares
+each reconciled verdict (A, B or tie) with the one the baseline published (`pair_agreement`).
+A baseline without head-to-head verdicts (an evaluate run) has none to drift from: tonight's
+head-to-head judges both sides with tonight's judge, so nothing of it is compared with an
+earlier verdict; the section says the pairwise judge was not checked, and why.
+
 The rule is agreement, per judge: a judge that agrees with its own earlier verdicts on fewer
 than `min_agreement` of the sampled rows (0.9 by default) has drifted, and the night is
 incomplete, never a pass or a breach. Why 0.9 and 50 rows: see docs/regression.md ("Judge drift").
@@ -41,6 +49,9 @@ DRIFTED = "the judge drifted"  # how a drift reason starts (the others: could no
 
 
 PER_UNIT_MODES = ("per_chunk", "per_turn")
+PAIR_VERDICTS = ("A", "B", "tie")
+PAIRWISE_CANARY_NAME = "the pairwise judge (head-to-head)"
+PAIRWISE_CANARY_PREFIX = "pairwise"
 
 
 def canary_judges(judges: Iterable[JudgeSpec]) -> list[JudgeSpec]:
@@ -117,6 +128,40 @@ def first_per_judge(items: Iterable[T], judges: Sequence[JudgeSpec], size: int, 
                 heapq.heapreplace(heap, entry)
     union = {entry[1]: entry for heap in kept.values() for entry in heap}
     return [item for _, _, item in sorted(union.values(), key=lambda e: e[:2], reverse=True)]
+
+
+def choose_pairs(records: Iterable[Mapping[str, Any]], size: int, seed: int,
+                 verdict_field: str, baseline_field: str) -> list[Mapping[str, Any]]:
+    """The first `size` baseline records with a head-to-head verdict, in the seeded order.
+
+    Only records whose verdict is A, B or tie and that kept the response they were compared
+    with count: the same pairs are drawn every night for a baseline, in bounded memory.
+    """
+    judged = (r for r in records if r.get(verdict_field) in PAIR_VERDICTS
+              and isinstance(r.get(baseline_field), str))
+    return heapq.nsmallest(size, judged,
+                           key=lambda r: sample_key(seed, str(r.get("request_id"))))
+
+
+def pair_agreement(pairs: Sequence[tuple[str, str | None]]) -> JudgeAgreement:
+    """Agreement of (baseline's verdict, tonight's or None) over head-to-head pairs.
+
+    A verdict agrees when it is the same of A, B and tie; kappa is over the three; the flips
+    and McNemar's p are of "the candidate (B) won" (yes) against anything else (no).
+    """
+    compared = [(before, now) for before, now in pairs if now in PAIR_VERDICTS]
+    matrix = np.zeros((3, 3), dtype=np.int64)
+    for before, now in compared:
+        matrix[PAIR_VERDICTS.index(now), PAIR_VERDICTS.index(before)] += 1
+    won_before = [b == "B" for b, _ in compared]
+    won_now = [n == "B" for _, n in compared]
+    return JudgeAgreement(
+        PAIRWISE_CANARY_NAME, PAIRWISE_CANARY_PREFIX, len(compared),
+        sum(b == n for b, n in compared),
+        sum(b and not n for b, n in zip(won_before, won_now, strict=True)),
+        sum(n and not b for b, n in zip(won_before, won_now, strict=True)),
+        sum(now not in PAIR_VERDICTS for _, now in pairs),
+        cohen_kappa(matrix) if compared else None, mcnemar(won_before, won_now).p_two_sided)
 
 
 def _negated(key: str) -> str:

@@ -94,6 +94,9 @@ class GateResult(NamedTuple):
     # paired rows (tasks/regression/power.py), and the limit it is read against.
     min_detectable_change: float | None = None
     limit: float | None = None
+    # The metric is a share (a pass rate, a win rate), as the registry declares it: readers
+    # of the line show it in percent and points. None: no registry answered (older runs).
+    share: bool | None = None
 
 
 class RunVerdict(NamedTuple):
@@ -414,5 +417,7 @@ def _result(gate: Gate, ctx: Context, metrics: Mapping[str, Any], line: DeltaLin
         numbers = (None, value, None, source.get("lower_rate"), source.get("upper_rate"), None)
     else:
         numbers = (None, value, None, None, None, None)
+    declared = ctx.registry.entry(gate.metric) if ctx.registry is not None else None
     return GateResult(gate.metric, gate.tag, gate.rule, outcome, reason, *numbers, p, p_adj,
-                      _worst_slice(gate, lines), level, sees, _sides(gate)[0][1] if sees else None)
+                      _worst_slice(gate, lines), level, sees, _sides(gate)[0][1] if sees else None,
+                      declared.share if declared is not None else None)

@@ -52,6 +52,8 @@ class DeltaLine(NamedTuple):
     expectation_changed: int = 0  # same request, another ground truth: not paired
     # The paired rows as the gates' limit tests read them; not stored (it grows with the set).
     paired: PairedData | None = None
+    # A share of rows (a pass rate): the registry's answer, so a reader shows it in points.
+    share: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The line as the manifest stores it."""
@@ -127,7 +129,7 @@ def _line(spec: MetricField, tag: str | None, join: Join, baseline: Mapping[str,
         test.p_two_sided, test.test, test.losses, test.gains,
         base_metrics.get(name), cand_metrics.get(name), spec.lower_is_better,
         sum(spec.metric in baseline[i].values for i in tagged(baseline, list(baseline))),
-        len(tagged(candidate, join.expectation_changed)), data,
+        len(tagged(candidate, join.expectation_changed)), data, spec.kind == "rate",
     )
 
 

@@ -1,9 +1,10 @@
 """The suite's history page: a pure function from history entries to one self-contained HTML page.
 
 One row per run, newest first (the newest `TABLE_ROWS`; the page says when it shows fewer
-than it has), and a trend chart per gated metric over every run: the candidate's value as an
-SVG polyline, runs that became the baseline, failed runs and incomplete runs marked by shape
-(a legend says which), not by colour alone. Nothing here reads or writes a file.
+than it has), and a trend chart per gated metric over every run: the value each regression
+run published (metrics.json, what its gate names) as an SVG polyline, evaluate and rejudge
+runs as points of their own, runs that became the baseline, failed runs and incomplete runs
+marked by shape (a legend says which), not by colour alone. Nothing here reads or writes a file.
 
 Every value comes from an entry (tasks/storage/history_entry.py), which whoever triggers a run
 or can write the suite's folder may have chosen: it reaches the page through jinja2's
@@ -42,8 +43,12 @@ MARKERS = {  # a run's mark on a chart: shape (an SVG path around x, y) and what
     "baseline": ("M{x:.1f} {y:.1f}m0-5l5 5-5 5-5-5z", "became the baseline"),
     "failed": ("M{x:.1f} {y:.1f}m-4-4l8 8m0-8l-8 8", "failed"),
     "incomplete": ("M{x:.1f} {y:.1f}m-4-4h8v8h-8z", "incomplete"),
+    # drawn after the baseline's diamond, so a baseline-moving evaluate run shows both
+    "evaluate": ("M{x:.1f} {y:.1f}m-3.5 0a3.5 3.5 0 1 0 7 0a3.5 3.5 0 1 0-7 0z", "evaluate run"),
+    "rejudge": ("M{x:.1f} {y:.1f}m0-4l4 7h-8z", "rejudge run"),
 }
 
+OTHER_KINDS = ("evaluate", "rejudge")  # runs without gates: points of their own, not the line
 GateKey = tuple[str, str | None]  # (metric, tag)
 
 
@@ -73,8 +78,18 @@ class RunRow(NamedTuple):
     duration: str
 
 
+class ChartPoint(NamedTuple):
+    """One run on a chart: what it published (None: not in its entry) and where it is drawn."""
+
+    run_id: str
+    kind: str
+    value: float | None
+    x: float
+    y: float
+
+
 class Chart(NamedTuple):
-    """A gated metric's trend: the candidate per run, marks, and the axis labels."""
+    """A gated metric's trend: the published value per run, marks, and the axis labels."""
 
     metric: str
     tag: str | None
@@ -84,6 +99,18 @@ class Chart(NamedTuple):
     x_labels: list[tuple[float, str, str]]  # x, anchor, text
     latest: str
     count: int
+    data: list[ChartPoint] = []
+
+    def values(self, kind: str | None = None) -> str:
+        """The published values drawn, in drawing order: the line's (None) or a kind's points.
+
+        On the SVG as `data-values`, so what the chart draws can be read back exactly.
+        """
+        def wanted(point: ChartPoint) -> bool:
+            return (point.kind == kind if kind in OTHER_KINDS
+                    else point.kind not in OTHER_KINDS and point.value is not None)
+
+        return " ".join(repr(p.value) for p in self.data if wanted(p))
 
 
 def _gate_key(gate: GateLine) -> GateKey:
@@ -176,11 +203,46 @@ def _mark_kind(entry: HistoryEntry) -> str | None:
     return "baseline" if entry.became_baseline else None
 
 
+def published_value(key: GateKey, entry: HistoryEntry) -> float | None:
+    """What the run published for a chart's metric (and tag), or None when its entry lacks it.
+
+    A gate line's `published` (metrics.json's value), else the entry's headline metric (the
+    same published value; a tag's slice is only in gate lines). Never the gate's `candidate`,
+    the mean over the rows paired with the baseline, which is not what the run published.
+    """
+    metric, tag = key
+    gate = next((g for g in entry.gates if _gate_key(g) == key), None)
+    if gate is not None and gate.published is not None:
+        return gate.published
+    return entry.metrics.get(metric) if tag is None else None
+
+
+def _charted(key: GateKey, oldest_first: Sequence[HistoryEntry]
+             ) -> list[tuple[int, HistoryEntry, float | None]]:
+    """(run order, entry, published value) of every run a chart shows.
+
+    A regression run gated on the metric is shown (on the axis without a value); an
+    evaluate or rejudge run, which has no gates, when it published the metric.
+    """
+    out = []
+    for index, entry in enumerate(oldest_first):
+        value = published_value(key, entry)
+        if entry.kind in OTHER_KINDS:
+            if value is not None:
+                out.append((index, entry, value))
+        elif any(_gate_key(g) == key for g in entry.gates):
+            out.append((index, entry, value))
+    return out
+
+
 def trend_chart(key: GateKey, oldest_first: Sequence[HistoryEntry]) -> Chart:
-    """The candidate's value of one gated metric across every run (x = run order)."""
-    found = [(index, entry, gate) for index, entry in enumerate(oldest_first)
-             for gate in entry.gates if _gate_key(gate) == key]
-    values = [gate.candidate for _, _, gate in found if gate.candidate is not None]
+    """The published value of one gated metric across every run (x = run order).
+
+    Regression runs are the line; evaluate and rejudge runs are points of their own shape;
+    a run that became the baseline is marked, whatever its kind.
+    """
+    found = _charted(key, oldest_first)
+    values = [value for _, _, value in found if value is not None]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     if high - low < 1e-9:
         low, high = low - 0.05, high + 0.05
@@ -195,20 +257,23 @@ def trend_chart(key: GateKey, oldest_first: Sequence[HistoryEntry]) -> Chart:
             return PLOT_BOTTOM
         return PLOT_BOTTOM - (PLOT_BOTTOM - PLOT_TOP) * (value - low) / span
 
-    points = " ".join(f"{x(i):.1f},{y(g.candidate):.1f}" for i, _, g in found
-                      if g.candidate is not None)
+    line = [(i, v) for i, e, v in found if e.kind not in OTHER_KINDS and v is not None]
     marks: dict[str, list[str]] = {kind: [] for kind in MARKERS}
-    for index, entry, gate in found:
+    for index, entry, value in found:
+        if entry.kind in OTHER_KINDS:
+            marks[entry.kind].append(MARKERS[entry.kind][0].format(x=x(index), y=y(value)))
         if (kind := _mark_kind(entry)) is not None:
-            marks[kind].append(MARKERS[kind][0].format(x=x(index), y=y(gate.candidate)))
+            marks[kind].append(MARKERS[kind][0].format(x=x(index), y=y(value)))
     first, last = oldest_first[0], oldest_first[-1]
     return Chart(
-        metric=key[0], tag=key[1], points=points,
+        metric=key[0], tag=key[1], points=" ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in line),
         marks={kind: "".join(paths) for kind, paths in marks.items() if paths},
         y_labels=[(y(v), fmt_num(v)) for v in (low, (low + high) / 2, high)],
         x_labels=[(PLOT_LEFT, "start", _when(first)[:10]),
                   (PLOT_RIGHT, "end", f"{_when(last)[:10]} (run {len(oldest_first)})")],
         latest=fmt_num(values[-1]) if values else "—", count=len(found),
+        data=[ChartPoint(entry.run_id, entry.kind or "", value, round(x(index), 1),
+                         round(y(value), 1)) for index, entry, value in found],
     )
 
 
@@ -252,6 +317,7 @@ def render_history_page(suite: str, entries: list[HistoryEntry]) -> str:
         more_charts=len(_columns(gate_keys, MAX_CHARTS + 1)) > MAX_CHARTS,
         markers={kind: (shape.format(x=8, y=8), words) for kind, (shape, words)
                  in MARKERS.items()},
-        width=CHART_WIDTH, height=CHART_HEIGHT, plot=(PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM),
+        other_kinds=OTHER_KINDS, width=CHART_WIDTH, height=CHART_HEIGHT,
+        plot=(PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM),
         latest=next((e for e in entries if e.check not in FORGED), None),
     )

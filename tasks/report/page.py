@@ -21,6 +21,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from judges.base import PROMPTS_DIR
+from judges.catalogue import Registry
 from tasks.report.calibration import calibration_view
 from tasks.report.cost_text import cost_rows, unknown_reasons, usage_cost
 from tasks.report.drilldown import row_view
@@ -128,7 +129,8 @@ def render_report(
         pairwise=pairwise_view(inputs.pairwise) if inputs.pairwise else None,
         swap_notice=(manifest.get("pairwise") or {}).get("swap_notice"),
         regression=regression_view(manifest.get("regression"), manifest.get("suite") or ""),
-        slices=slice_rows(metrics),
+        slices=slice_rows(metrics, Registry.from_published(manifest.get("metric_registry"))
+                          if manifest.get("metric_registry") else None),
         skipped=list(manifest.get("skipped_judges") or []),
         rejected=rejected_view(rejected or []),
         calibration=calibration_view(metrics, manifest.get("calibration")),

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from judges.names.metric_fields import counts_of, metric_field
-from judges.result_names import TAG_PREFIX, tag_metric
+from judges.catalogue import Registry
+from judges.names.metric_fields import declared_field, metric_field
+from judges.result_names import count_names, tag_metric, untagged
 from tasks.report.verdict_text import (
     canary_line,
     fmt_delta,
@@ -18,6 +19,7 @@ from tasks.report.verdict_text import (
     fmt_value,
     gate_cells,
     headline,
+    line_share,
 )
 
 
@@ -38,13 +40,13 @@ def untag(key: str) -> str:
 
 def delta_cells(line: Mapping[str, Any]) -> dict[str, Any]:
     """One delta as the strings the deltas table shows."""
-    metric = line["metric"]
+    metric, share = line["metric"], line_share(line)
     return {
         "metric": metric,
         "tag": line.get("tag"),
-        "values": f"{fmt_value(metric, line.get('baseline'))} → "
-                  f"{fmt_value(metric, line.get('candidate'))}",
-        "delta": fmt_delta(metric, line.get("delta"), line.get("low"), line.get("high")),
+        "values": f"{fmt_value(metric, line.get('baseline'), share)} → "
+                  f"{fmt_value(metric, line.get('candidate'), share)}",
+        "delta": fmt_delta(metric, line.get("delta"), line.get("low"), line.get("high"), share),
         "n": line.get("n_paired"),
         "only": f"{line.get('only_baseline', 0)} / {line.get('only_candidate', 0)}",
         "test": line.get("test") or "—",
@@ -90,16 +92,28 @@ def regression_view(section: Mapping[str, Any] | None, suite: str) -> dict[str, 
     }
 
 
-def slice_rows(metrics: Mapping[str, Any]) -> list[SliceRow]:
-    """Every per-tag aggregate (`tag/{tag}/{metric}`) with its counts, tag by tag."""
+def slice_rows(metrics: Mapping[str, Any], registry: Registry | None = None) -> list[SliceRow]:
+    """Every per-tag aggregate (`tag/{tag}/{metric}`) with its counts, tag by tag.
+
+    What each is and which counts it has: `registry` (the run's published declarations,
+    `Registry.from_published`); without one, as `metric_field` reads a name alone.
+    """
     rows = []
     for key, value in metrics.items():
-        if not key.startswith(TAG_PREFIX):
+        tag_key, name = untagged(key)
+        if tag_key is None:
             continue
-        tag_key, _, name = key[len(TAG_PREFIX):].partition("/")
-        spec = metric_field(name)
-        if spec is None:
-            continue
-        rated, errors = counts_of(metrics, tag_metric(untag(tag_key), spec.base))
-        rows.append(SliceRow(untag(tag_key), name, fmt_value(name, value), rated, errors))
+        if registry is not None:
+            entry = registry.entry(name)
+            if declared_field(entry) is None:  # sliced are the per-row averages only
+                continue
+            counts, share = (entry.rated, entry.errors), entry.share
+        else:
+            spec = metric_field(name)
+            if spec is None:
+                continue
+            counts, share = count_names(spec.base), None
+        rated, errors = (metrics.get(tag_metric(untag(tag_key), c)) if c else None
+                         for c in counts)
+        rows.append(SliceRow(untag(tag_key), name, fmt_value(name, value, share), rated, errors))
     return sorted(rows, key=lambda r: (r.tag, r.name))

@@ -22,16 +22,30 @@ from tasks.report.cost_text import usage_cost
 MINUS = "−"
 
 
-def _is_rate(metric: str) -> bool:
+def _is_rate(metric: str, share: bool | None = None) -> bool:
+    """Whether `metric` is a share shown in percent: the registry's answer (`share`).
+
+    Lines carry it (the registry answered when the run decided them); only a line of a run
+    published before that falls back to the built-ins' declarations and, for a run's own
+    judges, the name.
+    """
+    if share is not None:
+        return share
     spec = metric_field(metric)
     return metric == "winrate" or (spec is not None and spec.kind == "rate")
 
 
-def fmt_value(metric: str, value: float | None) -> str:
+def line_share(line: Mapping[str, Any]) -> bool | None:
+    """The registry's answer a gate or delta line carries (None on older runs' lines)."""
+    share = line.get("share")
+    return share if isinstance(share, bool) else None
+
+
+def fmt_value(metric: str, value: float | None, share: bool | None = None) -> str:
     """Rates as percentages, other values with up to 4 significant decimals."""
     if value is None:
         return "—"
-    if _is_rate(metric):
+    if _is_rate(metric, share):
         return f"{value * 100:.1f}%"
     return f"{value:.4g}".replace("-", MINUS)
 
@@ -43,21 +57,23 @@ def _signed(number: float, rate: bool) -> str:
     return text.replace("-", MINUS)
 
 
-def fmt_delta(metric: str, delta: float | None, low: float | None, high: float | None) -> str:
+def fmt_delta(metric: str, delta: float | None, low: float | None, high: float | None,
+              share: bool | None = None) -> str:
     """'−3.18 pp [−5.60, −0.91]' for rates, '+0.12 [−0.05, +0.30]' for averages."""
     if delta is None:
         return "—"
-    rate = _is_rate(metric)
+    rate = _is_rate(metric, share)
     text = _signed(delta, rate) + (" pp" if rate else "")
-    interval = fmt_interval(metric, low, high)
+    interval = fmt_interval(metric, low, high, rate)
     return f"{text} {interval}" if interval else text
 
 
-def fmt_interval(metric: str, low: float | None, high: float | None) -> str:
+def fmt_interval(metric: str, low: float | None, high: float | None,
+                 share: bool | None = None) -> str:
     """'[−5.60, −0.91]' (points for rates); empty without an interval."""
     if low is None or high is None:
         return ""
-    rate = _is_rate(metric)
+    rate = _is_rate(metric, share)
     return f"[{_signed(low, rate)}, {_signed(high, rate)}]"
 
 
@@ -80,7 +96,7 @@ def sees_text(gate: Mapping[str, Any]) -> str:
     if sees is None or limit is None:
         return ""
     word = "drops" if "drop" in (gate.get("rule") or "") else "rises"
-    rate = _is_rate(gate["metric"])
+    rate = _is_rate(gate["metric"], line_share(gate))
     amount = (lambda x: f"{x * 100:.3g} pp") if rate else (lambda x: f"{x:.4g}")
     text = f"sees {word} of {amount(sees)} and more (80% power)"
     if cannot_detect(gate):  # a change of twice the limit would most likely go undecided
@@ -91,28 +107,30 @@ def sees_text(gate: Mapping[str, Any]) -> str:
 
 def gate_cells(gate: Mapping[str, Any]) -> dict[str, str]:
     """One gate's line as the strings every view shows."""
-    metric = gate["metric"]
+    metric, share = gate["metric"], line_share(gate)
     name = visible(metric if not gate.get("tag") else f"{metric} [tag {gate['tag']}]")
     base, cand = gate.get("baseline"), gate.get("candidate")
-    values = fmt_value(metric, cand) if base is None else (
-        f"{fmt_value(metric, base)} → {fmt_value(metric, cand)}")
+    values = fmt_value(metric, cand, share) if base is None else (
+        f"{fmt_value(metric, base, share)} → {fmt_value(metric, cand, share)}")
     if gate.get("delta") is None and gate.get("low") is not None and gate.get("high") is not None:
-        values += f" [{fmt_value(metric, gate['low'])}, {fmt_value(metric, gate['high'])}]"
+        low, high = (fmt_value(metric, gate[k], share) for k in ("low", "high"))
+        values += f" [{low}, {high}]"
     # The interval that decided a gate with an alpha: each bound one-sided at α over Holm's
     # multiplier (docs/regression.md), not the delta's 95% interval.
     level = gate.get("interval_level")
     bounds = f" (bounds at {level:.3g} each side)" if level is not None else ""
     worst = gate.get("worst_slice")
-    worst_delta = fmt_delta(metric, worst["delta"], worst["low"], worst["high"]) if worst else ""
+    worst_delta = (fmt_delta(metric, worst["delta"], worst["low"], worst["high"], share)
+                   if worst else "")
     return {
         "verdict": gate["outcome"].upper(),
         "gate": name,
         "rule": visible(gate.get("rule") or ""),
         "values": values,
-        "delta": fmt_delta(metric, gate.get("delta"), gate.get("low"), gate.get("high"))
+        "delta": fmt_delta(metric, gate.get("delta"), gate.get("low"), gate.get("high"), share)
         + (bounds if gate.get("delta") is not None else ""),
-        "delta_point": fmt_delta(metric, gate.get("delta"), None, None),
-        "delta_ci": fmt_interval(metric, gate.get("low"), gate.get("high"))
+        "delta_point": fmt_delta(metric, gate.get("delta"), None, None, share),
+        "delta_ci": fmt_interval(metric, gate.get("low"), gate.get("high"), share)
         if gate.get("delta") is not None else "",
         "interval_note": "" if gate.get("delta") is None or gate.get("low") is None else (
             f"{level:.3g} per side" if level is not None else "95%"),

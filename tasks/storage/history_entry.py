@@ -24,8 +24,9 @@ from pydantic import (
     model_validator,
 )
 
-from judges.names.metric_fields import counts_of, metric_fields
-from judges.result_names import GENERATION_ERROR_COUNT, headline_metrics
+from judges.catalogue import Registry
+from judges.names.metric_fields import counts_of, declared_field, metric_fields
+from judges.result_names import GENERATION_ERROR_COUNT, headline_metrics, tag_metric
 from tasks.storage.baseline_rules import SAFE_RUN_ID, becomes_baseline
 
 ENTRY_BUDGET_BYTES = 6 * 1024  # an entry's JSON, whatever its manifest held
@@ -114,6 +115,13 @@ class GateLine(Bounded):
     rule: Short = None
     limit: Number = None
     min_detectable_change: Number = None
+    # The value metrics.json publishes for the gated metric (its tag's slice for a tagged
+    # gate): what the chart draws. `candidate` is the mean over the rows paired with the
+    # baseline, which differs when rows were added, dropped or errored.
+    published: Number = None
+    # The registry's answer: the metric is a share (shown in percent and points).
+    share: Annotated[bool | None, BeforeValidator(
+        lambda v: v if isinstance(v, bool) else None)] = None
 
     @model_serializer(mode="wrap")
     def _without_unset_newer(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -121,7 +129,7 @@ class GateLine(Bounded):
                 if value is not None or key not in NEWER_GATE_FIELDS}
 
 
-NEWER_GATE_FIELDS = ("rule", "limit", "min_detectable_change")
+NEWER_GATE_FIELDS = ("rule", "limit", "min_detectable_change", "published", "share")
 
 
 class Cost(Bounded):
@@ -240,12 +248,30 @@ def _rows(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return {key: dataset.get(f"rows_{key}") for key in ("total", "judged", "rejected")}
 
 
-def _errors(metrics: Mapping[str, Any], headline: list[str]) -> int | None:
-    """Judge errors over the run's headline aggregates, and failed generations."""
-    counts = [counts_of(metrics, field.base)[1] for field in metric_fields(headline)]
+def _errors(metrics: Mapping[str, Any], headline: list[str], registry: Any) -> int | None:
+    """Judge errors over the run's headline aggregates, and failed generations.
+
+    Each aggregate's error count is the one its declaration names (the run's published
+    registry); a manifest from before it was recorded is read by the names' shapes.
+    """
+    if registry is not None:
+        # the per-row aggregates' (pooled turns and head-to-head figures count other units)
+        names = {e.errors for n in headline
+                 if declared_field(e := registry.entry(n)) is not None and e.errors}
+        counts = [metrics.get(name) for name in sorted(names)]
+    else:
+        counts = [counts_of(metrics, field.base)[1] for field in metric_fields(headline)]
     counts.append(metrics.get(GENERATION_ERROR_COUNT))
     known = [c for c in counts if isinstance(c, int) and not isinstance(c, bool)]
     return sum(known) if known else None
+
+
+def _with_published(gate: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A gate line with the value metrics.json publishes for its metric (and tag)."""
+    metric, tag = gate.get("metric"), gate.get("tag")
+    if not isinstance(metric, str) or not (tag is None or isinstance(tag, str)):
+        return dict(gate)
+    return {**gate, "published": metrics.get(metric if tag is None else tag_metric(tag, metric))}
 
 
 def _list(value: Any) -> list:
@@ -281,11 +307,12 @@ def history_entry(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> Hi
         "outcome": regression.get("outcome") if regression else status,
         "reasons": _list(manifest.get("incomplete_reasons"))
         or _list(regression.get("incomplete_reasons")),
-        "gates": [g for g in gates if isinstance(g, Mapping)],
+        "gates": [_with_published(g, metrics) for g in gates if isinstance(g, Mapping)],
         "gates_omitted": max(0, len(gates) - MAX_GATES),
         "metrics": {name: metrics.get(name) for name in headline},
         "rows": _rows(manifest),
-        "errors": _errors(metrics, headline),
+        "errors": _errors(metrics, headline, Registry.from_published(
+            manifest["metric_registry"]) if manifest.get("metric_registry") else None),
         "judge_digest": _section(manifest, "judge_fingerprint").get("digest"),
         "canary": regression.get("canary") if isinstance(regression.get("canary"), Mapping)
         else None,
