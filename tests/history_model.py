@@ -48,11 +48,11 @@ class Call:
     key: str
     data: bytes = b""
 
-    def label(self, answer: Any = None) -> str:
-        name = "/".join(self.key.rsplit("/", 2)[-2:]) if "/history/" in self.key \
-            else self.key.rsplit("/", 1)[-1] or self.key.rsplit("/", 2)[-2] + "/"
-        shown = "" if answer in (None, OK) or self.kind != PUT else f" ({answer})"
-        return f"{self.kind} {name}{shown}"
+    def label(self, fault: str = OK) -> str:
+        """The call as a failure message shows it: `put history/{run}.json (lost)`."""
+        parts = self.key.rsplit("/", 2)
+        name = "/".join(parts[-2:]) if "/history/" in self.key else parts[-1]
+        return f"{self.kind} {name}" + ("" if fault == OK else f" ({fault})")
 
 
 @dataclass(frozen=True)
