@@ -15,8 +15,9 @@ number, `failing` how many end with the claim broken.
 
 Faults, within a budget per writer: a PUT can fail before it lands (`lost`), land and still
 answer an error (`landed`), or answer an error and land later, at any point of the rest of the
-interleaving (`late`), as a request the client gave up on can. `Publisher` retries a PUT that
-answered an error.
+interleaving (`late`), as a request the client gave up on can where requests apply in arrival
+order (not on S3, which keeps the latest request: docs/history.md). `Publisher` retries a PUT
+that answered an error.
 """
 
 from __future__ import annotations
