@@ -4,7 +4,10 @@ moto runs as a real HTTP server (``ThreadedMotoServer``) on port 0. Clients do n
 directly: a small loopback proxy sits in front, records every request it relays (the order of
 PUTs is what the publishing tests assert on) and injects faults at the network boundary — a
 request whose method and path match a pattern gets an S3 ``500 InternalError`` (or any status)
-for its next N matches, or forever, or is delayed.
+for its next N matches, or forever, or is delayed, or is held until the test releases it (so a
+test orders requests by events, not by sleeps). A request whose client has given up by the time
+it would be relayed is dropped, never relayed late: S3 keeps the request with the latest
+timestamp, so an abandoned attempt never lands over a later one (docs/history.md).
 
 Fixtures ``s3_server`` (session) and ``s3`` (a fresh bucket per test): import them into a test
 module with ``from tests.s3_server import s3_fixture, s3_server_fixture``.
@@ -15,6 +18,8 @@ from __future__ import annotations
 import http.client
 import logging
 import re
+import select
+import socket
 import threading
 import time
 import uuid
@@ -39,6 +44,7 @@ AWS_ENV_CLEARED = ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AW
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding",
                         "te", "trailer", "upgrade", "expect", "content-length"})
 WRITE_METHODS = frozenset({"PUT", "POST"})
+HOLD_SECONDS = 300  # a held request is let go after this even if the test never releases it
 FAULT_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
     b"<Message>fault injected by the test proxy</Message></Error>"
@@ -61,6 +67,33 @@ class Fault:
 
     def spent(self) -> bool:
         return self.times is not None and self.hits >= self.times
+
+
+@dataclass
+class Hold:
+    """Requests matching `methods` and `path` wait at the proxy until `release`, `times` times."""
+
+    path: re.Pattern[str]
+    methods: frozenset[str] = WRITE_METHODS
+    times: int | None = 1
+    hits: int = 0
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def matches(self, method: str, path: str) -> bool:
+        return method in self.methods and bool(self.path.search(path))
+
+    def spent(self) -> bool:
+        return self.times is not None and self.hits >= self.times
+
+    def wait_arrived(self, seconds: float = HOLD_SECONDS) -> None:
+        """Wait until a matching request is held (an AssertionError after `seconds`)."""
+        if not self.arrived.wait(seconds):
+            raise AssertionError(f"no request matching {self.path.pattern!r} reached the proxy "
+                                 f"within {seconds}s")
+
+    def release(self) -> None:
+        self.released.set()
 
 
 @dataclass(frozen=True)
@@ -87,6 +120,7 @@ class FaultProxy:
     upstream: tuple[str, int]
     log: list[Relayed] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    holds: list[Hold] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -113,6 +147,15 @@ class FaultProxy:
                 if not fault.spent() and fault.matches(method, path):
                     fault.hits += 1
                     return fault
+        return None
+
+    def take_hold(self, method: str, path: str) -> Hold | None:
+        """The first live hold matching the request, counted as hit."""
+        with self.lock:
+            for hold in self.holds:
+                if not hold.spent() and hold.matches(method, path):
+                    hold.hits += 1
+                    return hold
         return None
 
     def record(self, entry: Relayed) -> None:
@@ -149,6 +192,14 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             fault = proxy.take_fault(self.command, path)
             if fault is not None and fault.delay_seconds:
                 time.sleep(fault.delay_seconds)
+            if (hold := proxy.take_hold(self.command, path)) is not None:
+                hold.arrived.set()
+                hold.released.wait(HOLD_SECONDS)
+            if (fault is not None and fault.delay_seconds or hold is not None) \
+                    and self._client_gone():
+                proxy.record(Relayed(self.command, path, parts.query, 0, True, time.monotonic()))
+                self.close_connection = True
+                return
             # Each request is logged before its answer goes out, so a client that waits for
             # one answer before sending the next request finds them logged in its own order.
             if fault is not None and fault.status:
@@ -173,6 +224,14 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             proxy.record(Relayed(self.command, path, parts.query, response.status, False,
                                  time.monotonic()))
             self._answer(response.status, reply_headers, data, response.reason)
+
+        def _client_gone(self) -> bool:
+            """Whether the client closed its connection (it timed out, and may retry)."""
+            try:
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
 
         def _answer(self, status: int, headers: list[tuple[str, str]], data: bytes,
                     reason: str | None = None) -> None:
@@ -245,9 +304,20 @@ class S3Bucket:
             self.server.proxy.faults.append(fault)
         return fault
 
+    def hold(self, pattern: str, times: int | None = 1, *,
+             methods: frozenset[str] = WRITE_METHODS) -> Hold:
+        """Keep requests whose path matches `pattern` at the proxy until the hold's `release`."""
+        hold = Hold(re.compile(pattern), frozenset(methods), times)
+        with self.server.proxy.lock:
+            self.server.proxy.holds.append(hold)
+        return hold
+
     def clear_faults(self) -> None:
         with self.server.proxy.lock:
             self.server.proxy.faults.clear()
+            for hold in self.server.proxy.holds:
+                hold.release()
+            self.server.proxy.holds.clear()
 
     def requests(self, method: str | None = None) -> list[Relayed]:
         """Requests to this bucket so far, in the order they completed."""
@@ -299,7 +369,7 @@ def s3_server_fixture() -> Iterator[S3Server]:
 
 @pytest.fixture(name="s3")
 def s3_fixture(s3_server: S3Server) -> Iterator[S3Bucket]:
-    """A fresh, empty bucket for one test; faults set during the test are removed after it."""
+    """A fresh, empty bucket for one test; faults and holds set during it are removed after it."""
     bucket = S3Bucket(s3_server, f"judgeflow-{uuid.uuid4().hex[:12]}")
     s3_server.filesystem().mkdir(bucket.name)
     yield bucket

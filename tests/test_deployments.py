@@ -36,6 +36,10 @@ DEPLOYMENTS = REPO / "deployments"
 EXAMPLES = DEPLOYMENTS / "trigger_examples"
 BIN = Path(sys.executable).parent
 POOL = "judgeflow-process"
+# A busy machine's Prefect server (SQLite) answers 503 now and then: calls are sent again this
+# many times at most, with a growing pause (about 20 s in all).
+API_ATTEMPTS = 8
+API_PAUSE_SECONDS = 0.5
 NAMES = {"evaluate": "evaluate/evaluate",
          "compare": "compare/compare",
          "rejudge": "rejudge/rejudge",
@@ -53,6 +57,32 @@ class Server:
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.api_url, timeout=30)
+
+    def call(self, method: str, path: str, *, json: object = None,
+             retry_timeouts: bool | None = None) -> httpx.Response:
+        """One API call, sent again while the busy server answers 503 or, if safe, times out.
+
+        A 503 (SQLite busy under a loaded machine) changed nothing, so the call is sent again,
+        at most API_ATTEMPTS times. A timeout is retried only for a call safe to repeat (a GET,
+        unless `retry_timeouts` says so): a POST that timed out may have been done.
+
+        Returns:
+            The last response, whatever its status (the caller asserts on it).
+        """
+        retry_timeouts = method == "GET" if retry_timeouts is None else retry_timeouts
+        with self.client() as api:
+            for attempt in range(API_ATTEMPTS):
+                if attempt:
+                    time.sleep(API_PAUSE_SECONDS * 2 ** min(attempt - 1, 3))
+                try:
+                    response = api.request(method, path, json=json)
+                except httpx.TimeoutException:
+                    if not retry_timeouts or attempt == API_ATTEMPTS - 1:
+                        raise
+                    continue
+                if response.status_code != 503:
+                    break
+        return response
 
     def run(self, *args: str | Path, cwd: Path = REPO, timeout: float = 180,
             check: bool = True) -> subprocess.CompletedProcess:
@@ -152,21 +182,19 @@ def deployed(server) -> dict[str, dict]:
     # prefect deploy skips a prefect.yaml that fails validation with only a yellow warning.
     assert "validation errors" not in output, output
     assert output.count("successfully created") == len(NAMES), output
-    with server.client() as api:
-        return {key: api.get(f"/deployments/name/{name}").raise_for_status().json()
-                for key, name in NAMES.items()}
+    return {key: server.call("GET", f"/deployments/name/{name}").raise_for_status().json()
+            for key, name in NAMES.items()}
 
 
 def _flow_runs(server: Server, deployment_id: str, **filters) -> list[dict]:
     body = {"deployments": {"id": {"any_": [deployment_id]}}, "sort": "EXPECTED_START_TIME_ASC",
             **filters}
-    with server.client() as api:
-        return api.post("/flow_runs/filter", json=body).raise_for_status().json()
+    return server.call("POST", "/flow_runs/filter", json=body,
+                       retry_timeouts=True).raise_for_status().json()  # a read
 
 
 def _state(server: Server, flow_run_id: str) -> dict:
-    with server.client() as api:
-        return api.get(f"/flow_runs/{flow_run_id}").raise_for_status().json()["state"]
+    return server.call("GET", f"/flow_runs/{flow_run_id}").raise_for_status().json()["state"]
 
 
 def test_deploy_registers_the_six_deployments(deployed):
@@ -440,15 +468,10 @@ def test_a_deployment_run_s_parameters_cannot_reach_outside_the_operator_s_polic
     }
     requests_before = len(llm_server.requests)
     ids = {}
-    with server.client() as api:
-        for name, params in hostile.items():
-            for _ in range(5):  # SQLite under a loaded machine answers 503 now and then
-                created = api.post(f"/deployments/{deployed['evaluate']['id']}/create_flow_run",
-                                   json={"parameters": {"params": params}})
-                if created.status_code != 503:
-                    break
-                time.sleep(1)
-            ids[name] = created.raise_for_status().json()["id"]
+    for name, params in hostile.items():
+        created = server.call("POST", f"/deployments/{deployed['evaluate']['id']}/create_flow_run",
+                              json={"parameters": {"params": params}})
+        ids[name] = created.raise_for_status().json()["id"]
     worker_log = server.run_worker_once()
     messages = {name: _state(server, run_id) for name, run_id in ids.items()}
     assert all(m["type"] == "FAILED" for m in messages.values()), worker_log[-6000:]
@@ -545,15 +568,10 @@ def test_a_deployment_run_s_suite_output_and_baseline_are_its_deployment_s(
                                    "baseline": "old-weak-run", "run_id": "n2"}),
     }
     ids = {}
-    with server.client() as api:
-        for name, (key, params) in hostile.items():
-            for _ in range(5):  # SQLite under a loaded machine answers 503 now and then
-                created = api.post(f"/deployments/{deployed[key]['id']}/create_flow_run",
-                                   json={"parameters": {"params": params}})
-                if created.status_code != 503:
-                    break
-                time.sleep(1)
-            ids[name] = created.raise_for_status().json()["id"]
+    for name, (key, params) in hostile.items():
+        created = server.call("POST", f"/deployments/{deployed[key]['id']}/create_flow_run",
+                              json={"parameters": {"params": params}})
+        ids[name] = created.raise_for_status().json()["id"]
     worker_log = server.run_worker_once()
     states = {name: _state(server, run_id) for name, run_id in ids.items()}
     assert all(s["type"] == "FAILED" for s in states.values()), worker_log[-6000:]

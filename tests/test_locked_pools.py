@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,13 +87,7 @@ def _hostile(attacker: FakeLLMServer, outside: dict[str, Path], command: bool) -
 
 
 def _create(server: Server, deployment_id: str, body: dict) -> httpx.Response:
-    with server.client() as api:
-        for _ in range(5):  # SQLite under a loaded machine answers 503 now and then
-            created = api.post(f"/deployments/{deployment_id}/create_flow_run", json=body)
-            if created.status_code != 503:
-                return created
-            time.sleep(1)
-    return created
+    return server.call("POST", f"/deployments/{deployment_id}/create_flow_run", json=body)
 
 
 def _nothing_happened(attacker: FakeLLMServer, outside: dict[str, Path]) -> None:
@@ -135,27 +128,17 @@ def test_an_unlocked_pool_fails_closed(server, deployed, attacker, outside):
 
     pool, evaluate = "judgeflow-unlocked", deployed["evaluate"]
 
-    def post(api, path: str, json: dict):
-        """A POST retried while the busy server answers 503 (SQLite busy under a full run)."""
-        for _ in range(10):
-            answer = api.post(path, json=json)
-            if answer.status_code != 503:
-                break
-            time.sleep(1)
-        return answer.raise_for_status()
-
-    with server.client() as api:
-        post(api, "/work_pools/", json={
-            "name": pool, "type": "process",
-            "base_job_template": ProcessWorker.get_default_base_job_template(),
-        })
-        deployment = post(api, "/deployments/", json={
-            "name": "evaluate-unlocked", "flow_id": evaluate["flow_id"],
-            "entrypoint": evaluate["entrypoint"], "pull_steps": evaluate["pull_steps"],
-            "parameters": evaluate["parameters"],
-            "parameter_openapi_schema": evaluate["parameter_openapi_schema"],
-            "work_pool_name": pool, "work_queue_name": "default",
-        }).json()
+    server.call("POST", "/work_pools/", json={
+        "name": pool, "type": "process",
+        "base_job_template": ProcessWorker.get_default_base_job_template(),
+    }).raise_for_status()
+    deployment = server.call("POST", "/deployments/", json={
+        "name": "evaluate-unlocked", "flow_id": evaluate["flow_id"],
+        "entrypoint": evaluate["entrypoint"], "pull_steps": evaluate["pull_steps"],
+        "parameters": evaluate["parameters"],
+        "parameter_openapi_schema": evaluate["parameter_openapi_schema"],
+        "work_pool_name": pool, "work_queue_name": "default",
+    }).raise_for_status().json()
     created = _create(server, deployment["id"], _hostile(attacker, outside, False))
     assert created.status_code == 201, created.text
     for _ in range(3):  # a busy machine: the run may not be due yet when a worker looks once
@@ -195,15 +178,13 @@ def test_container_pools_install_and_refuse_a_run_s_environment_or_image(
     assert f"created work pool {pool!r}" in done.stdout
     again = server.run(*install, "--image", image)
     assert f"updated work pool {pool!r}" in again.stdout
-    with server.client() as api:
-        stored = api.get(f"/work_pools/{pool}").raise_for_status().json()
+    stored = server.call("GET", f"/work_pools/{pool}").raise_for_status().json()
     assert image in json.dumps(stored["base_job_template"]["job_configuration"])
     shard = deployed["shard"]
-    with server.client() as api:
-        deployment = api.post("/deployments/", json={
-            "name": f"shard-{pool_type}", "flow_id": shard["flow_id"],
-            "entrypoint": shard["entrypoint"], "work_pool_name": pool,
-            "work_queue_name": "default"}).raise_for_status().json()
+    deployment = server.call("POST", "/deployments/", json={
+        "name": f"shard-{pool_type}", "flow_id": shard["flow_id"],
+        "entrypoint": shard["entrypoint"], "work_pool_name": pool,
+        "work_queue_name": "default"}).raise_for_status().json()
     for variables in ({"env": {"JUDGEFLOW_READ_ROOTS": "/"}}, {"image": "evil:latest"},
                       {"command": "sh -c id"}):
         refused = _create(server, deployment["id"], {"job_variables": variables})
@@ -233,12 +214,10 @@ def test_deploying_locks_a_pool_created_with_prefect_s_defaults(server, deployed
     """`prefect work-pool create judgeflow-process --type process`, then the README's deploy."""
     from prefect.workers.process import ProcessWorker
 
-    with server.client() as api:
-        api.patch(f"/work_pools/{POOL}", json={
-            "base_job_template": ProcessWorker.get_default_base_job_template()}
-        ).raise_for_status()
+    server.call("PATCH", f"/work_pools/{POOL}", json={
+        "base_job_template": ProcessWorker.get_default_base_job_template()}
+    ).raise_for_status()
     server.run(BIN / "prefect", "--no-prompt", "deploy", "--prefect-file",
                "deployments/prefect.yaml", "--name", "judge-shard")
-    with server.client() as api:
-        stored = api.get(f"/work_pools/{POOL}").raise_for_status().json()
+    stored = server.call("GET", f"/work_pools/{POOL}").raise_for_status().json()
     assert stored["base_job_template"] == locked_template("process")

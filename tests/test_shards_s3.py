@@ -65,18 +65,18 @@ def test_a_sharded_run_on_s3_equals_a_local_single_process_run(
                              timeout=300)
     logs = "\n".join(_tail(server.home / f"{name}.log", 4000) for name in WORKERS)
     assert sharded.returncode == 0, sharded.stderr[-3000:] + logs
-    sharded_calls = Counter(prompt_text(body) for body in fake_llm.requests)
-    assert sharded_calls == single_calls and set(sharded_calls.values()) == {1}
-
-    records, metrics, _ = test_shards._published(tmp_path / "local", "one")
     fs = s3.server.filesystem()
     run = f"{s3.name}/out/s/two"
+    with fs.open(f"{run}/manifest.json", "r") as handle:
+        manifest = json.load(handle)
+    sharded_calls = Counter(prompt_text(body) for body in fake_llm.requests)
+    test_shards.asked_once(sharded_calls, single_calls, manifest)
+
+    records, metrics, _ = test_shards._published(tmp_path / "local", "one")
     with fs.open(f"{run}/results.jsonl", "r") as lines:
         sharded_records = [json.loads(line) for line in lines]
     with fs.open(f"{run}/metrics.json", "r") as handle:
         sharded_metrics = json.load(handle)
-    with fs.open(f"{run}/manifest.json", "r") as handle:
-        manifest = json.load(handle)
     assert sharded_records == records
     assert sharded_metrics == metrics
     assert manifest["status"] == "complete"

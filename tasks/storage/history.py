@@ -293,8 +293,11 @@ def record_in_history(location: RunLocation, manifest: dict, metrics: Any,
     only adds (it starts from the history.json found and the listed files it lacks), so an
     entry that a stale writer dropped is listed again by that writer's next look. This needs
     a store whose LIST shows every completed write, which S3 has done since December 2020
-    and a local folder always has. It ends after `MAX_ROUNDS` rounds (runs that keep
-    publishing every moment could keep it going); whoever publishes next repairs it.
+    and a local folder always has, and a PUT that answered an error not landing after its
+    retry (S3 keeps the latest request). It ends after `MAX_ROUNDS` rounds (a round fails only
+    when the listing grew: more runs than that publishing at once); whoever publishes next
+    repairs it. tests/test_history_model.py checks this over every interleaving of the real
+    code (docs/history.md).
 
     Args:
         location: The run's location (its suite's folder holds the history).
