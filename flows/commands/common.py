@@ -150,7 +150,7 @@ def print_run_summary(summary: dict, title: str, notices: list[str]) -> None:
     Console().print(table)
     for notice in notices:
         console.print(f"[yellow]{notice}[/]")
-    if cost := cost_line(summary.get("ledger")):
+    if cost := cost_line(summary.get("ledger"), summary.get("usage")):
         print(visible(cost))
     print(f"report:  {summary['files']['report.html']}")
     print(f"metrics: {summary['files']['metrics.json']}")
