@@ -137,3 +137,20 @@ def test_a_gate_on_a_custom_judge_s_metric_is_known(tmp_path):
                          str(gates), "--judge-model", "judgeflow/offline", "--custom-judges",
                          str(judges), "--no-pairwise", "--no-progress")
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_flow_run_with_a_misspelt_model_fails_before_any_call(tmp_path):
+    """The UI's or a schedule's path: no command-line preflight, the flow fails first."""
+    import asyncio
+
+    from flows.evaluate import evaluate
+    from flows.params import EvaluateParams, JudgeModel
+
+    params = EvaluateParams(data=str(EXAMPLE), judge=JudgeModel(model="openai/gpt-4o-mni"),
+                            output=str(tmp_path / "out"), suite="s", run_id="misspelt")
+    state = asyncio.run(evaluate(params, return_state=True))
+    assert state.is_failed()
+    message = str(state.result(raise_on_failure=False))
+    assert "unknown model 'openai/gpt-4o-mni' (--judge-model)" in message
+    assert "did you mean 'openai/gpt-4o-mini'" in message
+    assert not (tmp_path / "out").exists()  # nothing judged, nothing published

@@ -21,9 +21,11 @@ import ast
 import difflib
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 from judges.errors import ConfigError
 from judges.model.batch.requests import BATCH_PROVIDERS
@@ -66,8 +68,13 @@ def litellm_providers() -> frozenset[str]:
         return frozenset()
     source = Path(next(iter(spec.submodule_search_locations))) / "types" / "utils.py"
     try:
-        tree = ast.parse(source.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
+        text = source.read_text(encoding="utf-8")
+        # On a fresh thread's shallow stack: from deep inside a flow run, CPython 3.11 before
+        # 3.11.8 fails to parse a file this large ("AST constructor recursion depth
+        # mismatch", gh-106905).
+        with ThreadPoolExecutor(max_workers=1) as thread:
+            tree = thread.submit(ast.parse, text).result()
+    except (OSError, SyntaxError, ValueError, SystemError):
         return frozenset()
     enum = next((node for node in tree.body
                  if isinstance(node, ast.ClassDef) and node.name == "LlmProviders"), None)
@@ -212,3 +219,22 @@ def check_batch_model(model: str, option: str) -> None:
         f"{option} {model}: batch mode sends calls through OpenAI-compatible batch APIs "
         f"({', '.join(p + '/' for p in BATCH_PROVIDERS)}); {provider} is not one: run it "
         "without --batch")
+
+
+def check_model_names(params: Any) -> None:
+    """Each model's provider and name, checked in the flow itself.
+
+    A deployment run (the UI, a schedule, an event) has had no command-line preflight, and a
+    misspelt name would cost every call's retries and publish an incomplete run: the flow
+    fails first, its message this sentence.
+
+    Raises:
+        ModelConfigError: naming the option, the model and the closest known names.
+    """
+    models = [(getattr(params, "judge", None), "--judge-model"),
+              (getattr(params, "candidate", None), "--candidate-model")]
+    for model, option in models:
+        if model is None or not model.model.strip():
+            continue
+        check_provider(model.model, option)
+        check_known_model(model.model, model.api_base, option)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from flows.preflight.mlflow_artifacts import artifact_policy, check_experiment_artifacts
 from flows.preflight.mlflow_source import check_data_source, probe_data_source
+from flows.preflight.models import check_model_names
 from judges.errors import ConfigError
 from tasks.mlflow.target import target_of
 
@@ -111,3 +112,13 @@ def _why(reason: Any, host: str, port: int | None) -> str:
     if isinstance(reason, ConnectionRefusedError):
         return f"connection refused: nothing listens on {where}"
     return f"cannot connect to {where}: {reason}"
+
+
+def check_before_any_call(params: Any) -> None:
+    """What a flow checks itself (a deployment run has had no command-line preflight).
+
+    Raises:
+        ModelConfigError or one of check_tracking_server's errors, in one sentence.
+    """
+    check_model_names(params)
+    check_tracking_server(params)
