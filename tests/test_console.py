@@ -62,3 +62,15 @@ def test_a_run_says_its_skipped_judges_once_and_one_call_count_everywhere(tmp_pa
         assert _count(console) == _count(summary) == (made, from_cache)
         assert manifest["ledger"]["total"]["calls"] == made
         assert manifest["usage"]["cache_hits"] == from_cache
+
+
+def test_the_compare_summary_title_stays_on_one_line(tmp_path):
+    done = subprocess.run(
+        [str(JUDGEFLOW), "compare", str(EXAMPLE.parent / "pairs.jsonl"), "--judge-model",
+         "judgeflow/offline", "--output", str(tmp_path / "out"), "--suite", "console-compare",
+         "--run-id", "console-compare"],
+        capture_output=True, text=True, timeout=300, env=_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "compare console-compare: B = candidate, A = baseline" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    assert _count(done.stdout) == (20, 0)  # 10 pairs, both orders
