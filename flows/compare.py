@@ -15,7 +15,7 @@ from flows.phases.compare import (
     warn_notices,
 )
 from flows.preflight.mlflow_artifacts import artifact_policy
-from flows.preflight.tracking import check_tracking_server
+from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
 from flows.run.heartbeat import sends_heartbeats
@@ -32,7 +32,7 @@ __all__ = ["compare"]
 async def compare(params: CompareParams) -> dict:
     """Judge two systems head to head on every pair, in both orders, and publish the verdicts."""
     params = guard_parameters(params)
-    check_tracking_server(params)  # a deployment run has had no command-line preflight
+    check_before_any_call(params)  # a deployment run has had no command-line preflight
     started_at = datetime.now(UTC)
     warn_notices(params)
     location = run_location(params, started_at)

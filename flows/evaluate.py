@@ -11,7 +11,7 @@ from flows.params import EvaluateParams
 from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.phases.manifest import run_ledger
 from flows.preflight.mlflow_artifacts import artifact_policy
-from flows.preflight.tracking import check_tracking_server
+from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
 from flows.run.heartbeat import sends_heartbeats
@@ -27,7 +27,7 @@ from tasks.storage.chunk_store import ChunkStore
 async def evaluate(params: EvaluateParams) -> dict:
     """Run every applicable judge over an evaluation set and publish the results."""
     params = guard_parameters(params)
-    check_tracking_server(params)  # a deployment run has had no command-line preflight
+    check_before_any_call(params)  # a deployment run has had no command-line preflight
     mark("flow started")
     started_at = datetime.now(UTC)
     warn_if_offline(params)

@@ -35,7 +35,7 @@ from flows.phases.regression import (
 from flows.preflight.checks import plan_run, set_to_plan
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.regression import check_gate_metrics
-from flows.preflight.tracking import check_tracking_server
+from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import guard_parameters
 from flows.rejudge import rejudged_baseline
 from flows.run.common import batch_mode, run_location, run_summary
@@ -143,7 +143,7 @@ def _emit(params: RegressionParams, event: str, run_id: str, urls: dict, section
 async def regression(params: RegressionParams) -> dict | State:
     """Evaluate the candidate, compare with the baseline, publish; fail unless it passed."""
     params = guard_parameters(params)
-    check_tracking_server(params)  # a deployment run has had no command-line preflight
+    check_before_any_call(params)  # a deployment run has had no command-line preflight
     logger = get_run_logger()
     started_at = datetime.now(UTC)
     warn_if_offline(params)

@@ -19,7 +19,7 @@ from flows.params import EvaluateParams, SafeName
 from flows.phases.evaluation import JudgedRun, judge, prepare, publish, warn_if_offline
 from flows.phases.rejudge import rejudge_section, source_run, with_source
 from flows.preflight.mlflow_artifacts import artifact_policy
-from flows.preflight.tracking import check_tracking_server
+from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import ParameterRefused, guard_parameters
 from flows.run.common import batch_mode, final_state, run_location, run_summary
 from flows.run.heartbeat import sends_heartbeats
@@ -65,7 +65,7 @@ class RejudgeParams(EvaluateParams):
 async def rejudge(params: RejudgeParams) -> dict:
     """Judge a published run's responses again and publish the result as a new run."""
     params = guard_parameters(params)
-    check_tracking_server(params)  # a deployment run has had no command-line preflight
+    check_before_any_call(params)  # a deployment run has had no command-line preflight
     started_at = datetime.now(UTC)
     source = source_run(params)
     # What the source's manifest names (its set's results, its custom judges file) is checked

@@ -31,6 +31,9 @@ REASK = (
     "object in the required format and nothing else."
 )
 
+# How a judgment whose replies could not be parsed begins its error (read to name a cause).
+UNPARSEABLE = "unparseable judge reply after one re-ask"
+
 
 @dataclass
 class JudgeContext:
@@ -183,4 +186,4 @@ async def _ask_with_one_reask(
     except LLMCallError as error:
         return Exchange(replies, None, str(error))
     except ReplyParseError as error:
-        return Exchange(replies, None, f"unparseable judge reply after one re-ask: {error}")
+        return Exchange(replies, None, f"{UNPARSEABLE}: {error}")

@@ -315,6 +315,37 @@ def test_a_steady_trickle_of_calls_is_still_submitted(provider):
     assert sum(len(b.custom_ids) for b in provider.batches_created) == 8
 
 
+def test_the_sdk_clients_of_batch_calls_close_on_the_brokers_loop(provider, caplog):
+    """No "Event loop is closed" tracebacks after a batch run (what a user saw at its end)."""
+    import asyncio
+    import gc
+    import logging
+    from concurrent.futures import wait
+
+    from judges.model.batch.broker import BatchBroker, BatchOptions, Endpoint
+    from judges.model.batch.ledger import BatchLedger
+    from judges.model.batch.requests import batch_line
+
+    broker = BatchBroker(BatchOptions(gather_seconds=0.1, first_poll_seconds=0.1),
+                         BatchLedger(None))
+    endpoint = Endpoint("openai", "openai/planted", "planted", provider.api_base, "no-key")
+    body = {"model": "planted", "messages": [{"role": "user", "content": "Assessment: safety"}]}
+    try:
+        answers = [broker.ask(endpoint, batch_line(f"jf-loop-{i}", body, {})) for i in range(3)]
+        wait(answers, timeout=60)
+    finally:
+        broker.close()
+    assert all(future.result().completion is not None for future in answers)
+
+    async def collect_while_another_loop_runs() -> None:  # as the progress display's loop
+        gc.collect()
+        await asyncio.sleep(0.3)
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(collect_while_another_loop_runs())
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
 def _by_prompt(body: dict) -> Reply:
     """A verdict that depends on the prompt only, so an online and a batch run agree."""
     digest = int(hashlib.sha256(prompt_text({"messages": body["messages"][:2]}).encode())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.preflight.models import KEY_VARIABLES, litellm_providers
+from flows.preflight.models import CATALOGUED, KEY_VARIABLES, litellm_models, litellm_providers
 
 REPO = Path(__file__).resolve().parent.parent
 JUDGEFLOW = Path(sys.executable).parent / "judgeflow"
@@ -71,6 +71,50 @@ def test_a_missing_provider_key_is_refused_before_any_call(tmp_path):
     assert "set ANTHROPIC_API_KEY" in _refused(done, elapsed, tmp_path)
 
 
+def test_the_model_list_is_litellm_s():
+    import litellm
+
+    known = litellm_models()
+    assert known[""] == frozenset(litellm.model_cost)
+    for provider in CATALOGUED:
+        assert known[provider] == {name.removeprefix(f"{provider}/")
+                                   for name, entry in litellm.model_cost.items()
+                                   if entry.get("litellm_provider") == provider}
+
+
+def test_a_misspelt_model_is_refused_in_a_second_with_the_closest_names(tmp_path):
+    env = {**os.environ, "OPENAI_API_KEY": "sk-not-used", "ANTHROPIC_API_KEY": "not-used"}
+    env.pop("OPENAI_API_BASE", None)
+    env.pop("OPENAI_BASE_URL", None)
+    done, elapsed = _judgeflow(tmp_path, "evaluate", str(EXAMPLE), "--judge-model",
+                               "openai/gpt-4o-mni", env=env)
+    line = _refused(done, elapsed, tmp_path)
+    assert line.startswith("error: unknown model 'openai/gpt-4o-mni' (--judge-model): litellm's "
+                           "model list has no 'gpt-4o-mni' for openai (did you mean "
+                           "'openai/gpt-4o-mini'")
+    assert line.endswith("; a model newer than the installed litellm, or one your own endpoint "
+                         "serves, needs --api-base with its URL")
+    assert elapsed < 10  # no call, no retry: the run never started
+    # The candidate model of a generating run, too.
+    done, elapsed = _judgeflow(tmp_path, "evaluate", str(REPO / "examples" / "rag_requests.jsonl"),
+                               "--judge-model", "judgeflow/offline", "--candidate-model",
+                               "anthropic/claude-sonet-4-5", env=env)
+    line = _refused(done, elapsed, tmp_path)
+    assert "unknown model 'anthropic/claude-sonet-4-5' (--candidate-model)" in line
+    assert "did you mean 'anthropic/claude-sonnet-4-5'" in line
+    assert "needs --candidate-api-base with its URL" in line
+
+
+def test_a_custom_endpoint_or_a_provider_of_user_named_models_is_never_refused():
+    from flows.preflight.models import check_known_model
+
+    check_known_model("openai/my-own-judge", "http://127.0.0.1:9/v1", "--judge-model")
+    check_known_model("hosted_vllm/llama-3", None, "--judge-model")
+    check_known_model("azure/my-deployment", None, "--judge-model")
+    check_known_model("openai/ft:gpt-4o-mini:acme::abc123", None, "--judge-model")
+    check_known_model("gpt-4o-mini", None, "--judge-model")
+
+
 def test_a_misspelt_gate_metric_is_a_configuration_error(tmp_path):
     gates = tmp_path / "gates.yaml"
     gates.write_text("gates:\n  - metric: response/llm_judged/corectness/rating/percentage\n"
@@ -93,3 +137,20 @@ def test_a_gate_on_a_custom_judge_s_metric_is_known(tmp_path):
                          str(gates), "--judge-model", "judgeflow/offline", "--custom-judges",
                          str(judges), "--no-pairwise", "--no-progress")
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_flow_run_with_a_misspelt_model_fails_before_any_call(tmp_path):
+    """The UI's or a schedule's path: no command-line preflight, the flow fails first."""
+    import asyncio
+
+    from flows.evaluate import evaluate
+    from flows.params import EvaluateParams, JudgeModel
+
+    params = EvaluateParams(data=str(EXAMPLE), judge=JudgeModel(model="openai/gpt-4o-mni"),
+                            output=str(tmp_path / "out"), suite="s", run_id="misspelt")
+    state = asyncio.run(evaluate(params, return_state=True))
+    assert state.is_failed()
+    message = str(state.result(raise_on_failure=False))
+    assert "unknown model 'openai/gpt-4o-mni' (--judge-model)" in message
+    assert "did you mean 'openai/gpt-4o-mini'" in message
+    assert not (tmp_path / "out").exists()  # nothing judged, nothing published

@@ -183,6 +183,55 @@ class _HealthyButBroken(BaseHTTPRequestHandler):
         pass
 
 
+class _SlowHealth(_HealthyButBroken):
+    """A running server on a busy machine: /health answers, but only after `delay` seconds."""
+
+    delay = 3.0
+
+    def do_GET(self):  # noqa: N802 - the http.server interface
+        if self.path == "/health":
+            time.sleep(self.delay)
+        super().do_GET()
+
+
+def _serve(handler) -> tuple[ThreadingHTTPServer, str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_a_slow_tracking_server_is_not_called_unreachable(tmp_path):
+    """/health answers in 3 s, past the first 2 s bound: asked again, the run goes ahead."""
+    server, url = _serve(_SlowHealth)
+    try:
+        result = _evaluate(tmp_path, "rag", "slow", "--mlflow-tracking-uri", url)
+    finally:
+        server.shutdown()
+    assert "unreachable" not in result.output and "did not answer" not in result.output
+    assert result.exit_code == 4, result.output  # judged and published; the 404s fail logging
+    assert _published(tmp_path, "rag", "slow", "manifest.json")
+
+
+def test_a_server_that_never_answers_is_named_with_the_wait(tmp_path, monkeypatch):
+    import flows.preflight.tracking as tracking
+
+    monkeypatch.setattr(tracking, "TIMEOUTS_SECONDS", (0.2, 0.5))
+    monkeypatch.setattr(_SlowHealth, "delay", 5.0)
+    server, url = _serve(_SlowHealth)
+    started = time.monotonic()
+    try:
+        result = _evaluate(tmp_path, "rag", "silent", "--mlflow-tracking-uri", url)
+    finally:
+        server.shutdown()
+    assert result.exit_code == 2 and time.monotonic() - started < 20
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines == [f"error: the MLflow tracking server {url} did not answer within 0.5 s (its "
+                     "/health asked 2 times, waiting 0.2 and 0.5 s): check that it is not "
+                     "overloaded and try again, or fix --mlflow-tracking-uri (or "
+                     "MLFLOW_TRACKING_URI)"]
+    assert not (tmp_path / "rag").exists()  # nothing judged, nothing published
+
+
 def test_a_failure_while_logging_leaves_the_run_published_and_exits_4(tmp_path):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _HealthyButBroken)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -13,6 +13,7 @@ from flows.params import EvaluateParams, JudgeModel
 from flows.phases.regression import DETECTED_EVENT, INCOMPLETE_EVENT
 from flows.regression import RegressionNotPassed, RegressionParams, regression
 from flows.run.outcome import outcome_of
+from tests.fake_llm import Reply, prompt_text
 from tests.planted import PlantedJudge
 
 RATE = "response/llm_judged/correctness/rating/percentage"
@@ -311,3 +312,25 @@ def test_a_failed_head_to_head_does_not_lose_the_evaluation(tmp_path):
     assert section["gates"][0]["outcome"] == "undecidable"
     summary = outcome_of(state).summary
     assert summary["metrics"]["response/llm_judged/relevance_to_query/rated_count"] == 8
+
+
+def test_an_undefined_winrate_says_which_pairs_lack_a_verdict_and_why(fake_llm, tmp_path):
+    """Every pairwise reply unparseable: the gate is undecidable and its reason names that."""
+    planted = PlantedJudge()
+
+    def garbled_pairwise(body: dict) -> Reply:
+        if "Assessment: pairwise" in prompt_text({"messages": body["messages"][:2]}):
+            return Reply("Response 1 reads better, I think.")
+        return planted(body)
+
+    fake_llm.reset(garbled_pairwise)
+    data = rows(6, set())
+    seed(fake_llm, tmp_path, data, run_id="garble-seed", suite="garbled")
+    state = run(params(fake_llm, tmp_path, data, "garble-cand", suite="garbled",
+                       gates="gates:\n  - metric: winrate\n    min: 0.4\n", pairwise=True))
+    assert state.is_failed() and state.message.startswith("INCOMPLETE")
+    gate = manifest(tmp_path, "garble-cand", "garbled")["regression"]["gates"][0]
+    assert gate["outcome"] == "undecidable"
+    assert ("pairwise metric 'winrate' is undefined in this run: 0 of 6 pairs preferred A or B "
+            "(0 tied, 6 have no verdict: 12 judge replies could not be parsed; each reply is "
+            "in calls.jsonl)") in gate["reason"]

@@ -141,7 +141,9 @@ def print_run_summary(summary: dict, title: str, notices: list[str]) -> None:
     from judges.result_names import headline_metrics
     from tasks.report.cost_text import cost_line
 
-    table = Table(title=title)
+    # At least as wide as its title: a narrow table (a compare run's few short names) would
+    # wrap "compare …: B = candidate, A = baseline" over two lines.
+    table = Table(title=title, min_width=len(title) + 4)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for name in headline_metrics(summary["metrics"]):
@@ -150,7 +152,7 @@ def print_run_summary(summary: dict, title: str, notices: list[str]) -> None:
     Console().print(table)
     for notice in notices:
         console.print(f"[yellow]{notice}[/]")
-    if cost := cost_line(summary.get("ledger")):
+    if cost := cost_line(summary.get("ledger"), summary.get("usage")):
         print(visible(cost))
     print(f"report:  {summary['files']['report.html']}")
     print(f"metrics: {summary['files']['metrics.json']}")

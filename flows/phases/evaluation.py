@@ -180,6 +180,13 @@ async def generate_responses(
     return usage
 
 
+def skipped_line(names: list[str]) -> str:
+    """The one console line for the judges a run skips: how many, and which."""
+    shown = ", ".join(visible(name) for name in names)
+    return (f"skipped {len(names)} judge(s) whose inputs no row has (the report says why): "
+            f"{shown}")
+
+
 async def judge(
     params: EvaluateParams, prepared: PreparedSet, store: ChunkStore | None = None,
     location: RunLocation | None = None,
@@ -192,11 +199,10 @@ async def judge(
     """
     logger = get_run_logger()
     plan = plan_run(params, prepared.summary())
-    by_reason: dict[str, list[str]] = {}
-    for skipped in plan.skipped:
-        by_reason.setdefault(skipped.reason, []).append(skipped.name)
-    for reason, names in by_reason.items():
-        logger.info("skipped %s: %s", visible(", ".join(names)), visible(reason))
+    if plan.skipped:
+        logger.info(skipped_line([skipped.name for skipped in plan.skipped]))
+    for skipped in plan.skipped:  # why each: in the report, and here for whoever looks
+        logger.debug("skipped %s: %s", visible(skipped.name), visible(skipped.reason))
     staging, accumulator, report = ResultStaging(), MetricsAccumulator(plan), ReportInputs()
     calibration = new_accumulator(params, plan)
     row_count = prepared.check.valid_count

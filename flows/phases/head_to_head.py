@@ -13,6 +13,7 @@ order, and only the pairs the report's drill-down shows are kept whole.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,7 +24,13 @@ from flows.run.chunk_kinds import PairChunkResult
 from flows.run.common import cache_url
 from flows.run.execution import auto_chunk_size, judge_pair_chunks
 from flows.run.progress import with_progress
-from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, tallied_summary
+from judges.builtin.pairwise import (
+    Pair,
+    PairResult,
+    PairwiseOptions,
+    failure_causes,
+    tallied_summary,
+)
 from judges.model.usage import Usage
 from judges.pairwise.metrics import PairTally, PairwiseSummary
 from judges.result_names import head_to_head_fields, pairwise_metric_fields
@@ -51,6 +58,9 @@ class HeadToHead(NamedTuple):
     pairs: dict[str, PairResult]  # the drill-down's rows only, by request_id, typed
     usage: Usage
     not_compared: int  # paired rows without a response on one side
+    # Passes without a judgment, by cause (judges/pairwise/reconcile.py `failure_causes`):
+    # what an undecidable win rate names as the reason.
+    pass_failures: dict[str, int] = {}
 
 
 class PairSpool:
@@ -146,7 +156,7 @@ async def _judge(params: Any, spool: PairSpool, store: ChunkStore | None,
                  shown: Container[str]) -> HeadToHead:
     rubric = read_rubric(params.rubric, params.storage_options) if params.rubric else None
     options = PairwiseOptions(rubric, swap=True, strict_ties=params.strict_ties)
-    fields, tallies, kept = ResultStaging(), {}, {}
+    fields, tallies, kept, failures = ResultStaging(), {}, {}, Counter()
 
     def consume(index: int, chunk: list[Pair], result: PairChunkResult) -> None:
         judged = [PairResult(p, v) for p, v in zip(chunk, result.verdicts, strict=True)]
@@ -155,6 +165,8 @@ async def _judge(params: Any, spool: PairSpool, store: ChunkStore | None,
                            result.calls.in_phase("head_to_head"))
         tallies[index] = [PairTally.of(r.verdict) for r in judged]
         kept.update((r.pair.pair_id, r) for r in judged if r.pair.pair_id in shown)
+        for r in judged:
+            failures.update(failure_causes(r.verdict))
 
     usage = await with_progress(
         "judging head to head", spool.count, 2.0,
@@ -166,7 +178,7 @@ async def _judge(params: Any, spool: PairSpool, store: ChunkStore | None,
     summary = tallied_summary([t for index in sorted(tallies) for t in tallies[index]],
                               options, seed=BOOTSTRAP_SEED, resamples=HEAD_TO_HEAD_RESAMPLES)
     return HeadToHead(pairwise_metric_fields(summary), summary, fields, kept, usage,
-                      spool.missing)
+                      spool.missing, dict(failures))
 
 
 def merge_fields(staging: ResultStaging, fields: ResultStaging) -> ResultStaging:

@@ -49,6 +49,7 @@ class Comparison:
     baseline_rows_error: str | None = None
     baseline_refused: str | None = None  # the sentence naming the baseline and what failed
     usage: Usage = field(default_factory=Usage)
+    pass_failures: dict[str, int] = field(default_factory=dict)  # head-to-head, by cause
 
 
 def run_registry(judged: JudgedRun) -> Registry:
@@ -92,6 +93,7 @@ async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
     judged.report.pairwise = result.summary
     judged.report.rows.attach_pairs(result.pairs)
     comparison.usage = result.usage
+    comparison.pass_failures = result.pass_failures
     comparison.pairing["no_response"] = result.not_compared  # paired, but nothing to compare
     try:
         judged.staging = merge_fields(judged.staging, result.fields)
@@ -171,6 +173,7 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
         pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
         tags=comparison.tags, baseline_refused=comparison.baseline_refused,
         pairs_without_response=comparison.pairing.get("no_response", 0),
+        pass_failures=comparison.pass_failures,
         judge_changes=judge_changes(baseline, judged, params), registry=run_registry(judged),
         advisory={
             entry["key"]: entry["advisory_reason"]

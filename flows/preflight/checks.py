@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from flows.params import EvaluateParams, RunOptions
 from flows.preflight.budget import Estimate, check_budget, estimate_rows
 from flows.preflight.mlflow_artifacts import artifact_policy
-from flows.preflight.models import check_batch_model, check_model_config
+from flows.preflight.models import check_batch_model, check_known_model, check_model_config
 from flows.preflight.output import check_output
 from flows.preflight.reach import check_reachable
 from flows.preflight.tracking import check_tracking_server
@@ -133,6 +133,8 @@ def check_models(params) -> None:
         check_reachable(model.model, model.api_base, base_option)
         if getattr(params, "batch", False):
             check_batch_model(model.model, option)
+        # Last, so that a missing key or a batch refusal is still said as before.
+        check_known_model(model.model, model.api_base, option)
 
 
 def check_something_to_judge(plan: JudgePlan) -> None:

@@ -5,17 +5,27 @@ a full run of retried calls, an incomplete publish and exit 3. Both are knowable
 provider is the model string's first segment, litellm's providers are listed in its source, and
 the provider's usual key variable is in the environment or not.
 
+A misspelt model (`openai/gpt-4o-mni`) is knowable first too: where the provider's own API
+names its models (CATALOGUED), a name outside litellm's model map would cost every call's retries
+(30 s of DNS retries with no network) and an incomplete publish. It is refused with the closest
+names. A custom endpoint (an api_base) serves names of its own and is never refused.
+
 litellm itself is not imported here (2-3 s); its list of providers is read from the `LlmProviders`
-enum in its source file, once per process (tests check it equals `litellm.provider_list`).
+enum in its source file, and its model map from the JSON file it ships, once per process (tests
+check both against litellm).
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
+import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 from judges.errors import ConfigError, did_you_mean
 from judges.model.batch.requests import BATCH_PROVIDERS
@@ -39,6 +49,13 @@ KEY_VARIABLES = {
 }
 
 
+# Providers whose models the provider's own API names, so litellm's map lists them (a name it
+# lacks is a misspelling, or a model newer than the installed litellm: an api_base lets it by).
+# Others serve names their users choose (azure deployments, ollama, vLLM, gateways): unchecked.
+CATALOGUED = frozenset({"openai", "anthropic", "gemini", "mistral", "xai", "deepseek"})
+MODEL_MAP = "model_prices_and_context_window_backup.json"
+
+
 class ModelConfigError(ConfigError):
     """A model string or its key that no call could get past; the message says the fix."""
 
@@ -51,8 +68,13 @@ def litellm_providers() -> frozenset[str]:
         return frozenset()
     source = Path(next(iter(spec.submodule_search_locations))) / "types" / "utils.py"
     try:
-        tree = ast.parse(source.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
+        text = source.read_text(encoding="utf-8")
+        # On a fresh thread's shallow stack: from deep inside a flow run, CPython 3.11 before
+        # 3.11.8 fails to parse a file this large ("AST constructor recursion depth
+        # mismatch", gh-106905).
+        with ThreadPoolExecutor(max_workers=1) as thread:
+            tree = thread.submit(ast.parse, text).result()
+    except (OSError, SyntaxError, ValueError, SystemError):
         return frozenset()
     enum = next((node for node in tree.body
                  if isinstance(node, ast.ClassDef) and node.name == "LlmProviders"), None)
@@ -90,8 +112,61 @@ def check_provider(model: str, option: str) -> None:
     hint = did_you_mean(provider, sorted(providers), 3, 0.6, lambda close: repr(f"{close}/"))
     raise ModelConfigError(
         f"unknown provider {provider!r} in {option} {model!r}: {hint}litellm model strings are "
-        "PROVIDER/MODEL, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-sonnet-20241022, "
+        "PROVIDER/MODEL, e.g. openai/gpt-4o-mini, anthropic/claude-sonnet-4-5, "
         "hosted_vllm/llama-3")
+
+
+@cache
+def litellm_models() -> dict[str, frozenset[str]]:
+    """Litellm's known model names: every key of its model map under "", and by provider.
+
+    A provider's list holds each name as it follows `provider/` in a model string (the map
+    keys some as `gpt-4o-mini`, others as `gemini/gemini-2.0-flash`). Empty if unreadable.
+    """
+    spec = find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    source = Path(next(iter(spec.submodule_search_locations))) / MODEL_MAP
+    try:
+        entries = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, set[str]] = {"": set()}
+    for name, entry in entries.items():
+        provider = entry.get("litellm_provider") if isinstance(entry, dict) else None
+        if isinstance(provider, str):  # (not a block of rules, as fallback_generalizations)
+            found[""].add(name)
+            found.setdefault(provider, set()).add(name.removeprefix(f"{provider}/"))
+    return {provider: frozenset(names) for provider, names in found.items()}
+
+
+def check_known_model(model: str, api_base: str | None, option: str) -> None:
+    """Refuse a model litellm's map does not know, where the provider names its models."""
+    provider, separator, name = model.partition("/")
+    if not separator:
+        provider, name = "", model
+    if (api_base or _base_in_environment(provider or "openai")
+            or (separator and provider not in CATALOGUED) or name.startswith("ft:")):
+        return  # a custom endpoint, a provider of user-named models, a fine-tune
+    known = litellm_models().get(provider)
+    if not known or name in known:
+        return
+    prefix = f"{provider}/" if separator else ""
+    close = [repr(prefix + c) for c in difflib.get_close_matches(name, sorted(known), n=3)]
+    hint = (f" (did you mean {', '.join(close[:-1])}{' or ' if len(close) > 1 else ''}"
+            f"{close[-1]}?)" if close else "")
+    base = "--candidate-api-base" if option.startswith("--candidate") else "--api-base"
+    raise ModelConfigError(
+        f"unknown model {model!r} ({option}): litellm's model list has no {name!r}"
+        f"{f' for {provider}' if separator else ''}{hint}; a model newer than the installed "
+        f"litellm, or one your own endpoint serves, needs {base} with its URL")
+
+
+def _base_in_environment(provider: str) -> bool:
+    """Whether litellm will send the provider's calls to a URL the environment names."""
+    names = [f"{provider.upper()}_API_BASE"] + (["OPENAI_BASE_URL"] if provider == "openai"
+                                                  else [])
+    return any(os.environ.get(name) for name in names)
 
 
 def _key_option(option: str) -> str:
@@ -143,3 +218,22 @@ def check_batch_model(model: str, option: str) -> None:
         f"{option} {model}: batch mode sends calls through OpenAI-compatible batch APIs "
         f"({', '.join(p + '/' for p in BATCH_PROVIDERS)}); {provider} is not one: run it "
         "without --batch")
+
+
+def check_model_names(params: Any) -> None:
+    """Each model's provider and name, checked in the flow itself.
+
+    A deployment run (the UI, a schedule, an event) has had no command-line preflight, and a
+    misspelt name would cost every call's retries and publish an incomplete run: the flow
+    fails first, its message this sentence.
+
+    Raises:
+        ModelConfigError: naming the option, the model and the closest known names.
+    """
+    models = [(getattr(params, "judge", None), "--judge-model"),
+              (getattr(params, "candidate", None), "--candidate-model")]
+    for model, option in models:
+        if model is None or not model.model.strip():
+            continue
+        check_provider(model.model, option)
+        check_known_model(model.model, model.api_base, option)

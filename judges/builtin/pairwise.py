@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from judges.base import prompt_environment, template_hash
-from judges.calls import JudgeContext, judged_call
+from judges.calls import UNPARSEABLE, JudgeContext, judged_call
 from judges.pairwise.metrics import (
     PairTally,
     PairwiseSummary,
@@ -185,6 +185,13 @@ async def judge_pairs(
         judge_pair(ctx, p, options.rubric, options.swap, strict_ties=options.strict_ties)
         for p in pairs
     )))
+
+
+def failure_causes(verdict: PairVerdict) -> list[str]:
+    """Why each pass of the pair has no judgment: "unparseable" replies or a "failed" call."""
+    return [("unparseable" if judge_pass.error.startswith(UNPARSEABLE) else "failed")
+            for judge_pass in (verdict.forward, verdict.backward)
+            if judge_pass.error is not None and judge_pass.error != SWAP_DISABLED]
 
 
 def failed_verdict(error: str, swap: bool) -> PairVerdict:

@@ -68,6 +68,25 @@ class Context(NamedTuple):
     # What each metric is (judges/catalogue.py): its judge and its counts, whatever its name's
     # shape (`…/turns/percentage`, `…/turn_pass_rate/average`). None: read from the name.
     registry: Registry | None = None
+    # The head-to-head's passes without a judgment, by cause ("unparseable", "failed").
+    pass_failures: Mapping[str, int] = {}
+
+
+def _undefined_reason(metric: str, pairs: Mapping[str, Any], ctx: Context) -> str:
+    """Why a pairwise metric has no value: how many pairs preferred a side, and why not more."""
+    def count(name: str) -> int:
+        return int(pairs.get(name) or 0)
+
+    missing = ctx.pairs_without_response
+    total, lost = count("pairs_total") + missing, count("pairs_error") + missing
+    causes = [f"{n} judge {what}" for n, what in (
+        (ctx.pass_failures.get("unparseable", 0), "replies could not be parsed"),
+        (ctx.pass_failures.get("failed", 0), "calls failed"),
+        (missing, "pairs lack a response")) if n]
+    why = f": {', '.join(causes)}; each reply is in calls.jsonl" if causes else ""
+    return (f"pairwise metric {metric!r} is undefined in this run: "
+            f"{count('pairs_a') + count('pairs_b')} of {total} pairs preferred A or B "
+            f"({count('pairs_tie')} tied, {lost} have no verdict{why})")
 
 
 class GateResult(NamedTuple):
@@ -128,7 +147,7 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
         if pairs is None:
             return ctx.pairwise_unavailable or "no head-to-head comparison in this run"
         if pairs.get(gate.metric) is None:
-            return f"pairwise metric {gate.metric!r} is absent or undefined in this run"
+            return _undefined_reason(gate.metric, pairs, ctx)
         stats = stats_of(metrics, PAIRWISE_KEY)
         advisory = advisory_reason(stats, ctx.calibration_floor, bool(stats.get("stale")),
                                       ctx.calibration_min_labels, ctx.max_error_share)
@@ -145,6 +164,11 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
         if total - errors < ctx.min_paired:
             return f"only {total - errors} pairs judged (min_paired {ctx.min_paired})"
         return None
+    return _common_row_reason(gate, ctx, metrics)
+
+
+def _common_row_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str | None:
+    """Why a gate on a row metric cannot be decided at all, if so."""
     judge, counts, unit = _judge_and_counts(gate, ctx)
     scoped = (lambda name: name) if gate.tag is None else (lambda name: tag_metric(gate.tag, name))
     if metrics.get(scoped(gate.metric)) is None:

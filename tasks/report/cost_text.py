@@ -77,8 +77,13 @@ def unknown_reasons(ledger: Any) -> list[str]:
     return [str(r) for r in reasons] if isinstance(reasons, list) else []
 
 
-def cost_line(ledger: Any) -> str | None:
-    """The run's cost in one line: dollars (or why unknown), calls and tokens; None without."""
+def cost_line(ledger: Any, usage: Any = None) -> str | None:
+    """The run's cost in one line: dollars (or why unknown), calls and tokens; None without.
+
+    One count of calls, labelled: the model calls made (every phase, a re-ask is a second,
+    the ledger's total), then, from the judging tally `usage`, the judge calls the reply cache
+    answered instead (none made). The console and summary.md both print this line.
+    """
     total = [row for row in cost_rows(ledger) if row.kind == "total"]
     if not total:
         return None
@@ -87,5 +92,7 @@ def cost_line(ledger: Any) -> str | None:
     if row.cost == UNKNOWN:
         head = "; ".join(unknown_reasons(ledger)) or UNKNOWN
     cached = f" ({row.cached_input_tokens:,} cached)" if row.cached_input_tokens else ""
-    return (f"{head}; {row.calls:,} model calls, {row.input_tokens:,} input tokens{cached}, "
-            f"{row.output_tokens:,} output tokens")
+    reused = _count(usage.get("cache_hits")) if isinstance(usage, Mapping) else 0
+    from_cache = f" ({reused:,} judge calls answered from the cache)" if reused else ""
+    return (f"{head}; {row.calls:,} model calls made{from_cache}, {row.input_tokens:,} input "
+            f"tokens{cached}, {row.output_tokens:,} output tokens")

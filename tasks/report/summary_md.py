@@ -89,9 +89,9 @@ def key_figures(manifest: Mapping[str, Any], report: str) -> list[str]:
         f"- judge model: {code(judge.get('model'))}",
         f"- rows: {dataset.get('rows_total')} total, {dataset.get('rows_judged')} judged, "
         f"{dataset.get('rows_rejected')} rejected",
-        f"- judge calls: {usage.get('calls')} (cache hits {usage.get('cache_hits')}, "
-        f"retries {usage.get('retries')})",
-        *([f"- {inline(line)}"] if (line := cost_line(manifest.get("ledger"))) else []),
+        *([f"- {inline(line)}"] if (line := cost_line(manifest.get("ledger"),
+                                                       manifest.get("usage"))) else []),
+        f"- attempts retried (rate limit, timeout, server error): {usage.get('retries')}",
         f"- report: {report}",
         "",
     ]
