@@ -233,7 +233,8 @@ def check_model_names(params: Any) -> None:
     models = [(getattr(params, "judge", None), "--judge-model"),
               (getattr(params, "candidate", None), "--candidate-model")]
     for model, option in models:
-        if model is None or not model.model.strip():
+        # compare's `candidate` is a set's URL, not a model: only model settings are checked
+        if not isinstance(getattr(model, "model", None), str) or not model.model.strip():
             continue
         check_provider(model.model, option)
         check_known_model(model.model, model.api_base, option)
