@@ -16,6 +16,7 @@ from pydantic import (
 from judges.model.settings import ADAPTIVE_MAX, API_KEY_ENV_PATTERN, LLMSettings, Price
 from judges.storage import check_storage_options, check_url
 from tasks.mlflow.source import is_mlflow_source, pinned
+from tasks.mlflow.stores import store_of
 
 # Run ids and suite names become path segments: nothing that could climb out of the prefix.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -65,12 +66,16 @@ def check_safe_name(value: str, what: str) -> str:
     return value
 
 
-def _no_credentials(value: str | None) -> str | None:
+def _tracking_uri(value: str | None) -> str | None:
+    """A tracking URI of a kind MLflow's client takes (tasks/mlflow/stores.py), no credentials."""
     # Prefect stores and shows flow parameters, and the manifest records them.
     if value is not None and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
         raise ValueError("the MLflow tracking URI must not carry credentials: set "
                          "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or "
-                         "MLFLOW_TRACKING_TOKEN, in the environment instead")
+                         "MLFLOW_TRACKING_TOKEN (DATABRICKS_TOKEN for Databricks), in the "
+                         "environment instead")
+    if value is not None:
+        store_of(value)  # UnsupportedTrackingURI is a ValueError: pydantic says which field
     return value
 
 
@@ -237,10 +242,16 @@ class RunOptions(BaseModel):
         "start at 0.5 s and back off to this)",
     )
 
-    mlflow_tracking_uri: Annotated[str | None, AfterValidator(_no_credentials)] = Field(
-        None, max_length=2000, pattern=r"^https?://",
-        description="Log the published run to this MLflow tracking server (http(s)://host:"
-        "port): one MLflow run with its params, metrics, tags, per-row table and report",
+    mlflow_tracking_uri: Annotated[str | None, AfterValidator(_tracking_uri)] = Field(
+        None, min_length=1, max_length=2000,
+        description="Log the published run to this MLflow tracking URI: a server (http(s)://"
+        "host:port), a local store (sqlite:///path.db, file:///path) or Databricks (databricks, "
+        "databricks://PROFILE): one MLflow run with its params, metrics, tags, per-row table "
+        "and report; an mlflow: evaluation set is read from it",
+    )
+    mlflow_logging: bool = Field(
+        True, description="Log the run to mlflow_tracking_uri (false: only read an mlflow: "
+        "set from it; the command line's --no-mlflow)",
     )
     mlflow_experiment: str | None = Field(
         None, min_length=1, max_length=500,

@@ -16,6 +16,8 @@ from typing import Annotated, Any
 import typer
 
 from flows.commands.common import fail, parse_storage_options
+from tasks.mlflow.source import is_mlflow_source
+from tasks.mlflow.stores import UnsupportedTrackingURI, store_of
 
 REQUIRED = inspect.Parameter.empty
 
@@ -99,9 +101,12 @@ OPTIONS: dict[str, tuple] = {
     "batch_poll_max": _option(float, 60.0, "Longest wait in seconds between two polls of a "
                               "batch"),
     "mlflow_tracking_uri": _option(str | None, None, "Log the published run to this MLflow "
-                                   "tracking server, http(s)://HOST:PORT (docs/mlflow.md); an "
+                                   "tracking URI: http(s)://HOST:PORT, sqlite:///PATH.db, "
+                                   "file:///PATH, databricks[://PROFILE] (docs/mlflow.md); an "
                                    "mlflow: evaluation set is read from it too",
                                    envvar="MLFLOW_TRACKING_URI"),
+    "no_mlflow": _option(bool, False, "Do not log to MLflow, even with MLFLOW_TRACKING_URI set "
+                         "(an mlflow: set is still read from it)", "--no-mlflow"),
     "mlflow_experiment": _option(str | None, None, "MLflow experiment to log to (default: the "
                                  "suite)"),
     "no_progress": _option(bool, False, "No live progress display (shown only when stderr is "
@@ -120,7 +125,7 @@ EVALUATION_OPTIONS = ("judges", "custom_judges", "aspect", "strictness", "allow_
 RUN_OPTIONS = ("output", "suite", "run_id", "chunk_size", "on_invalid", "max_error_share",
                "no_cache", "storage_option", "shards", "max_cost", "over_estimate", "batch",
                "batch_retry", "batch_max_requests", "batch_poll_max", "mlflow_tracking_uri",
-               "mlflow_experiment", "no_progress")
+               "no_mlflow", "mlflow_experiment", "no_progress")
 # What each command takes besides its own: evaluate and regression judge rows, compare pairs.
 ROW_RUN_OPTIONS = (JUDGE_OPTIONS, CANDIDATE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS)
 PAIR_RUN_OPTIONS = (JUDGE_OPTIONS, RUN_OPTIONS)
@@ -212,12 +217,19 @@ def judging_fields(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tracking_uri(options: Mapping[str, Any]) -> str | None:
-    """--mlflow-tracking-uri (or $MLFLOW_TRACKING_URI); one that is not http(s) exits 2."""
+    """--mlflow-tracking-uri (or $MLFLOW_TRACKING_URI); one of no kind MLflow takes exits 2.
+
+    With --no-mlflow the run does not use it, unless its set is read from MLflow: the
+    environment then cannot stop a run that asked for no MLflow.
+    """
     uri = (options["mlflow_tracking_uri"] or "").strip()
-    if uri and not uri.lower().startswith(("http://", "https://")):
-        fail(f"MLflow tracking URI {uri!r} (--mlflow-tracking-uri or MLFLOW_TRACKING_URI) is "
-             "not supported: judgeflow logs to a tracking server at an http(s) URL such as "
-             "http://127.0.0.1:5000; give one, or unset MLFLOW_TRACKING_URI")
+    if options.get("no_mlflow") and not is_mlflow_source(options.get("data")):
+        return None
+    if uri:
+        try:
+            store_of(uri)
+        except UnsupportedTrackingURI as error:
+            fail(f"{error} (--mlflow-tracking-uri or MLFLOW_TRACKING_URI); or pass --no-mlflow")
     return uri or None
 
 
@@ -234,4 +246,5 @@ def run_fields(options: Mapping[str, Any]) -> dict[str, Any]:
             "batch_max_requests": options["batch_max_requests"],
             "batch_poll_max_seconds": options["batch_poll_max"],
             "mlflow_tracking_uri": tracking_uri(options),
+            "mlflow_logging": not options.get("no_mlflow"),
             "mlflow_experiment": options["mlflow_experiment"]}

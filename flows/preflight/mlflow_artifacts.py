@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from urllib.parse import urlencode
 
-from flows.preflight.mlflow_source import auth_headers
+from flows.preflight.mlflow_source import RestAPI
 from flows.preflight.trust import parameters_untrusted
 from tasks.mlflow.artifact_policy import ArtifactPolicy
 
@@ -28,27 +28,26 @@ def artifact_policy() -> ArtifactPolicy:
     return ArtifactPolicy.from_env(parameters_untrusted())
 
 
-def check_experiment_artifacts(policy: ArtifactPolicy, tracking_uri: str, experiment: str,
-                               outcome: str) -> None:
+def check_experiment_artifacts(policy: ArtifactPolicy, rest: RestAPI, tracking_uri: str,
+                               experiment: str, outcome: str) -> None:
     """Refuse an existing experiment whose artifact location `policy` does not allow.
 
     Raises:
         ArtifactLocationRefused: one sentence naming the experiment and its location.
     """
-    location = _artifact_location(tracking_uri, experiment)
+    location = _artifact_location(rest, experiment)
     if location is not None:
         policy.check(location, f"the MLflow experiment {experiment!r}", tracking_uri, outcome)
 
 
-def _artifact_location(tracking_uri: str, experiment: str) -> str | None:
+def _artifact_location(rest: RestAPI, experiment: str) -> str | None:
     """The experiment's artifact location; None when it does not exist yet.
 
     Also None when the answer is not MLflow's: the logging step, or the reader, then meets the
     same server, checks the location there and says what it found.
     """
-    url = (f"{tracking_uri}/api/2.0/mlflow/experiments/get-by-name?"
-           + urlencode({"experiment_name": experiment}))
-    request = urllib.request.Request(url, method="GET", headers=auth_headers(False))
+    request = rest.request("GET", "/api/2.0/mlflow/experiments/get-by-name?"
+                           + urlencode({"experiment_name": experiment}))
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as reply:
             body = json.loads(reply.read() or b"null")

@@ -18,6 +18,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -31,6 +32,7 @@ from tasks.mlflow.read import (
     refused,
 )
 from tasks.mlflow.source import MLflowSource, is_mlflow_source, parse_source
+from tasks.mlflow.stores import databricks_credentials, store_of
 
 TIMEOUT_SECONDS = 2.0
 SETTLED = (200, 400, 404)  # answers that settle the question; others are left to the reader
@@ -52,7 +54,40 @@ def check_data_source(params: Any) -> None:
         raise missing_mlflow(text)
 
 
-def probe_data_source(params: Any, policy: ArtifactPolicy) -> None:
+def rest_api(uri: str) -> RestAPI | None:
+    """Where the REST API of the store at `uri` is asked, with its credentials.
+
+    A server at its own URL with MLflow's credentials; Databricks at the workspace with its
+    token (the same MLflow REST API); None for a local store (no server to ask: the logging
+    step and the reader check it with MLflow's client) or a database without a server.
+    """
+    store = store_of(uri)
+    if store.kind == "server":
+        return RestAPI(uri.rstrip("/"), auth_headers(False))
+    if store.kind == "databricks":
+        credentials = databricks_credentials(store.profile)
+        if credentials:
+            return RestAPI(credentials[0], {"Authorization": f"Bearer {credentials[1]}"})
+    return None
+
+
+@dataclass(frozen=True)
+class RestAPI:
+    """The base URL of a store's MLflow REST API and the headers that authenticate to it."""
+
+    base: str
+    headers: dict[str, str]
+
+    def request(self, method: str, path: str, payload: dict | None = None
+                ) -> urllib.request.Request:
+        """A request to `path` (from `/api/...`), JSON `payload` as its body."""
+        data = json.dumps(payload).encode() if payload is not None else None
+        headers = {**self.headers, **({"Content-Type": "application/json"} if data else {})}
+        return urllib.request.Request(self.base + path, data=data, method=method,
+                                      headers=headers)
+
+
+def probe_data_source(params: Any, policy: ArtifactPolicy, rest: RestAPI) -> None:
     """Ask the (answering) server whether the `mlflow:` set is there; see `check_data_source`.
 
     A traces set's experiment must also keep its artifacts (the traces' spans) where `policy`
@@ -64,7 +99,7 @@ def probe_data_source(params: Any, policy: ArtifactPolicy) -> None:
     if not isinstance(params, EvaluateParams) or not is_mlflow_source(params.data):
         return
     source = parse_source(params.data)
-    probe = _Probe((params.mlflow_tracking_uri or "").strip().rstrip("/"), params.data)
+    probe = _Probe((params.mlflow_tracking_uri or "").strip().rstrip("/"), params.data, rest)
     if source.kind == "traces":
         experiment_id = probe.experiment_id(source, policy)
         if experiment_id is not None:
@@ -76,8 +111,8 @@ def probe_data_source(params: Any, policy: ArtifactPolicy) -> None:
 class _Probe:
     """REST requests to one tracking server about one source."""
 
-    def __init__(self, uri: str, text: str):
-        self.uri, self.text = uri, text
+    def __init__(self, uri: str, text: str, rest: RestAPI):
+        self.uri, self.text, self.rest = uri, text, rest
 
     def experiment_id(self, source: MLflowSource, policy: ArtifactPolicy) -> str | None:
         status, body = self._call("GET", "/api/2.0/mlflow/experiments/get-by-name?"
@@ -118,9 +153,7 @@ class _Probe:
     def _call(self, method: str, path: str, payload: dict | None = None
               ) -> tuple[int | None, dict | None]:
         """The status and JSON body of one request; (None, None) when it did not settle."""
-        data = json.dumps(payload).encode() if payload is not None else None
-        request = urllib.request.Request(self.uri + path, data=data, method=method,
-                                         headers=auth_headers(payload is not None))
+        request = self.rest.request(method, path, payload)
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as reply:
                 return reply.status, _json(reply.read())

@@ -14,8 +14,9 @@ must be one the operator allowed in the worker's environment:
   Without `api_base`, a model is called at its provider's own endpoint with the provider's
   usual key, and a parameter may not pick another key variable.
 - `JUDGEFLOW_STORAGE_ENDPOINTS`: the S3 `endpoint_url`s a parameter may name.
-- `JUDGEFLOW_MLFLOW_TRACKING_URIS`: the MLflow tracking servers a run may be logged to (its
-  results leave for them) and read an `mlflow:` evaluation set from; default: none.
+- `JUDGEFLOW_MLFLOW_TRACKING_URIS`: the MLflow tracking URIs (servers, local stores,
+  `databricks`) a run may be logged to (its results leave for them) and read an `mlflow:`
+  evaluation set from; default: none. A local store must also lie under the write roots.
 - `JUDGEFLOW_MLFLOW_ARTIFACT_ROOTS`: where MLflow may keep a logged run's artifacts and read
   traces' spans from; default in a deployment run: `mlflow-artifacts:` only
   (tasks/mlflow/artifact_policy.py).
@@ -42,6 +43,7 @@ from flows.preflight.jobs import check_job_variables
 from flows.preflight.suite_lock import check_suite
 from judges.errors import ConfigError
 from judges.storage import is_local, local_path, protocol_of
+from tasks.mlflow.stores import store_of
 
 READ_ROOTS_ENV = "JUDGEFLOW_READ_ROOTS"
 WRITE_ROOTS_ENV = "JUDGEFLOW_WRITE_ROOTS"
@@ -200,13 +202,22 @@ class OperatorPolicy:
         )
 
     def check_tracking_uri(self, uri: str | None) -> None:
-        """Refuse an MLflow tracking server the operator did not list."""
-        if uri and uri.strip().rstrip("/") not in self.tracking_uris:
+        """Refuse an MLflow tracking URI the operator did not list, or a local store elsewhere.
+
+        A local store (sqlite file, file store folder) is written by MLflow directly, past
+        judges/storage.py: even a listed one must lie under the write roots.
+        """
+        if not uri:
+            return
+        if uri.strip().rstrip("/") not in self.tracking_uris:
             raise ParameterRefused(
                 f"parameter 'mlflow_tracking_uri' names {uri!r}, which is not among the MLflow "
-                "tracking servers this worker may log to or read sets from "
+                "tracking URIs this worker may log to or read sets from "
                 f"({TRACKING_URIS_ENV}: {', '.join(self.tracking_uris) or 'none'}); ask the "
                 "operator to add it")
+        store = store_of(uri)
+        if store.path is not None:
+            self.check_location("mlflow_tracking_uri", os.path.abspath(store.path), "write")
 
     def check_location(self, field: str, url: str, access: str) -> None:
         """Refuse a location outside the roots for `access` ("read" or "write")."""

@@ -48,6 +48,7 @@ from tasks.mlflow.record import (
     run_tags,
 )
 from tasks.mlflow.report_link import REPORT, linked_manifest, publish_linked, report_with_link
+from tasks.mlflow.stores import run_url
 from tasks.mlflow.target import Target, target_of
 from tasks.storage.outputs import RunLocation
 
@@ -234,7 +235,7 @@ def _earlier_runs(client, experiment_id: str, location: RunLocation, digest: str
 def _section(target: Target, experiment_id: str, run_id: str, logged: str) -> dict:
     return {"tracking_uri": target.tracking_uri, "experiment": target.experiment,
             "experiment_id": experiment_id, "run_id": run_id, "logged": logged,
-            "run_url": f"{target.tracking_uri}/#/experiments/{experiment_id}/runs/{run_id}"}
+            "run_url": run_url(target.tracking_uri, experiment_id, run_id)}
 
 
 def _mark_failed(client, run_id: str) -> None:

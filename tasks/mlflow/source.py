@@ -96,8 +96,9 @@ def manifest_section(data: str, tracking_uri: str | None, notes: dict, count: in
     experiment's or dataset's id, where each expectation key went) and the rows read.
     """
     uri = urlsplit(tracking_uri or "")
-    host = uri.netloc.rpartition("@")[2]
-    return {"tracking_uri": urlunsplit(uri._replace(netloc=host)) or None,
+    if "@" in uri.netloc:  # as given otherwise: urlunsplit drops sqlite:////abs's empty netloc
+        tracking_uri = urlunsplit(uri._replace(netloc=uri.netloc.rpartition("@")[2]))
+    return {"tracking_uri": tracking_uri or None,
             **parse_source(data).describe(), **notes, "count": count}
 
 
