@@ -26,9 +26,11 @@ from fractions import Fraction
 from typing import Any
 
 from judges.base import JudgeSpec
+from judges.blocks.call_token import tokened_prompt
 from judges.builtin.pairwise import render as render_pair
 from judges.catalogue import Registry
 from judges.errors import ConfigError
+from judges.integrity import signing_key
 from judges.model.limits import CHARS_PER_TOKEN, ESTIMATED_REPLY_TOKENS
 from judges.model.pricing import Prices, call_cost, model_prices, most_call_cost
 from judges.model.settings import LLMSettings
@@ -129,12 +131,16 @@ def _tokens(messages: list[dict]) -> int:
 
 
 def _prompts(judges: Iterable[JudgeSpec], row: EvalRow) -> Iterator[list[dict]]:
-    """Every first-attempt prompt the judges send for a row (once per sample)."""
+    """Every first-attempt prompt the judges send for a row (once per sample), as sent.
+
+    That is with the call's token line (judges/blocks/call_token.py): the run reserves for it.
+    """
+    key = signing_key()
     for spec in judges:
         if not spec.samples or not spec.applies_to(row):
             continue  # a judge that asks no model costs nothing
         for messages in spec.prompts(row):
-            yield from itertools.repeat(messages, spec.samples)
+            yield from itertools.repeat(tokened_prompt(messages, key)[0], spec.samples)
 
 
 def _reasked(messages: list[dict], cap: int) -> list[dict]:
