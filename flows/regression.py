@@ -47,9 +47,10 @@ from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
 from tasks.regression.canary import DEFAULT_CANARY_ROWS, DEFAULT_MIN_AGREEMENT
 from tasks.regression.gates import load_gates
-from tasks.report.verdict_text import gate_line, verdict_message
+from tasks.report.verdict_text import gate_line, unfinished_sentence, verdict_message
 from tasks.storage.baseline import find_baseline
 from tasks.storage.chunk_store import ChunkStore
+from tasks.storage.unfinished import mark_finished, mark_started, unfinished_runs
 
 REGRESSION_EVENT = DETECTED_EVENT  # the name earlier releases exported
 NO_CANDIDATE_MODEL = (
@@ -155,6 +156,10 @@ async def regression(params: RegressionParams) -> dict | State:
     check_gate_metrics(gates, plan_run(params, set_to_plan(prepared.check, params.candidate
                                                             is not None)),
                        params.pairwise, params.gates)
+    unfinished = unfinished_runs(location)  # nights that died with nobody to re-run them
+    if unfinished:
+        logger.warning("%s", unfinished_sentence(unfinished))
+    mark_started(location, "regression", started_at)
     store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
     with batch_mode(params, store):
         generation_usage = await generate_responses(params, prepared, store)
@@ -171,7 +176,8 @@ async def regression(params: RegressionParams) -> dict | State:
         canary = await run_canary(params, baseline, judged, gates)
     verdict = decide_run(params, gates, baseline, judged, comparison, canary)
     section = regression_section(params, gates, baseline, comparison, verdict, judged, canary)
-    section |= {"baseline_rejudged_from": rejudged_from, "baseline_rejudge_error": rejudge_error}
+    section |= {"baseline_rejudged_from": rejudged_from, "baseline_rejudge_error": rejudge_error,
+                "unfinished_before": unfinished}
     extra: dict[str, Any] = {"status": verdict.outcome, "regression": section}
     if params.candidate is not None:
         extra["generation_usage"] = generation_usage.as_dict()
@@ -188,6 +194,7 @@ async def regression(params: RegressionParams) -> dict | State:
     manifest, urls = publish(params, location, prepared, judged, started_at, extra,
                              pairwise=comparison.pairwise, kind="regression",
                              integrity=integrity, ledger=ledger)
+    mark_finished(location)
     publish_artifacts(manifest, judged.metrics, urls)
     # Passed, failed or incomplete alike.
     tracked = log_if_asked(params, location, urls, artifact_policy())

@@ -15,7 +15,7 @@ from typing import Any
 from judges.result_names import headline_metrics
 from tasks.report.cost_text import cost_line, cost_rows
 from tasks.report.markdown_text import cell, code, inline
-from tasks.report.verdict_text import canary_line, gate_cells, headline
+from tasks.report.verdict_text import canary_line, gate_cells, headline, unfinished_sentence
 
 # Three short columns: a table that fits the Prefect UI's artifact view (about 1,400 px) and a
 # pull request's comment; each gate's reason and statistics follow it, a line each.
@@ -69,6 +69,8 @@ def regression_lines(section: Mapping[str, Any], suite: str) -> list[str]:
                   f"(run {inline(section.get('baseline_run_id'))})."]
     if canary := canary_line(section):
         lines += ["", inline(canary)]
+    if section.get("unfinished_before"):
+        lines += ["", inline(unfinished_sentence(section["unfinished_before"]))]
     for reason in section.get("incomplete_reasons") or []:
         lines.append(f"- Incomplete: {inline(reason)}")
     return [*lines, ""]

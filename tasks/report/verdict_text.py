@@ -231,3 +231,11 @@ def verdict_message(section: Mapping[str, Any], suite: str, report: str | None =
     if report:
         lines.append(f"report: {visible(report)}")
     return "\n".join(lines)
+
+
+def unfinished_sentence(run_ids: list[str]) -> str:
+    """One line naming the runs, for the console and the summary."""
+    named = ", ".join(run_ids)
+    return (f"{len(run_ids)} earlier run(s) of this suite started and never published ({named}): "
+            "they crashed, were killed, or are still running; see docs/deployments.md, "
+            "\"A night that survives its machine\"")

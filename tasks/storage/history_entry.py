@@ -30,7 +30,7 @@ from judges.result_names import GENERATION_ERROR_COUNT, headline_metrics, tag_me
 from tasks.storage.baseline_rules import SAFE_RUN_ID, becomes_baseline
 
 ENTRY_BUDGET_BYTES = 6 * 1024  # an entry's JSON, whatever its manifest held
-MAX_REASONS, MAX_GATES, MAX_METRICS = 3, 20, 12
+MAX_REASONS, MAX_GATES, MAX_METRICS, MAX_UNFINISHED = 3, 20, 12, 10
 OUTCOMES = ("passed", "failed", "incomplete", "complete")
 
 
@@ -130,6 +130,7 @@ class GateLine(Bounded):
 
 
 NEWER_GATE_FIELDS = ("rule", "limit", "min_detectable_change", "published", "share")
+NEWER_ENTRY_FIELDS = ("unfinished_before",)
 
 
 class Cost(Bounded):
@@ -188,6 +189,8 @@ class HistoryEntry(Bounded):
     baseline_run_id: Short = None
     became_baseline: bool = False
     rejudge_source: Short = None
+    # Earlier runs of the suite that started and never published (tasks/storage/unfinished.py).
+    unfinished_before: Annotated[list[Short], BeforeValidator(_first(MAX_UNFINISHED))] = []
     # With a signing key: the MAC its publish made (tasks/storage/signed_records.py). How it
     # was checked when read back is `check`, never taken from the file.
     mac: Annotated[str | None, BeforeValidator(_clip(128))] = None
@@ -200,6 +203,12 @@ class HistoryEntry(Bounded):
         if not isinstance(run_id, str) or not SAFE_RUN_ID.fullmatch(run_id) or ".." in run_id:
             raise ValueError(f"run_id {run_id!r:.80} is not a safe run id")
         return value
+
+    @model_serializer(mode="wrap")
+    def _without_unset_newer(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A field newer than entries already signed is left out when empty: they still verify.
+        return {key: value for key, value in handler(self).items()
+                if value or key not in NEWER_ENTRY_FIELDS}
 
     @model_validator(mode="after")
     def _within_budget(self) -> HistoryEntry:
@@ -324,4 +333,5 @@ def history_entry(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> Hi
         "baseline_run_id": regression.get("baseline_run_id"),
         "became_baseline": becomes_baseline(dict(manifest)),
         "rejudge_source": _section(manifest, "rejudge").get("source_run_id"),
+        "unfinished_before": _list(regression.get("unfinished_before")),
     })
