@@ -12,12 +12,14 @@ Run-time checks, each one sentence naming the test and the fix:
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -96,9 +98,30 @@ def _guard_prefect_client() -> None:
     module.PrefectClient.__aenter__ = guarded_aenter
 
 
+_xdist_controller = [False]
+
+
+def _children() -> list[int]:
+    """This process's direct children (read from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue
+        if stat and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+            found.append(int(entry))
+    return found
+
+
 def _stop_on_sigterm(signum, frame):
     # pytest stops cleanly on KeyboardInterrupt: fixtures are torn down, so the Prefect API,
     # MLflow and browser processes the session started are stopped rather than orphaned.
+    # Under xdist the workers hold those fixtures: they get the Ctrl-C a terminal would send.
+    if _xdist_controller[0]:
+        for child in _children():
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGINT)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -109,6 +132,8 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{tier}: derived tier (tests/tiers.py), for -m")
     config.addinivalue_line("markers", "browser: drives Chromium (process tier)")
     config.addinivalue_line("markers", "mlflow_server: starts an `mlflow server` (process tier)")
+    _xdist_controller[0] = (not hasattr(config, "workerinput")
+                            and bool(getattr(config.option, "numprocesses", None)))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
 
