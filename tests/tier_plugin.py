@@ -152,10 +152,16 @@ def pytest_collection_modifyitems(config, items):
         tier = tier_of(item)
         item.stash[_TIER] = tier
         item.add_marker(tier)
+        item.user_properties.append(("tier", tier))  # reaches xdist's controller with reports
+        needs_api = tier == tiers.FLOW
         if tier == tiers.PROCESS:
-            for group in _classifier.groups(tiers.roots_of(item)):
+            roots = tiers.roots_of(item)
+            for group in _classifier.groups(roots):
                 item.add_marker(group)
-        if tier != tiers.PURE and "prefect_api" not in item.fixturenames:
+            # shards and image tests drive Prefect servers and workers: given the API, unread.
+            needs_api = (any(item.get_closest_marker(m) for m in tiers.PROCESS_MARKERS)
+                         or _classifier.touches_prefect(roots))
+        if needs_api and "prefect_api" not in item.fixturenames:
             # Requested like any fixture: the session's API starts with the first such test.
             item.fixturenames.insert(0, "prefect_api")
 
@@ -207,11 +213,11 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_runtest_logreport(report):
-    for tier in tiers.TIERS:
-        if tier in report.keywords:
-            _durations[tier] += report.duration
-            if report.when == "call":
-                _counts[tier] += 1
+    tier = dict(report.user_properties).get("tier")
+    if tier in tiers.TIERS:
+        _durations[tier] += report.duration
+        if report.when == "call":
+            _counts[tier] += 1
 
 
 _started = time.monotonic()

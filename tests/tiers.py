@@ -37,6 +37,7 @@ GROUP_MARKERS = {"browser": "tests.browser", "mlflow_server": "tests.mlflow_serv
 
 # Code followed: the project's and the tests' own; everything else is a leaf.
 _FOLLOWED = ("tests", "bench", "flows", "tasks", "judges", "prompts")
+_NOT_FOLLOWED = ("tests.tiers", "tests.tier_plugin")
 # Code in which starting a process counts (the product's own spawning depends on configuration).
 _SPAWNING_CODE = ("tests", "bench")
 _SPAWN_MODULES = ("subprocess", "multiprocessing", "pty", "asyncio.subprocess",
@@ -128,6 +129,12 @@ class Classifier:
             return PROCESS
         return FLOW if self._reaches_prefect(roots) else PURE
 
+    def touches_prefect(self, roots: list[object]) -> bool:
+        """Whether a process-tier test reaches Prefect at all (its settings included: such a
+        test hands the session's API to the processes it starts)."""
+        return any(_is_prefect_run(obj) or _root(getattr(obj, "__module__", None)) == "prefect"
+                   for obj in self._walk(roots, _FOLLOWED))
+
     def groups(self, roots: list[object]) -> set[str]:
         """The process groups (browser, MLflow server) the roots' code reaches."""
         found: set[str] = set()
@@ -139,10 +146,9 @@ class Classifier:
         return found
 
     def _followed(self, obj: object, where: tuple[str, ...]) -> bool:
-        if isinstance(obj, types.FunctionType):
-            return _in(obj.__module__, where)
-        if isinstance(obj, type):
-            return _in(obj.__module__, where)
+        if isinstance(obj, (types.FunctionType, type)):
+            # The derivation's own code names Prefect's Flow without running one.
+            return _in(obj.__module__, where) and obj.__module__ not in _NOT_FOLLOWED
         return _is_typer(obj)
 
     def _edges_of(self, obj: object) -> list[object]:
