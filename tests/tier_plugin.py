@@ -12,6 +12,7 @@ Run-time checks, each one sentence naming the test and the fix:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -53,13 +54,25 @@ PROBES = {"uname", "file", "ldconfig", "ldconfig.real", "gcc", "cc", "ld", "objd
           "lsb_release", "getconf"}
 
 
-def _recording_execute_child(self, args, *rest, **kwargs):
+def _die_with_parent() -> None:
+    # In the child before exec: SIGTERM when the session's process ends, however it ends (an
+    # xdist worker is killed by its controller before its fixtures are torn down).
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _recording_execute_child(self, args, executable, preexec_fn, *rest, **kwargs):
+    if (_paused[0] and preexec_fn is None and sys.platform == "linux"
+            and threading.current_thread() is threading.main_thread()):
+        preexec_fn = _die_with_parent  # the session's own servers (the Prefect API)
     if _current["tier"] in (tiers.PURE, tiers.FLOW) and not _paused[0]:
         words = [args] if isinstance(args, (str, bytes)) else list(args)
         program = str(words[0]).split()[0].rsplit("/", 1)[-1] if words else ""
         if program not in PROBES:
             _spawned.append(" ".join(map(str, words))[:200])
-    return _real_execute_child(self, args, *rest, **kwargs)
+    return _real_execute_child(self, args, executable, preexec_fn, *rest, **kwargs)
 
 
 subprocess.Popen._execute_child = _recording_execute_child
