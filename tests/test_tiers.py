@@ -39,6 +39,12 @@ def _forks() -> None:
         os._exit(0)
 
 
+def _runs_the_flow_by_its_dotted_name() -> None:
+    import flows.evaluate
+
+    flows.evaluate.evaluate()
+
+
 def _runs_the_command() -> None:
     from flows.cli import app
 
@@ -48,11 +54,12 @@ def _runs_the_command() -> None:
 @pytest.mark.parametrize(("roots", "tier"), [
     ([lambda: _pure_helper([1, 2])], tiers.PURE),
     ([_runs_the_flow_two_calls_down], tiers.FLOW),
+    ([_runs_the_flow_by_its_dotted_name], tiers.FLOW),
     ([_runs_the_command], tiers.FLOW),  # the command imports its flow inside a function
     ([_starts_a_process], tiers.PROCESS),
     ([_forks], tiers.PROCESS),
     ([_pure_helper, _starts_a_process], tiers.PROCESS),  # a fixture's process counts
-], ids=["pure", "flow", "command", "subprocess", "fork", "fixture"])
+], ids=["pure", "flow", "dotted", "command", "subprocess", "fork", "fixture"])
 def test_a_tier_is_derived_from_what_the_code_reaches(roots, tier):
     assert tiers.Classifier().tier(roots) == tier
 

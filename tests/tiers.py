@@ -241,14 +241,18 @@ def _function_edges(func: types.FunctionType) -> Iterator[object]:
             yield _unwrap(content)
 
 
-def _attributes_used(module: types.ModuleType, names: set[str]) -> Iterator[object]:
-    """`module.attr`: the attribute names are among the function's names too."""
+def _attributes_used(module: types.ModuleType, names: set[str],
+                     depth: int = 3) -> Iterator[object]:
+    """`module.attr` (and `package.module.attr`): the attribute names are among the
+    function's names too."""
     for attr in names:
         found = getattr(module, attr, None)
         if found is None:
             continue
         if isinstance(found, types.ModuleType):
             yield found
+            if depth > 1 and found is not module:
+                yield from _attributes_used(found, names, depth - 1)
         elif _spawns(found, attr):
             yield _SpawnCall(module.__name__, attr)
         else:
