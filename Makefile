@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install dev demo test bench lint clean
+.PHONY: install dev demo test test-fast bench lint clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -48,8 +48,17 @@ demo: install
 	$(VENV)/bin/judgeflow evaluate examples/agent_eval.jsonl --judge-model judgeflow/offline \
 		--output ./results --suite demo-agents
 
+# Tests come in tiers derived from what each test uses (tests/tiers.py, docs/testing.md).
+# `make test` runs every test, a file at a time on each of TEST_WORKERS workers (the process
+# tier mostly waits on the servers it starts), then prints the slowest 15 and the time per tier.
+# A pure or flow test that starts a process fails there: the fast tier stays process-free.
+TEST_WORKERS ?= 4
 test: dev
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
+
+# The inner loop: pure tests and in-process flows on one Prefect API, no process started.
+test-fast: dev
+	$(VENV)/bin/pytest -m "not process" --durations=15
 
 lint: dev
 	$(VENV)/bin/ruff check .

@@ -69,8 +69,18 @@ app.command(name="mlflow-relay")(mlflow_relay_command)
 app.command(name="worker")(worker_command)
 
 
+def _stop_as_on_ctrl_c(signum, frame) -> None:
+    # SIGTERM's default ends the process at once, leaving the temporary Prefect API, the warm
+    # process and the workers' children running; Ctrl-C's KeyboardInterrupt unwinds and stops
+    # them (atexit, context managers), so SIGTERM takes the same way out.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> None:
     """Run the `judgeflow` command line."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _stop_as_on_ctrl_c)
     app()
 
 

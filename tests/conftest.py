@@ -22,6 +22,9 @@ import pytest  # noqa: E402
 
 from tests.fake_llm import FakeLLMServer, Reply  # noqa: E402
 
+# The tiers (pure, flow, process), the session's checks of them and the tier durations.
+pytest_plugins = ["tests.tier_plugin"]
+
 _real_connect = socket.socket.connect
 
 
@@ -60,13 +63,40 @@ def mlflow_state_stays_in_its_module():
     os.environ.update(saved)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def prefect_api():
-    """One real (ephemeral) Prefect API for the whole session."""
-    from prefect.testing.utilities import prefect_test_harness
+    """One real (ephemeral) Prefect API for the session, started by the first test of the flow
+    or process tier that runs (tests/tiers.py gives them this fixture); pure tests never wait
+    for it."""
+    from tests.tier_plugin import paused
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with paused():  # importing Prefect and starting its server are not the test's processes
+        from prefect.testing.utilities import prefect_test_harness
+
+        harness = prefect_test_harness(server_startup_timeout=120)
+        harness.__enter__()
+    try:
         yield
+    finally:
+        harness.__exit__(None, None, None)
+
+
+@pytest.fixture
+def retry_clock(monkeypatch):
+    """Model calls ask for their retry backoff but do not wait it out (judges/model/retry.py
+    CLOCK); the list holds the waits asked for, in order."""
+    import asyncio
+
+    from judges.model.retry import CLOCK
+
+    waits: list[float] = []
+
+    async def recorded(seconds: float) -> None:
+        waits.append(seconds)
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(CLOCK, "sleep", recorded)
+    return waits
 
 
 @pytest.fixture(scope="session")

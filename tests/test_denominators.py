@@ -57,7 +57,8 @@ def _candidate(server, **fields) -> CandidateModel:
     return CandidateModel(model="openai/candidate", api_base=server.api_base, **fields)
 
 
-def test_a_failed_generation_is_an_error_of_every_judge_that_needed_it(fake_llm, tmp_path):
+def test_a_failed_generation_is_an_error_of_every_judge_that_needed_it(fake_llm, tmp_path,
+                                                                      retry_clock):
     fake_llm.script = CandidateAndJudge()
     rows = [{"request_id": f"q{i}", "request": f"Question {i}{' #hard' if i < 4 else ''}",
              "expected_response": "The answer."} for i in range(10)]
@@ -72,6 +73,9 @@ def test_a_failed_generation_is_an_error_of_every_judge_that_needed_it(fake_llm,
     assert by_id["q0"][f"{CORRECTNESS}/rating"] is None
     assert by_id["q5"][f"{CORRECTNESS}/error_message"] is None
     assert metrics["agent/generation_error_count"] == 4
+    # Each of the 4 failing generations backed off 4 times before its 5th and last attempt
+    # (asked of the injected clock, not waited out).
+    assert len(retry_clock) == 4 * 4
 
 
 def test_an_unrated_chunk_leaves_its_row_without_precision(fake_llm, tmp_path):

@@ -141,7 +141,7 @@ def test_cache_makes_a_rerun_free_and_secrets_stay_out(fake_llm, tmp_path):
     assert any(FAKE_API_KEY in " ".join(h.values()) for h in fake_llm.headers_seen)
 
 
-def test_candidate_model_generates_missing_responses(fake_llm, tmp_path):
+def test_candidate_model_generates_missing_responses(fake_llm, tmp_path, retry_clock):
     from flows.params import CandidateModel
 
     judge = PlantedJudge()
@@ -167,6 +167,10 @@ def test_candidate_model_generates_missing_responses(fake_llm, tmp_path):
                      judges=["relevance_to_query"])
     params.judge.max_attempts = 2
     _run(params)
+    # The failing generation backed off as configured (1 s, doubling, jittered down to half)
+    # before each of its 5 attempts but the first: asked of the injected clock, not waited.
+    assert [round(w / (2 ** i), 3) for i, w in enumerate(retry_clock)] == pytest.approx(
+        [0.75] * 4, abs=0.25)
     _, metrics, records = _published(tmp_path)
     by_id = {r["request_id"]: r for r in records}
     assert by_id["g1"]["response"] == "Answer to: What is RAG?"

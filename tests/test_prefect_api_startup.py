@@ -3,6 +3,8 @@
 import json
 import urllib.request
 
+import pytest
+
 from flows.commands import prefect_api
 
 
@@ -17,6 +19,8 @@ def test_no_temporary_api_when_ephemeral_mode_is_off(monkeypatch):
     assert prefect_api.start() is None
 
 
+# Starts the command's temporary API server (the product spawns it: tests/tiers.py cannot see).
+@pytest.mark.tier("process")
 def test_a_server_in_prefect_settings_wins_and_the_temporary_one_stops(monkeypatch):
     """Under the session's harness Prefect's settings name a server, as a profile would."""
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
@@ -35,6 +39,8 @@ def _post(url: str, body: dict) -> object:
         return json.loads(reply.read())
 
 
+# Starts the command's temporary API server (the product spawns it: tests/tiers.py cannot see).
+@pytest.mark.tier("process")
 def test_the_warm_up_leaves_no_flow_run_behind(monkeypatch, tmp_path):
     """Warming the API up registers the command's flow and nothing else: no stray flow run
     in the user's Prefect history."""

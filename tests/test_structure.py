@@ -1,6 +1,7 @@
 """The structure the design promises, read from the code: imports go one way, without cycles."""
 
 import ast
+import functools
 from pathlib import Path
 
 from judges.pairwise.metrics import pairwise_summary
@@ -13,6 +14,13 @@ LAYERS = ("flows", "tasks", "judges")  # each may import only the layers after i
 MAX_MODULES_PER_FOLDER = 16
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """Each module parsed once per session: the rules below all read the same trees."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
 def _modules() -> dict[str, Path]:
     """Every module of the three layers, sub-packages included, by dotted name."""
     return {
@@ -32,10 +40,11 @@ def _is_package(module: str) -> bool:
     return (ROOT / Path(*module.split(".")) / "__init__.py").exists()
 
 
-def _imports(path: Path) -> set[str]:
+@functools.cache
+def _imports(path: Path) -> frozenset[str]:
     """Every project module `path` imports, at module level or inside functions."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
@@ -43,7 +52,7 @@ def _imports(path: Path) -> set[str]:
         else:
             continue
         found |= {name for name in names if name.split(".")[0] in LAYERS}
-    return found
+    return frozenset(found)
 
 
 def _graph() -> dict[str, set[str]]:
@@ -265,7 +274,7 @@ def test_no_module_re_exports_a_name_it_imports_from_another():
     """A name lives in one module and is imported from there (no `__all__` of borrowed names)."""
     offenders = []
     for name, path in _modules().items():
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         borrowed = {alias.asname or alias.name for node in ast.walk(tree)
                     if isinstance(node, ast.ImportFrom) and node.module
                     and node.module.split(".")[0] in LAYERS for alias in node.names}
@@ -289,7 +298,7 @@ def test_the_model_door_is_the_only_litellm_import():
 
 def _all_imports(path: Path) -> set[str]:
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
         elif isinstance(node, ast.Import):
@@ -311,7 +320,7 @@ class Literals:
     """A module's strings as code uses them (docstrings left out, since they only explain)."""
 
     def __init__(self, path: Path):
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                       if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
                                     | ast.AsyncFunctionDef)
@@ -338,8 +347,13 @@ class Literals:
                 self.names.add(node.id if isinstance(node, ast.Name) else node.name)
 
 
+@functools.cache
+def _literals(path: Path) -> Literals:
+    return Literals(path)
+
+
 def _modules_where(found) -> list[str]:
-    return sorted(name for name, path in _modules().items() if found(Literals(path)))
+    return sorted(name for name, path in _modules().items() if found(_literals(path)))
 
 
 def test_databricks_names_are_written_in_one_module_and_read_in_one():

@@ -25,7 +25,13 @@ from judges.model.limits import estimate_tokens, limits_for
 from judges.model.local_models import is_local_model, local_model
 from judges.model.pricing import model_prices, most_call_cost, priced
 from judges.model.request import request_for
-from judges.model.retry import backoff_delay, describe_error, retry_after_seconds, status_of
+from judges.model.retry import (
+    CLOCK,
+    backoff_delay,
+    describe_error,
+    retry_after_seconds,
+    status_of,
+)
 from judges.model.settings import LLMSettings
 from judges.model.usage import Completion, LLMCallError, Usage
 
@@ -128,7 +134,7 @@ class LLMClient:
                     if answered_at_refusal is None or congestion.answered > answered_at_refusal:
                         round_trip = congestion.round_trip
                     answered_at_refusal = congestion.answered
-                await asyncio.sleep(backoff_delay(self.settings, attempt, error, round_trip))
+                await CLOCK.sleep(backoff_delay(self.settings, attempt, error, round_trip))
                 continue
             usage.count_success(completion)
             return completion._replace(attempts=attempt)

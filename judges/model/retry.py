@@ -6,12 +6,29 @@ litellm's exception types).
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import random
 from datetime import UTC, datetime
 from typing import Protocol
 
 MAX_RETRY_AFTER_SECONDS = 120.0
+
+
+class RetryClock:
+    """Where a call waits out its backoff before the next attempt.
+
+    One instance, CLOCK, for the process: a test that exercises retries but not their timing
+    puts a recording clock in its place (tests/conftest.py `retry_clock`), so that a 1 s
+    doubling backoff costs it no real time while the waits asked for stay visible.
+    """
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds` of real time."""
+        await asyncio.sleep(seconds)
+
+
+CLOCK = RetryClock()
 
 
 class RetryPolicy(Protocol):
