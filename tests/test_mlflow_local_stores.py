@@ -23,6 +23,9 @@ from tasks.mlflow.agent_evaluation import AGENT_EVALUATION_NAMES  # noqa: E402
 from tasks.mlflow.stores import UnsupportedTrackingURI, store_of  # noqa: E402
 
 runner = CliRunner()
+# MLflow runs `git version` (GitPython) when it logs a run or reads a store: a process.
+pytestmark = pytest.mark.tier("process")
+
 TRACES = "rag-app"
 QUESTIONS = [
     ("What is the capital of France?", "Paris is the capital of France.",
@@ -158,7 +161,10 @@ def test_an_experiments_traces_are_read_from_a_local_store(store, tmp_path):
                        "--mlflow-tracking-uri", store["uri"], "--mlflow-experiment", "judged")
     assert result.exit_code == 0, result.output
     rows = _published(out, "read", "results.jsonl")
-    assert [r["request_id"] for r in rows] == store["ids"]  # oldest first, named by trace id
+    # Oldest first, named by trace id; two traces begun in the same millisecond by trace id.
+    client = MlflowClient(tracking_uri=store["uri"])
+    oldest_first = sorted(store["ids"], key=lambda t: (client.get_trace(t).info.request_time, t))
+    assert [r["request_id"] for r in rows] == oldest_first
     assert [r["response"] for r in rows] == [q[1] for q in QUESTIONS]
     assert [r["retrieved_context"][0]["doc_uri"] for r in rows] == [q[3] for q in QUESTIONS]
     section = _published(out, "read", "manifest.json")["dataset"]["mlflow"]

@@ -26,7 +26,6 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from prefect.client.schemas.objects import FlowRun
 
@@ -197,8 +196,8 @@ class FlowRunKiller(threading.Thread):
         self.stored_at_kill = self._stored()
 
 
-def _states(api: httpx.Client, flow_run_id: str) -> list[tuple[str, str]]:
-    found = api.get("/flow_run_states/", params={"flow_run_id": flow_run_id})
+def _states(server: Server, flow_run_id: str) -> list[tuple[str, str]]:
+    found = server.call("GET", f"/flow_run_states/?flow_run_id={flow_run_id}")
     ordered = sorted(found.raise_for_status().json(), key=lambda s: s["timestamp"])
     return [(s["type"], s["name"]) for s in ordered]
 
@@ -239,8 +238,7 @@ def test_a_killed_night_is_run_again_as_the_same_run_and_published_once(
     try:
         with process_workers(server, ("night-worker",), server.env):
             def finished() -> dict | None:
-                with server.client() as api:
-                    now = api.get(f"/flow_runs/{flow_run['id']}").raise_for_status().json()
+                now = server.call("GET", f"/flow_runs/{flow_run['id']}").raise_for_status().json()
                 return now if now["state"]["type"] in ("COMPLETED", "FAILED") else None
 
             final = _wait_for(finished, 240, f"the night's end\n{_tail(worker_log)}"
@@ -253,15 +251,15 @@ def test_a_killed_night_is_run_again_as_the_same_run_and_published_once(
     assert final["state"]["type"] == "COMPLETED", (final["state"], _tail(worker_log, 6000))
     # The same flow run, crashed, re-scheduled by the automation, run a second time.
     assert final["run_count"] == 2
-    with server.client() as api:
-        states = _states(api, flow_run["id"])
+    states = _states(server, flow_run["id"])
     crashed = states.index(("CRASHED", "Crashed"))
     assert states[crashed + 1] == ("SCHEDULED", "AwaitingRetry"), states
     assert states[-1][0] == "COMPLETED"
 
     # One run folder, named after the flow run: the second attempt found the first's chunks.
     run_id = flow_run_run_id(FlowRun.model_validate(final))
-    run_dirs = [p.name for p in (out / SUITE).iterdir() if p.is_dir() and p.name != "history"]
+    run_dirs = [p.name for p in (out / SUITE).iterdir()
+                if p.is_dir() and p.name not in ("history", "started")]
     assert run_dirs == [run_id]
     manifest = json.loads((out / SUITE / run_id / "manifest.json").read_text())
     assert manifest["status"] == "passed" and manifest["dataset"]["rows_judged"] == ROWS
@@ -326,10 +324,11 @@ class MachineKiller(FlowRunKiller):
         self.stored_at_kill = self._stored()
 
 
-def _events(api: httpx.Client, name: str, flow_run_id: str) -> list[dict]:
-    found = api.post("/events/filter", json={"limit": 50, "filter": {
+def _events(server: Server, name: str, flow_run_id: str) -> list[dict]:
+    query = {"limit": 50, "filter": {
         "event": {"name": [name]}, "resource": {"id": [f"prefect.flow-run.{flow_run_id}"]},
-        "order": "ASC"}})
+        "order": "ASC"}}
+    found = server.call("POST", "/events/filter", retry_timeouts=True, json=query)
     return found.raise_for_status().json()["events"]
 
 
@@ -373,12 +372,11 @@ def test_a_night_whose_machine_died_is_marked_crashed_run_again_and_published_on
                       "the kill", every=0.2)
         finally:  # the logs as they are now, not when the wait began
             assert killer.killed_pid is not None, _tail(first_log, 6000)
-        with server.client() as api:  # nobody reported it: still Running
-            assert _states(api, flow_run["id"])[-1][0] == "RUNNING", _states(api, flow_run["id"])
+        states = _states(server, flow_run["id"])  # nobody reported it: still Running
+        assert states[-1][0] == "RUNNING", states
         with process_workers(server, ("machine-b",), env):  # another machine on the pool
             def finished() -> dict | None:
-                with server.client() as api:
-                    now = api.get(f"/flow_runs/{flow_run['id']}").raise_for_status().json()
+                now = server.call("GET", f"/flow_runs/{flow_run['id']}").raise_for_status().json()
                 return now if now["state"]["type"] in ("COMPLETED", "FAILED") else None
 
             final = _wait_for(finished, 300, f"the night's end\n{_tail(first_log)}\n"
@@ -394,10 +392,9 @@ def test_a_night_whose_machine_died_is_marked_crashed_run_again_and_published_on
 
     assert final["state"]["type"] == "COMPLETED", final["state"]
     assert final["run_count"] == 2
-    with server.client() as api:
-        states = _states(api, flow_run["id"])
-        crashes = _events(api, "prefect.flow-run.Crashed", flow_run["id"])
-        beats = _events(api, "prefect.flow-run.heartbeat", flow_run["id"])
+    states = _states(server, flow_run["id"])
+    crashes = _events(server, "prefect.flow-run.Crashed", flow_run["id"])
+    beats = _events(server, "prefect.flow-run.heartbeat", flow_run["id"])
     crashed = states.index(("CRASHED", "Crashed"))
     assert states[crashed + 1] == ("SCHEDULED", "AwaitingRetry"), states
     # The run's own heartbeats (no Prefect setting), tagged for the automation, while it ran.
@@ -410,7 +407,8 @@ def test_a_night_whose_machine_died_is_marked_crashed_run_again_and_published_on
           f"{HEARTBEAT_SECONDS} s, window {HEARTBEAT_WINDOW} s, re-run delay 10 s)")
 
     run_id = flow_run_run_id(FlowRun.model_validate(final))
-    run_dirs = [p.name for p in (out / SUITE).iterdir() if p.is_dir() and p.name != "history"]
+    run_dirs = [p.name for p in (out / SUITE).iterdir()
+                if p.is_dir() and p.name not in ("history", "started")]
     assert run_dirs == [run_id]
     manifest = json.loads((out / SUITE / run_id / "manifest.json").read_text())
     assert manifest["status"] == "passed" and manifest["dataset"]["rows_judged"] == ROWS
