@@ -44,9 +44,11 @@ class RollingWindow:
         self._learned_from = 0.0  # the last send counted in the learned limit
         # The least span a long Retry-After has implied: each is rounded up to whole seconds.
         self._span_bound: float | None = None
-        # The current run of refusals: the first refused call's stamp, when the last 429 came
-        # back, and whether a call sent after that first one was answered since.
+        # The current run of refusals: the first refused call's stamp and when its 429 came
+        # back, when the last one came back, and whether a call sent after the first came
+        # back was answered since.
         self._refused_stamp: float | None = None
+        self._refused_seen: float | None = None
         self._last_refusal: float | None = None
         self._answered_since = False
         self._lock = threading.Lock()
@@ -81,7 +83,9 @@ class RollingWindow:
     def answered(self, stamp: float) -> None:
         """The call sent at `stamp` was answered: the provider is taking calls."""
         with self._lock:
-            if self._refused_stamp is not None and stamp > self._refused_stamp:
+            # Sent after the run's first refusal came back: calls sent just before it, taken
+            # out of their order, say nothing.
+            if self._refused_seen is not None and stamp > self._refused_seen:
                 self._answered_since = True
 
     def refused(self, stamp: float, retry_after: float | None, others_in_flight: int) -> bool:
@@ -103,6 +107,7 @@ class RollingWindow:
             if self._refused_stamp is None or self._answered_since:
                 # The first refusal since the provider last took a call sent after one.
                 self._refused_stamp, self._answered_since = stamp, False
+                self._refused_seen = now
                 closed = others_in_flight == 0
             else:
                 # Refused again, though sent after a 429 came back; or, told to wait long, sent
