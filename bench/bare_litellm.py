@@ -25,14 +25,15 @@ import litellm  # noqa: E402
 from bench.rows import judge_messages  # noqa: E402
 
 
-async def batch(api_base: str, messages: list[list[dict]], concurrency: int) -> None:
+async def batch(api_base: str, messages: list[list[dict]], concurrency: int,
+                retries: int = 0) -> None:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(call_messages: list[dict]) -> None:
         async with gate:
             await litellm.acompletion(
                 model="openai/bench", api_base=f"{api_base}/v1", api_key="no-key",
-                messages=call_messages, temperature=0.0, timeout=120.0, num_retries=0,
+                messages=call_messages, temperature=0.0, timeout=120.0, num_retries=retries,
                 max_retries=0, drop_params=True)
 
     await asyncio.gather(*(one(m) for m in messages))
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--retries", type=int, default=0, help="litellm's own retries a call")
     args = parser.parse_args()
     litellm.suppress_debug_info = True
     messages = judge_messages(args.calls)
@@ -51,7 +53,7 @@ def main() -> None:
         asyncio.run(batch(args.api_base, messages[:args.warmup], args.concurrency))
         urllib.request.urlopen(urllib.request.Request(f"{args.api_base}/reset", method="POST"))
     cpu, wall = time.process_time(), time.perf_counter()
-    asyncio.run(batch(args.api_base, messages, args.concurrency))
+    asyncio.run(batch(args.api_base, messages, args.concurrency, args.retries))
     print(json.dumps({"cpu_seconds": time.process_time() - cpu,
                       "wall_seconds": time.perf_counter() - wall}))
 

@@ -15,19 +15,29 @@ time each request was received, each reply sent and each request refused with a 
 Faults, for the storm scenarios: `--limit N` answers 429 at once to a request that arrives
 while N are being served (a provider's concurrency limit, no Retry-After); `--fail-every K`
 answers every K-th request with a 500 after the usual delay. Both count in `rejected`.
+`--retry-after S` adds `Retry-After: S` to the concurrency limit's 429s; `--rpm N` answers 429 at
+once to a request that arrives while N requests were taken in the last 60 s (a rolling window),
+with a Retry-After of the whole seconds until the oldest of them leaves it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
+import math
 import sys
 import time
+from pathlib import Path
 
 from aiohttp import web
 
-VERDICT = '{"rationale": "fine", "rating": "yes"}'
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from judges.blocks.call_token import TOKEN_FIELD, token_asked  # noqa: E402
+
+VERDICT = {"rationale": "fine", "rating": "yes"}
 
 
 class Window:
@@ -66,35 +76,58 @@ class Window:
                 "last_replied": self.last_replied, "rejected": self.rejected}
 
 
-def _completion(model: str) -> bytes:
+def _verdict(body: dict) -> str:
+    """The verdict, with the call's token as an honest judge puts it (judges/blocks/)."""
+    prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+    token = token_asked(prompt)
+    return json.dumps(VERDICT if token is None else {TOKEN_FIELD: token, **VERDICT})
+
+
+def _completion(model: str, content: str) -> bytes:
     return json.dumps({
         "id": "chatcmpl-bench",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": VERDICT}}],
+                     "message": {"role": "assistant", "content": content}}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }).encode()
 
 
-def _error(status: int, message: str) -> web.Response:
+def _error(status: int, message: str, retry_after: float | None = None) -> web.Response:
+    headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
     return web.json_response({"error": {"message": message, "type": "bench_fault"}},
-                             status=status)
+                             status=status, headers=headers)
 
 
-def make_app(latency: float, limit: int | None = None,
-             fail_every: int | None = None) -> web.Application:
+RPM_SPAN = 60.0
+
+
+def make_app(latency: float, limit: int | None = None, fail_every: int | None = None,
+             retry_after: float | None = None, rpm: int | None = None) -> web.Application:
     window = Window()
+    taken: collections.deque[float] = collections.deque()  # requests in the rpm window
+
+    def refuse(message: str, after: float | None) -> web.Response:
+        window.rejected += 1
+        window.refused.append(time.monotonic())
+        window.replied()
+        return _error(429, message, after)
 
     async def complete(request: web.Request) -> web.Response:
         window.received()
         body = await request.json()
         if limit is not None and window.serving >= limit:
-            window.rejected += 1
-            window.refused.append(time.monotonic())
-            window.replied()
-            return _error(429, "Too many concurrent requests")
+            return refuse("Too many concurrent requests", retry_after)
+        if rpm is not None:
+            now = time.monotonic()
+            while taken and taken[0] <= now - RPM_SPAN:
+                taken.popleft()
+            if len(taken) >= rpm:
+                return refuse("Rate limit reached for requests per minute",
+                              math.ceil(taken[0] + RPM_SPAN - now))
+            taken.append(now)
         window.serving += 1
         try:
             await asyncio.sleep(latency)
@@ -104,7 +137,7 @@ def make_app(latency: float, limit: int | None = None,
             window.rejected += 1
             window.replied()
             return _error(500, "Internal error")
-        response = web.Response(body=_completion(body.get("model", "bench")),
+        response = web.Response(body=_completion(body.get("model", "bench"), _verdict(body)),
                                 content_type="application/json")
         window.replied()
         return response
@@ -118,6 +151,7 @@ def make_app(latency: float, limit: int | None = None,
 
     async def reset(request: web.Request) -> web.Response:
         window.reset()
+        taken.clear()
         return web.json_response({"ok": True})
 
     app = web.Application()
@@ -128,8 +162,10 @@ def make_app(latency: float, limit: int | None = None,
     return app
 
 
-async def serve(latency: float, limit: int | None = None, fail_every: int | None = None) -> None:
-    runner = web.AppRunner(make_app(latency, limit, fail_every), access_log=None)
+async def serve(latency: float, limit: int | None = None, fail_every: int | None = None,
+                retry_after: float | None = None, rpm: int | None = None) -> None:
+    runner = web.AppRunner(make_app(latency, limit, fail_every, retry_after, rpm),
+                           access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
     await site.start()
@@ -145,8 +181,11 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1, help="seconds per reply")
     parser.add_argument("--limit", type=int, default=None, help="429 above N being served")
     parser.add_argument("--fail-every", type=int, default=None, help="500 on every K-th request")
+    parser.add_argument("--retry-after", type=float, default=None,
+                        help="Retry-After seconds on the --limit 429s")
+    parser.add_argument("--rpm", type=int, default=None, help="429 above N requests a minute")
     args = parser.parse_args()
-    asyncio.run(serve(args.latency, args.limit, args.fail_every))
+    asyncio.run(serve(args.latency, args.limit, args.fail_every, args.retry_after, args.rpm))
 
 
 if __name__ == "__main__":

@@ -137,14 +137,15 @@ def stack_import_seconds() -> float:
     return time.perf_counter() - started
 
 
-def bare_litellm(api_base: str, calls: int, concurrency: int, warmup: int = 200) -> dict:
+def bare_litellm(api_base: str, calls: int, concurrency: int, warmup: int = 200,
+                 retries: int = 0) -> dict:
     """A bare litellm batch in its own process (warm unless `warmup` is 0); returns its CPU and
     wall seconds over the timed batch, and `process_seconds`, the whole process's wall time
     (interpreter start and imports included)."""
     started = time.perf_counter()
     done = subprocess.run(
         [PYTHON, str(BENCH / "bare_litellm.py"), api_base, "--calls", str(calls),
-         "--concurrency", str(concurrency), "--warmup", str(warmup)],
+         "--concurrency", str(concurrency), "--warmup", str(warmup), "--retries", str(retries)],
         env=bench_env(), capture_output=True, text=True, check=True)
     return {**json.loads(done.stdout.strip().splitlines()[-1]),
             "process_seconds": time.perf_counter() - started}

@@ -43,6 +43,10 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "defaults": scenarios.defaults_against_peers,
         "storm": scenarios.rate_limit_storm,
         "faults": scenarios.retried_faults,
+        # Issue 49: a provider that pushes back (a cap with Retry-After, 5xx, an rpm window).
+        "cap-retry-after": scenarios.cap_with_retry_after,
+        "fault-bursts": scenarios.fault_bursts,
+        "rpm-window": scenarios.rpm_window,
         "cpu": lambda: scenarios.cpu_bound(calls(2000)),
         "rpm": lambda: scenarios.rpm_cap(calls(240)),
         "overhead": scenarios.fixed_overhead,

@@ -472,3 +472,77 @@ def prompt_cache() -> list[Measure]:
             target="report", note=f"{found['cacheable_share_tokens']:.0%} cacheable by OpenAI "
             f"(1,024-token minimum); longest shared prefix {longest} tokens"))
     return measures
+
+
+# Issue 49's provider that pushes back: 200 rows x 2 judges at 200 ms, at the default settings.
+PUSHBACK_ROWS = 200
+PUSHBACK_LATENCY = 0.2
+
+
+def _pushback_measures(label: str, run: JudgedRun, stats: dict, calls: int, floor: float,
+                       floor_label: str, window_target: str, share_target: str,
+                       refusals: str = "429") -> list[Measure]:
+    """The judging window against its floor, and the share of requests refused, with the
+    calls left unanswered (each row and judge is one call: 0 means no row lost)."""
+    rejected = stats["rejected"]
+    answered = stats["count"] - rejected
+    lost = max(0, calls - answered)
+    common = dict(calls=run.calls, wall_seconds=run.command.wall_seconds, rate=run.rate,
+                  cpu_ms_per_call=run.cpu_ms_per_call, peak_rss_mb=run.command.peak_rss_mb)
+    note = (f"window {run.busy_seconds:.2f} s; {rejected} of {stats['count']} requests "
+            f"answered {refusals}; calls unanswered: {lost}")
+    return [
+        Measure(f"{label}: window", **common, limit=floor, limit_label=floor_label,
+                ratio=run.busy_seconds / floor, target=window_target, note=note),
+        Measure(f"{label}: {refusals} share", **common, limit=stats["count"],
+                limit_label="requests received", ratio=rejected / max(stats["count"], 1),
+                target=share_target, note=note),
+    ]
+
+
+def cap_with_retry_after(rows: int = PUSHBACK_ROWS, latency: float = PUSHBACK_LATENCY,
+                         limit: int = 16, retry_after: float = 1.0) -> list[Measure]:
+    """A provider that serves `limit` requests at once and answers 429 with a Retry-After to
+    any beyond: the floor is the calls served `limit` at a time, back to back."""
+    calls = 2 * rows
+    faults = ("--limit", str(limit), "--retry-after", f"{retry_after:g}")
+    with Loopback(latency, *faults) as server:
+        run = judge_rows(server, rows, None, judges=TWO_JUDGES)
+        stats = server.stats()
+    floor = calls * latency / limit
+    return _pushback_measures(
+        f"cap {limit} in flight, 429 + Retry-After {retry_after:g} beyond, "
+        f"{latency * 1000:.0f} ms, default settings", run, stats, calls, floor,
+        f"calls x latency / {limit} (s)", "<= 1.5", "<= 0.10")
+
+
+def fault_bursts(rows: int = PUSHBACK_ROWS, latency: float = PUSHBACK_LATENCY, every: int = 10,
+                 concurrency: int = 64, retries: int = 4) -> list[Measure]:
+    """Every `every`-th request answered 500 at concurrency 64: the judging window against a
+    bare litellm batch of the same calls with litellm's own `retries` (judgeflow's default
+    attempts less one), on the same server."""
+    calls = 2 * rows
+    with Loopback(latency, "--fail-every", str(every)) as server:
+        bare_litellm(server.url, calls, concurrency, warmup=0, retries=retries)
+        bare = server.stats()["busy_seconds"]
+        run = judge_rows(server, rows, concurrency, judges=TWO_JUDGES)
+        stats = server.stats()
+    return _pushback_measures(
+        f"1 in {every} calls answered 500, {latency * 1000:.0f} ms c{concurrency}", run, stats,
+        calls, bare, f"bare litellm c{concurrency}, {retries} retries (s)", "<= 1.10", "-",
+        refusals="500")
+
+
+def rpm_window(rows: int = PUSHBACK_ROWS, latency: float = PUSHBACK_LATENCY,
+               rpm: int = 200) -> list[Measure]:
+    """A provider taking `rpm` requests in any rolling minute, 429 + Retry-After beyond: the
+    floor sends each minute's allowance at once, so the last one is answered a latency after
+    the last minute it needs begins."""
+    calls = 2 * rows
+    with Loopback(latency, "--rpm", str(rpm)) as server:
+        run = judge_rows(server, rows, None, judges=TWO_JUDGES)
+        stats = server.stats()
+    floor = 60.0 * ((calls - 1) // rpm) + latency
+    return _pushback_measures(
+        f"rolling {rpm} requests/minute, {latency * 1000:.0f} ms, default settings", run, stats,
+        calls, floor, "whole minutes needed + latency (s)", "<= 1.05", "<= 0.05")

@@ -30,6 +30,7 @@ from fractions import Fraction
 from typing import Any
 
 import judges.model.litellm_door as door
+from judges.model.retry import retry_after_in
 from judges.model.usage import Completion
 
 _CALL: ContextVar[SentCall | None] = ContextVar("judgeflow_sent_call", default=None)
@@ -48,6 +49,9 @@ class SentCall:
         self.limits = limits
         self.estimated_tokens = estimated_tokens
         self.epoch = 0
+        self.stamp: float | None = None  # when it was let through to the provider
+        # Its 429 was seen by the hooks, before its slot was handed on: observed once, there.
+        self.refusal_observed = False
         self.reserved = 0
         self.holding = False
         self.hooked = False
@@ -63,7 +67,7 @@ class SentCall:
         """The slot at the provider, the RPM turn and (once) the token reservation."""
         if self.holding:
             return
-        self.epoch = await self.limits.enter()
+        self.epoch, self.stamp = await self.limits.enter()
         self.holding = True
         if not self._tokens_taken:
             self._tokens_taken = True
@@ -138,6 +142,14 @@ async def _on_request_end(session: Any, context: Any, params: Any) -> None:
     call = _CALL.get()
     if call is not None:
         call.answered = time.perf_counter()
+        if params.response.status == 429 and call.stamp is not None and call.holding:
+            # Before the slot goes to the next request: a closed door's pause must stop it,
+            # not reach it after litellm has turned this reply into an exception, by which
+            # time a busy client had sent tens of requests more into the same refusal.
+            call.refusal_observed = True
+            call.limits.observe_refusal(call.epoch, call.stamp,
+                                        retry_after_in(params.response.headers),
+                                        call.limits.gate.in_flight - 1)
         if call.give_back():
             await _let_the_next_request_leave(call.limits)
 

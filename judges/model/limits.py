@@ -13,6 +13,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from judges.model.pacing import AdaptiveGate, Congestion, RatePacer
+from judges.model.rate_window import RollingWindow
 from judges.model.settings import ADAPTIVE_MAX, ADAPTIVE_START
 
 # A judge's reply is short; the estimate is settled against the real usage after the call.
@@ -92,21 +93,37 @@ class ProcessLimits:
     # Requests whose body has left through the hooks: a freed slot's next owner has left once
     # this moves.
     requests_sent: int = 0
+    # What the provider's 429s say: a cap, a closed door, a learned rate window.
+    window: RollingWindow = field(default_factory=RollingWindow)
 
-    async def enter(self) -> int:
-        """Take a slot at the provider; returns the congestion epoch it was admitted in.
+    async def enter(self) -> tuple[int, float]:
+        """Take a slot at the provider; returns its congestion epoch and its send stamp.
 
-        Waits out any pause before and after queueing for the window, then for the RPM pace.
+        The stamp is what judges/model/rate_window.py knows the call by. Waits out any pause
+        before and after queueing for the window, then for the RPM pace and any learned rate
+        window.
         """
         await self.congestion.wait_pause()
         await self.gate.acquire()
         try:
             await self.congestion.wait_pause()
             await self.pacer.wait_turn(self.congestion.rate_share)
+            stamp = await self.window.wait_turn()
         except BaseException:
             self.leave()
             raise
-        return self.congestion.epoch
+        return self.congestion.epoch, stamp
+
+    def observe_refusal(self, epoch: int, stamp: float, retry_after: float | None,
+                        others_in_flight: int) -> None:
+        """A 429 for the call admitted in `epoch` at `stamp`: the window steps back.
+
+        A closed door (judges/model/rate_window.py) also pauses every call for `retry_after`.
+        """
+        self.congestion.on_rate_limited(epoch)
+        closed = self.window.refused(stamp, retry_after, others_in_flight)
+        if closed and retry_after:
+            self.congestion.pause(retry_after)
 
     def leave(self) -> bool:
         """Give the slot back; True when a waiting request was handed it."""

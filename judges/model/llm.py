@@ -216,9 +216,11 @@ class LLMClient:
                 budget.settle(call.budget_hold,
                               call.budget_hold if door.may_be_billed(error) else 0)
             if not isinstance(error, BudgetReached):
-                self._observe_failure(error, call.epoch)
+                self._observe_failure(error, call)
             raise
         limits.congestion.on_success(window_full=limits.gate.full())
+        if call.stamp is not None:
+            limits.window.answered(call.stamp)
         limits.congestion.on_answer(completion.latency_seconds)
         limits.tokens.settle(call.reserved, completion.input_tokens + completion.output_tokens)
         completion = priced(self.settings, completion)
@@ -253,12 +255,22 @@ class LLMClient:
             self._settle(budget, hold, completion)
         return completion
 
-    def _observe_failure(self, error: BaseException, epoch: int) -> None:
-        """A 429 slows the model down; a Retry-After pauses every call to it."""
+    def _observe_failure(self, error: BaseException, call: SentCall) -> None:
+        """A 429 slows the model down; a Retry-After pauses every call to it.
+
+        Unless the 429 was one call too many while the provider answers others
+        (judges/model/rate_window.py): then only the refused call waits its Retry-After.
+        """
         if not isinstance(error, Exception):
             return  # cancelled: says nothing about the provider
-        if door.is_rate_limited(error):
-            self._limits.congestion.on_rate_limited(epoch)
+        limits = self._limits
         hinted = retry_after_seconds(error)
+        if door.is_rate_limited(error):
+            if call.refusal_observed:
+                return  # by the hooks, as the reply arrived (judges/model/in_flight.py)
+            if call.stamp is not None:
+                limits.observe_refusal(call.epoch, call.stamp, hinted, limits.gate.in_flight)
+                return
+            limits.congestion.on_rate_limited(call.epoch)
         if hinted and door.is_transient(error):
-            self._limits.congestion.pause(hinted)
+            limits.congestion.pause(hinted)

@@ -49,7 +49,11 @@ def retry_after_seconds(error: Exception) -> float | None:
         getattr(getattr(error, "response", None), "headers", None),
         getattr(error, "headers", None),
     )
-    headers = next((h for h in candidates if h), None)
+    return retry_after_in(next((h for h in candidates if h), None))
+
+
+def retry_after_in(headers) -> float | None:
+    """The delay a reply's headers ask for (retry-after-ms, or Retry-After), if any."""
     if headers is None:
         return None
     seconds = _header_seconds(headers.get("retry-after-ms"), scale=1000.0)

@@ -1,0 +1,131 @@
+"""What a 429 says about the provider: one call too many, or a closed door (a rate window).
+
+- A 429 while other calls to the model are in flight, and answered, is one call too many for a
+  concurrency cap: only the refused call waits its Retry-After; the window (judges/model/
+  pacing.py) learns the cap. Pausing the whole model there stalled calls the cap admitted.
+- A 429 with nothing else in flight, or on a call sent after an earlier 429 while no call sent
+  since then was answered, is a closed door: the whole model waits the Retry-After.
+- A closed door with a long Retry-After is a requests-per-window limit (a rolling minute). Its
+  size is learned from the refusal: the calls the provider took before it, over the span from
+  the first of them to the end of the Retry-After. From then on calls are sent only while fewer
+  than that many went out in the last span, so the next window is used in a burst, as the
+  provider allows, instead of paying a burst of 429s each time it fills.
+
+Process-wide, like the limits that hold it (a threading lock; waits on the caller's loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+# Shorter Retry-Afters are a concurrency cap's or a short burst's, not a window to learn.
+MIN_WINDOW_RETRY_AFTER = 2.0
+# Sends remembered: how far back a window can be learned (a minute's limit and some).
+MEMORY_SECONDS = 90.0
+MEMORY_CALLS = 20_000
+# A learned span is stretched by this many seconds: the provider counts a request from when it
+# arrived, a little after it left here.
+SPAN_MARGIN = 0.25
+
+
+class RollingWindow:
+    """Refusals classified, and a learned requests-per-span limit kept (none until learned)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._sent: deque[float] = deque()  # when each call not refused was sent, in order
+        self.limit: int | None = None
+        self.span: float | None = None
+        self._learned_from = 0.0  # the last send counted in the learned limit
+        # The least span a long Retry-After has implied: each is rounded up to whole seconds.
+        self._span_bound: float | None = None
+        # The current run of refusals: the first refused call's stamp and when its 429 came
+        # back, when the last one came back, and whether a call sent after the first came
+        # back was answered since.
+        self._refused_stamp: float | None = None
+        self._refused_seen: float | None = None
+        self._last_refusal: float | None = None
+        self._answered_since = False
+        self._lock = threading.Lock()
+
+    def delay(self) -> float:
+        """Seconds until a call may be sent without exceeding the learned limit (0 if none)."""
+        with self._lock:
+            return self._delay(self._clock())
+
+    def _delay(self, now: float) -> float:
+        if self.limit is None or len(self._sent) < self.limit:
+            return 0.0
+        # The limit-th most recent send must have left the span before another goes.
+        return max(0.0, self._sent[-self.limit] + self.span - now)
+
+    def sent(self) -> float:
+        """Record a call leaving now; returns its stamp (for `answered` and `refused`)."""
+        with self._lock:
+            now = self._clock()
+            self._sent.append(now)
+            horizon = now - max(MEMORY_SECONDS, self.span or 0.0)
+            while self._sent and (self._sent[0] < horizon or len(self._sent) > MEMORY_CALLS):
+                self._sent.popleft()
+            return now
+
+    async def wait_turn(self) -> float:
+        """Wait until the learned limit admits a call, then record it as sent; its stamp."""
+        while (wait := self.delay()) > 0:
+            await asyncio.sleep(wait)
+        return self.sent()
+
+    def answered(self, stamp: float) -> None:
+        """The call sent at `stamp` was answered: the provider is taking calls."""
+        with self._lock:
+            # Sent after the run's first refusal came back: calls sent just before it, taken
+            # out of their order, say nothing.
+            if self._refused_seen is not None and stamp > self._refused_seen:
+                self._answered_since = True
+
+    def refused(self, stamp: float, retry_after: float | None, others_in_flight: int) -> bool:
+        """The call sent at `stamp` was answered 429; True when the door is closed (pause all).
+
+        Learns a rolling window from a closed door with a Retry-After of at least
+        MIN_WINDOW_RETRY_AFTER seconds.
+        """
+        with self._lock:
+            now = self._clock()
+            index = bisect.bisect_left(self._sent, stamp)
+            if index < len(self._sent) and self._sent[index] == stamp:
+                del self._sent[index]
+            if self.limit is not None and stamp <= self._learned_from:
+                # Counted when the limit was learned, refused since: it says no more.
+                self.limit = max(1, self.limit - 1)
+                return False
+            long_wait = retry_after is not None and retry_after >= MIN_WINDOW_RETRY_AFTER
+            if self._refused_stamp is None or self._answered_since:
+                # The first refusal since the provider last took a call sent after one.
+                self._refused_stamp, self._answered_since = stamp, False
+                self._refused_seen = now
+                closed = others_in_flight == 0
+            else:
+                # Refused again, though sent after a 429 came back; or, told to wait long, sent
+                # after a refused call (its 429 may still be queued behind others here).
+                closed = (others_in_flight == 0 or stamp > (self._last_refusal or stamp)
+                          or (long_wait and stamp > self._refused_stamp))
+            if (long_wait and self._sent and len(self._sent) < MEMORY_CALLS):
+                # The provider's oldest counted request is no older than the oldest sent here.
+                bound = now + retry_after - self._sent[0]
+                self._span_bound = min(self._span_bound or bound, bound)
+                if self.span is not None:
+                    self.span = min(self.span, self._span_bound + SPAN_MARGIN)
+                if closed and self.limit is None:  # learned once: at the first fill
+                    # Every call sent so far and not refused, those still in flight included:
+                    # the provider counts them by arrival, which need not follow their stamps.
+                    # Each of them refused later takes one off (above).
+                    self.span = self._span_bound + SPAN_MARGIN
+                    self.limit = len(self._sent)
+                    self._learned_from = self._sent[-1]
+            self._last_refusal = now
+            return closed
