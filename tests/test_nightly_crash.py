@@ -207,15 +207,9 @@ def _install(server: Server) -> str:
     return done.stdout
 
 
-def test_a_killed_night_is_run_again_as_the_same_run_and_published_once(
-        server, deployed, fake_llm, tmp_path):
-    # Installed as the README says; installing again updates it, never a second one.
-    assert "created automation" in _install(server)
-    assert "updated automation" in _install(server)
-    with server.client() as api:
-        found = api.post("/automations/filter", json={}).raise_for_status().json()
-    assert [a["name"] for a in found].count(AUTOMATION_NAME) == 1
-
+def _scheduled_night(server: Server, deployed: dict, fake_llm, tmp_path: Path
+                     ) -> tuple[NightJudge, Path, dict]:
+    """A nightly flow run as the scheduler makes one (no run id), judged by a counting judge."""
     judge = NightJudge()
     fake_llm.reset(judge)
     out = tmp_path / "out"
@@ -226,11 +220,23 @@ def test_a_killed_night_is_run_again_as_the_same_run_and_published_once(
               "judges": ["safety"], "chunk_size": CHUNK_SIZE,
               "gates": None, "pairwise": False, "canary_rows": 0}
     assert "run_id" not in params
-    with server.client() as api:  # what the scheduler does: a flow run with the defaults
-        created = api.post(f"/deployments/{deployed['nightly']['id']}/create_flow_run",
-                           json={"parameters": {"params": params}})
+    created = server.call("POST", f"/deployments/{deployed['nightly']['id']}/create_flow_run",
+                          json={"parameters": {"params": params}})
     flow_run = created.raise_for_status().json()
     assert RESUME_TAG in flow_run["tags"]
+    return judge, out, flow_run
+
+
+def test_a_killed_night_is_run_again_as_the_same_run_and_published_once(
+        server, deployed, fake_llm, tmp_path):
+    # Installed as the README says; installing again updates it, never a second one.
+    assert "created automation" in _install(server)
+    assert "updated automation" in _install(server)
+    with server.client() as api:
+        found = api.post("/automations/filter", json={}).raise_for_status().json()
+    assert [a["name"] for a in found].count(AUTOMATION_NAME) == 1
+
+    judge, out, flow_run = _scheduled_night(server, deployed, fake_llm, tmp_path)
 
     killer = FlowRunKiller(flow_run["id"], out / SUITE, KILL_AFTER_CHUNKS, judge)
     killer.start()
@@ -338,19 +344,7 @@ def test_a_night_whose_machine_died_is_marked_crashed_run_again_and_published_on
                            "--delay", "10", "--heartbeat-window", HEARTBEAT_WINDOW).stdout
     assert ZOMBIE_AUTOMATION_NAME in installed, installed
 
-    judge = NightJudge()
-    fake_llm.reset(judge)
-    out = tmp_path / "out"
-    params = {**deployed["nightly"]["parameters"]["params"],
-              "data": str(_rows_file(tmp_path)), "output": str(out), "suite": SUITE,
-              "judge": {"model": "openai/night-judge", "api_base": fake_llm.api_base,
-                        "concurrency": 2},
-              "judges": ["safety"], "chunk_size": CHUNK_SIZE,
-              "gates": None, "pairwise": False, "canary_rows": 0}
-    with server.client() as api:
-        created = api.post(f"/deployments/{deployed['nightly']['id']}/create_flow_run",
-                           json={"parameters": {"params": params}})
-    flow_run = created.raise_for_status().json()
+    judge, out, flow_run = _scheduled_night(server, deployed, fake_llm, tmp_path)
 
     # Prefect's own process worker, as `prefect worker start` runs it: no Prefect heartbeat
     # setting anywhere, so the heartbeats are the run's own.
