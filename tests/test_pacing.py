@@ -210,7 +210,10 @@ def test_at_default_settings_a_run_grows_its_window_past_the_start(fake_llm):
 
 def test_at_default_settings_a_run_settles_just_below_a_provider_s_concurrency_limit(fake_llm):
     limit = 12
-    recorder = Recorder(lambda index: Reply(VERDICT), seconds=0.1)
+    # Each call holds its slot 0.3 s: long beside the scheduling delays of a loaded machine,
+    # which this fake (the provider lives in the client's process) counts as calls not yet in
+    # flight; with 0.1 s a full run on 4 workers saw the window end at 18 and 24.
+    recorder = Recorder(lambda index: Reply(VERDICT), seconds=0.3)
 
     def provider(body) -> Reply:
         with recorder._lock:
