@@ -52,9 +52,11 @@ demo: install
 # `make test` runs every test, a file at a time on each of TEST_WORKERS workers (the process
 # tier mostly waits on the servers it starts), then prints the slowest 15 and the time per tier.
 # A pure or flow test that starts a process fails there: the fast tier stays process-free.
+# Tests marked `serial` (timing against an in-process fake provider) then run alone.
 TEST_WORKERS ?= 4
 test: dev
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 -m "not serial"
+	$(VENV)/bin/pytest -m serial --durations=5
 
 # The inner loop: pure tests and in-process flows on one Prefect API, no process started.
 test-fast: dev

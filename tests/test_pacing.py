@@ -18,6 +18,11 @@ from judges.model.settings import ADAPTIVE_MAX, ADAPTIVE_START, LLMSettings
 from judges.model.usage import Usage
 from tests.fake_llm import Reply, prompt_text
 
+# These tests time calls against a provider that lives in the test's own process: beside other
+# workers on a busy machine it sees calls late (two 4-worker full runs failed one or another),
+# so `make test` runs them alone, after the parallel pass.
+pytestmark = pytest.mark.serial
+
 VERDICT = '{"rationale": "ok", "rating": "yes"}'
 MESSAGES = [{"role": "user", "content": "judge this"}]
 
