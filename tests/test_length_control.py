@@ -9,12 +9,16 @@ its published names, its gate, and its sentence in summary.md.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 
 import numpy as np
 import pytest
 from scipy.optimize import minimize
 
+from flows.evaluate import evaluate
+from flows.params import EvaluateParams, JudgeModel
 from judges.builtin.pairwise import Pair, PairwiseOptions, compare_metrics
 from judges.catalogue import Registry
 from judges.pairwise.length import LARGE_SHIFT, MIN_PAIRS, length_control, length_feature
@@ -25,6 +29,7 @@ from judges.result_names import LENGTH_CONTROL_FIELDS, pairwise_metric_fields
 from tasks.regression.decide import Context, decide
 from tasks.regression.gates import Gate
 from tasks.report.summary_md import summary_markdown
+from tests.test_regression import GOOD, _offline_params, run
 
 rng_seeds = range(200)
 
@@ -285,3 +290,23 @@ def test_summary_md_says_when_length_explains_the_win_rate():
     assert "Length explains" not in summary_markdown(manifest, plain, "`report.html`")
     tampered = dict(metrics, lc_winrate="0.99")  # read as untrusted: no number, no sentence
     assert "Length explains" not in summary_markdown(manifest, tampered, "`report.html`")
+
+
+def test_a_regression_gate_on_the_controlled_rate_of_too_few_pairs_is_undecidable(tmp_path):
+    """Offline judge, 8 pairs: the raw win rate is defined, the controlled one is not."""
+    base = _offline_params(tmp_path, GOOD, "lc-base")
+    asyncio.run(evaluate(EvaluateParams(
+        data=str(base.data), suite="ph", judge=JudgeModel(model="judgeflow/offline"),
+        output=str(tmp_path / "out"), run_id="lc-base", judges=["relevance_to_query"])))
+    bad = [{**row, "response": "Please contact support."} for row in GOOD]
+    state = run(_offline_params(tmp_path, bad, "lc-cand",
+                                gates="gates:\n  - metric: lc_winrate\n    min: 0.1\n"))
+    assert state.is_failed() and state.message.startswith("INCOMPLETE")
+    run_dir = tmp_path / "out/ph/lc-cand"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["winrate"] == 0.0 and metrics["lc_winrate"] is None
+    why = "only 8 pairs preferred A or B; the length-controlled win rate needs at least 30"
+    assert metrics["lc_note"] == why and metrics["lc_pairs"] == 8
+    gate = json.loads((run_dir / "manifest.json").read_text())["regression"]["gates"][0]
+    assert gate["outcome"] == "undecidable"
+    assert gate["reason"] == f"pairwise metric 'lc_winrate' is undefined in this run: {why}"
