@@ -337,6 +337,7 @@ LENGTH_CONTROL_NAMES = {
     "lc_length_coef_upper": "coef_upper", "lc_pairs": "pairs", "lc_shift": "shift",
     "lc_length_large": "large", "lc_note": "reason",
 }
+LC_NOTE = "lc_note"  # why `lc_winrate` is null: what a gate on it says when undecidable
 LENGTH_CONTROL_FIELDS = tuple(LENGTH_CONTROL_NAMES)
 # Which rate fields' interval each gateable win rate is read with.
 RATE_INTERVALS = {"winrate": WINRATE_FIELDS[1:], "lc_winrate": LC_WINRATE_FIELDS[1:]}

@@ -27,6 +27,7 @@ from judges.calibration.policy import MIN_LABELS, advisory_reason
 from judges.catalogue import Registry
 from judges.names.metric_fields import is_pairwise, metric_field, stats_of
 from judges.result_names import (
+    LC_NOTE,
     LC_WINRATE_FIELDS,
     LENGTH_CONTROL_FIELDS,
     PAIRWISE_KEY,
@@ -155,10 +156,10 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
         if pairs is None:
             return ctx.pairwise_unavailable or "no head-to-head comparison in this run"
         if pairs.get(gate.metric) is None:
-            if gate.metric in LENGTH_CONTROL_FIELDS and pairs.get("lc_note"):
+            if gate.metric in LENGTH_CONTROL_FIELDS and pairs.get(LC_NOTE):
                 # The fit says why it has no value (too few pairs, separation, ...).
                 return (f"pairwise metric {gate.metric!r} is undefined in this run: "
-                        f"{pairs['lc_note']}")
+                        f"{pairs[LC_NOTE]}")
             return _undefined_reason(gate.metric, pairs, ctx)
         if isinstance(pairs[gate.metric], str):
             return f"pairwise figure {gate.metric!r} is text, not a number a gate can bound"
