@@ -125,7 +125,7 @@ async def judge_prepared_pairs(params: CompareParams, prepared: PreparedPairs,
             params.storage_options, staging, store, progress),
         staging.cleanup)
     summary = compare_summary(verdicts, prepared.options, seed=params.bootstrap_seed,
-                              resamples=params.bootstrap_resamples)
+                              resamples=params.bootstrap_resamples, pairs=pairs)
     metrics = RunMetrics(
         pairwise_metric_fields(summary),
         pairwise_calibration(preferences_of(pairs), verdicts, seed=params.bootstrap_seed,
