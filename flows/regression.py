@@ -10,7 +10,7 @@ incomplete) with the verdict as the run's message.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
@@ -18,6 +18,7 @@ from prefect.states import Failed, State
 from pydantic import Field, model_validator
 
 from flows import flow_names
+from flows.flags import REQUIRED, Flag, turned_off_by
 from flows.params import EvaluateParams, SafeName, StorageURL
 from flows.phases.canary import run_canary
 from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
@@ -80,39 +81,43 @@ class RegressionParams(EvaluateParams):
     READ_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.READ_FIELDS, "gates", "rubric")
     OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "baseline")
 
-    suite: SafeName = Field(
+    # The command line's --suite has always defaulted to "default" (RunOptions'), not "nightly".
+    suite: Annotated[SafeName, Flag(default="default")] = Field(
         "nightly", description="Suite: the baseline is this suite's newest run that passed"
     )
-    baseline: SafeName | None = Field(
+    baseline: Annotated[SafeName | None, Flag()] = Field(
         None, description="Run id to compare with (default: the suite's newest run that passed, "
         "{output}/{suite}/baseline.json)",
     )
-    gates: StorageURL | None = Field(
+    gates: Annotated[StorageURL | None, Flag(kind=str, default=REQUIRED)] = Field(
         "deployments/gates.yaml", description="YAML file of gates (thresholds per metric)"
     )
-    pairwise: bool = Field(
+    pairwise: Annotated[bool, turned_off_by("no_pairwise")] = Field(
         True, description="Also judge baseline vs candidate responses head to head (both orders)"
     )
-    rubric: StorageURL | None = Field(None, description="Fixed rubric file for the head-to-head")
-    strict_ties: bool = Field(False, description="Head-to-head: one tie + one preference = tie")
-    min_paired: int = Field(
+    rubric: Annotated[StorageURL | None, Flag()] = Field(
+        None, description="Fixed rubric file for the head-to-head")
+    strict_ties: Annotated[bool, Flag()] = Field(
+        False, description="Head-to-head: one tie + one preference = tie")
+    min_paired: Annotated[int, Flag()] = Field(
         10, ge=2, description="Fewest rows paired with the baseline for a gate to be decided"
     )
-    min_coverage: float = Field(
+    min_coverage: Annotated[float, Flag()] = Field(
         0.9, ge=0, le=1, description="Smallest share of the baseline's rated rows that must "
         "pair (same request_id, request and expected answer) for a relative gate to decide",
     )
-    canary_rows: int = Field(
+    canary_rows: Annotated[int, Flag()] = Field(
         DEFAULT_CANARY_ROWS, ge=0, le=10_000, description="Judge drift canary: how many of the "
         "baseline's rows tonight's judge judges again (never from the cache) to compare with "
         "the baseline's verdicts; 0 turns it off unless the judge fingerprint changed",
     )
-    canary_min_agreement: float = Field(
+    canary_min_agreement: Annotated[float, Flag()] = Field(
         DEFAULT_MIN_AGREEMENT, ge=0, le=1, description="A judge agreeing with its own baseline "
         "verdicts on fewer of the canary's rows than this has drifted: the night is incomplete",
     )
-    canary_seed: int = Field(0, description="Seed of the canary's sample of baseline rows")
-    rejudge_baseline: bool = Field(
+    canary_seed: Annotated[int, Flag()] = Field(
+        0, description="Seed of the canary's sample of baseline rows")
+    rejudge_baseline: Annotated[bool, Flag()] = Field(
         False, description="When another judge (model, prompt, endpoint, sampling) judged the "
         "baseline, judge its responses again with tonight's judge first and compare with that "
         "(a rejudge run of the suite, reused on later nights); off: such gates are undecidable",

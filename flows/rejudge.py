@@ -9,12 +9,13 @@ prompt) on purpose. The reply cache makes an unchanged judge free.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from prefect import flow, get_run_logger
 from pydantic import Field, model_validator
 
 from flows import flow_names
+from flows.flags import Flag
 from flows.params import EvaluateParams, SafeName
 from flows.phases.evaluation import JudgedRun, judge, prepare, publish, warn_if_offline
 from flows.phases.rejudge import rejudge_section, source_run, with_source
@@ -44,8 +45,9 @@ class RejudgeParams(EvaluateParams):
     READ_FIELDS: ClassVar[tuple[str, ...]] = ("labels", "custom_judges")
     OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "as_baseline")
 
-    source_run: SafeName = Field(description="Run id of the suite's published run to judge again")
-    as_baseline: bool = Field(
+    source_run: Annotated[SafeName, Flag(argument=True)] = Field(
+        description="Run id of the suite's published run to judge again")
+    as_baseline: Annotated[bool, Flag()] = Field(
         False, description="Make the new run the suite's baseline if it is complete: adopt "
         "this judge on purpose (its lineage is in the manifest)",
     )
