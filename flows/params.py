@@ -1,4 +1,8 @@
-"""Parameters of the flows, as pydantic models: the Prefect UI renders them as forms."""
+"""Parameters of the flows, as pydantic models: the Prefect UI renders them as forms.
+
+Each field also says how the command line gives it (flows/flags.py): the commands' options
+are generated from these models (flows/commands/options.py).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from judges.model.settings import LLMSettings, ModelKnobs
 from judges.storage import check_storage_options, check_url
 from tasks.mlflow.source import is_mlflow_source, pinned
 from tasks.mlflow.stores import UnsupportedTrackingURI, store_of
+from tasks.regression.canary import DEFAULT_CANARY_ROWS, DEFAULT_MIN_AGREEMENT
 
 # Run ids and suite names become path segments: nothing that could climb out of the prefix.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -359,4 +364,98 @@ class EvaluateParams(RunOptions):
     def _one_source(self) -> EvaluateParams:
         if (self.data is None) == (self.rows is None):
             raise ValueError("give exactly one of data (a URL) or rows (inline)")
+        return self
+
+
+NO_CANDIDATE_MODEL = (
+    "candidate.model is empty: the run was started without a candidate model (a model.deployed "
+    "event must carry payload.model, e.g. emit_model_deployed.py --model NAME)"
+)
+
+
+class RegressionParams(EvaluateParams):
+    """A nightly (or post-deploy) regression run of one suite.
+
+    Every evaluate parameter, plus the baseline, the gates and how undecidable runs are told
+    apart.
+    """
+
+    READ_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.READ_FIELDS, "gates", "rubric")
+    OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "baseline")
+
+    # The command line's --suite has always defaulted to "default" (RunOptions'), not "nightly".
+    suite: Annotated[SafeName, Flag(default="default")] = Field(
+        "nightly", description="Suite: the baseline is this suite's newest run that passed"
+    )
+    baseline: Annotated[SafeName | None, Flag()] = Field(
+        None, description="Run id to compare with (default: the suite's newest run that passed, "
+        "{output}/{suite}/baseline.json)",
+    )
+    gates: Annotated[StorageURL | None, Flag(kind=str, default=REQUIRED)] = Field(
+        "deployments/gates.yaml", description="YAML file of gates (thresholds per metric)"
+    )
+    pairwise: Annotated[bool, turned_off_by("no_pairwise")] = Field(
+        True, description="Also judge baseline vs candidate responses head to head (both orders)"
+    )
+    rubric: Annotated[StorageURL | None, Flag()] = Field(
+        None, description="Fixed rubric file for the head-to-head")
+    strict_ties: Annotated[bool, Flag()] = Field(
+        False, description="Head-to-head: one tie + one preference = tie")
+    min_paired: Annotated[int, Flag()] = Field(
+        10, ge=2, description="Fewest rows paired with the baseline for a gate to be decided"
+    )
+    min_coverage: Annotated[float, Flag()] = Field(
+        0.9, ge=0, le=1, description="Smallest share of the baseline's rated rows that must "
+        "pair (same request_id, request and expected answer) for a relative gate to decide",
+    )
+    canary_rows: Annotated[int, Flag()] = Field(
+        DEFAULT_CANARY_ROWS, ge=0, le=10_000, description="Judge drift canary: how many of the "
+        "baseline's rows tonight's judge judges again (never from the cache) to compare with "
+        "the baseline's verdicts; 0 turns it off unless the judge fingerprint changed",
+    )
+    canary_min_agreement: Annotated[float, Flag()] = Field(
+        DEFAULT_MIN_AGREEMENT, ge=0, le=1, description="A judge agreeing with its own baseline "
+        "verdicts on fewer of the canary's rows than this has drifted: the night is incomplete",
+    )
+    canary_seed: Annotated[int, Flag()] = Field(
+        0, description="Seed of the canary's sample of baseline rows")
+    rejudge_baseline: Annotated[bool, Flag()] = Field(
+        False, description="When another judge (model, prompt, endpoint, sampling) judged the "
+        "baseline, judge its responses again with tonight's judge first and compare with that "
+        "(a rejudge run of the suite, reused on later nights); off: such gates are undecidable",
+    )
+
+    @model_validator(mode="after")
+    def _candidate_is_named(self) -> RegressionParams:
+        if self.candidate is not None and not self.candidate.model.strip():
+            raise ValueError(NO_CANDIDATE_MODEL)
+        return self
+
+
+class RejudgeParams(EvaluateParams):
+    """A published run of the suite judged again, by this judge.
+
+    Judges, aspects, custom judges and strictness default to the source run's.
+    """
+
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("source_run",)
+    # Its rows are a published run's, under `output` (a write root, read back as a baseline
+    # is); the files the source's manifest names are checked like parameters.
+    READ_FIELDS: ClassVar[tuple[str, ...]] = ("labels", "custom_judges")
+    OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "as_baseline")
+
+    source_run: Annotated[SafeName, Flag(argument=True)] = Field(
+        description="Run id of the suite's published run to judge again")
+    as_baseline: Annotated[bool, Flag()] = Field(
+        False, description="Make the new run the suite's baseline if it is complete: adopt "
+        "this judge on purpose (its lineage is in the manifest)",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RejudgeParams:
+        if self.data is not None or self.rows is not None:
+            raise ValueError("a rejudge reads the source run's stored responses: give "
+                             "source_run, not data or rows")
+        if self.candidate is not None:
+            raise ValueError("a rejudge judges the source run's stored responses: no candidate")
         return self

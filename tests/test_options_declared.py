@@ -1,4 +1,4 @@
-"""Each option is declared once, in its parameter model's field; the command line is made from it."""
+"""Each option is declared once, in its parameter model's field: the CLI is made of them."""
 
 import subprocess
 import sys
@@ -20,9 +20,13 @@ from flows.commands.options import (
 )
 from flows.compare_params import CompareParams
 from flows.flags import Flag, Nested
-from flows.params import CandidateModel, EvaluateParams, JudgeModel
-from flows.regression import RegressionParams
-from flows.rejudge import RejudgeParams
+from flows.params import (
+    CandidateModel,
+    EvaluateParams,
+    JudgeModel,
+    RegressionParams,
+    RejudgeParams,
+)
 from judges.model.settings import LLMSettings, ModelKnobs
 
 runner = CliRunner()

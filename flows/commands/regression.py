@@ -37,7 +37,7 @@ def _write_junit(path: str | None, text: str) -> None:
 
 
 def _regression_params() -> type:
-    from flows.regression import RegressionParams
+    from flows.params import RegressionParams
 
     return RegressionParams
 
@@ -46,7 +46,7 @@ def _regression_params() -> type:
     help="Write JUnit XML here (one case per gate)")], None)})
 def regression_command(**options: Any) -> None:
     """Evaluate a candidate against the suite's baseline and gate it (exit 0/1/2/3)."""
-    from flows.regression import RegressionParams
+    from flows.params import RegressionParams
 
     params = build_params(RegressionParams, **regression_command.fields(options))
     junit = options["junit"]

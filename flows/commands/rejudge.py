@@ -37,7 +37,7 @@ def print_rejudge_summary(summary: dict) -> None:
 
 
 def _rejudge_params() -> type:
-    from flows.rejudge import RejudgeParams
+    from flows.params import RejudgeParams
 
     return RejudgeParams
 
@@ -47,8 +47,8 @@ def _rejudge_params() -> type:
 def rejudge_command(**options: Any) -> None:
     """Judge a published run's responses again (another judge, a new prompt) as a new run."""
     start_prefect_api(flow_names.REJUDGE)
+    from flows.params import RejudgeParams
     from flows.preflight.checks import check_run_options
-    from flows.rejudge import RejudgeParams
 
     params = build_params(RejudgeParams, **rejudge_command.fields(options))
     checked(check_run_options, params)
