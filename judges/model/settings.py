@@ -41,13 +41,6 @@ class ModelKnobs(BaseModel):
         "OPENAI_API_KEY, which is never sent to a custom api_base unless named here",
     )
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
-    max_tokens: int | None = Field(
-        None, ge=1, description="Cap on each reply's tokens, reasoning included (sent as "
-        "max_tokens; litellm sends max_completion_tokens to reasoning models). Needed with "
-        "max_cost_usd: a call's most cost is its prompt and this cap")
-    max_attempts: int = Field(5, ge=1, le=20, description="Attempts per call on 429/5xx/timeout")
-    timeout_seconds: float = Field(120, gt=0, description="Timeout of one call")
-    backoff_seconds: float = Field(1.0, ge=0, description="First retry delay (doubles, jittered)")
     concurrency: int | None = Field(
         None, ge=1, le=512, description="Model calls in flight at once (None: adaptive, "
         "opening at 16 and growing up to max_concurrency while the provider answers without "
@@ -59,6 +52,13 @@ class ModelKnobs(BaseModel):
     price_per_mtok: Price | None = Field(
         None, description="USD per million input and output tokens, e.g. [0.15, 0.6], for a "
         "model litellm's price map does not know (or to override it)")
+    max_tokens: int | None = Field(
+        None, ge=1, description="Cap on each reply's tokens, reasoning included (sent as "
+        "max_tokens; litellm sends max_completion_tokens to reasoning models). Needed with "
+        "max_cost_usd: a call's most cost is its prompt and this cap")
+    max_attempts: int = Field(5, ge=1, le=20, description="Attempts per call on 429/5xx/timeout")
+    timeout_seconds: float = Field(120, gt=0, description="Timeout of one call")
+    backoff_seconds: float = Field(1.0, ge=0, description="First retry delay (doubles, jittered)")
 
 
 class LLMSettings(ModelKnobs):
