@@ -2,10 +2,11 @@
 
 Each field of a parameter model says how the command line gives it (flows/flags.py) and its
 description is the option's help: a new field reaches every command of its model by itself. A
-command is a function of `**options`; `command_options` gives it the signature typer reads (its
-own command-line-only options first, then one per field of its model), and `fields_of` turns the
+command is a function of `**options`; `command_options` gives it the signature typer reads (one
+option per field of its model, then its own command-line-only ones), and `fields_of` turns the
 parsed options back into the model's fields. The models are imported only when a command is
-built (flows/cli.py builds it when it runs), so `judgeflow --help` imports typer alone.
+built (flows/commands/lazy.py: when it runs or prints its help), so `judgeflow --help` imports
+typer alone.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def _annotation(option: Option) -> Any:
 
 def command_options(model: type, skip: tuple[str, ...] = (),
                     own: Mapping[str, tuple] | None = None) -> inspect.Signature:
-    """The signature of a `**options` command: its own options, then its model's."""
+    """The signature of a `**options` command: its model's options, then its own."""
     declared = {**{o.name: (_annotation(o), o.default) for o in model_options(model, skip)},
                 **(own or {})}
     return inspect.Signature([
@@ -170,7 +171,7 @@ def model_command(model: Callable[[], type], skip: tuple[str, ...] = (),
 
 def fields_of(model: type, options: Mapping[str, Any], skip: tuple[str, ...] = ()
               ) -> dict[str, Any]:
-    """`model`'s fields from the parsed options; a value no field takes exits 2 naming it."""
+    """`model`'s fields from the parsed options; a value a flag's converter refuses exits 2."""
     fields: dict[str, Any] = {}
     absent: set[str] = set()
     for option in _walk(model, skip):
