@@ -10,15 +10,14 @@ incomplete) with the verdict as the run's message.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
 from prefect.states import Failed, State
-from pydantic import Field, model_validator
 
 from flows import flow_names
-from flows.params import EvaluateParams, SafeName, StorageURL
+from flows.params import NO_CANDIDATE_MODEL, RegressionParams  # noqa: F401 - tests read it here
 from flows.phases.canary import run_canary
 from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
 from flows.phases.integrity import integrity_section
@@ -45,7 +44,6 @@ from judges.blocks.plain_text import visible
 from judges.model.usage import Usage
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
-from tasks.regression.canary import DEFAULT_CANARY_ROWS, DEFAULT_MIN_AGREEMENT
 from tasks.regression.gates import load_gates
 from tasks.report.verdict_text import gate_line, unfinished_sentence, verdict_message
 from tasks.storage.baseline import find_baseline
@@ -53,12 +51,6 @@ from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.unfinished import mark_finished, mark_started, unfinished_runs
 
 REGRESSION_EVENT = DETECTED_EVENT  # the name earlier releases exported
-NO_CANDIDATE_MODEL = (
-    "candidate.model is empty: the run was started without a candidate model (a model.deployed "
-    "event must carry payload.model, e.g. emit_model_deployed.py --model NAME)"
-)
-
-
 class RegressionNotPassed(RuntimeError):
     """The run failed a gate or could not decide; `summary` is what it published."""
 
@@ -68,61 +60,6 @@ class RegressionNotPassed(RuntimeError):
 
     def __str__(self) -> str:
         return self.args[0]
-
-
-class RegressionParams(EvaluateParams):
-    """A nightly (or post-deploy) regression run of one suite.
-
-    Every evaluate parameter, plus the baseline, the gates and how undecidable runs are told
-    apart.
-    """
-
-    READ_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.READ_FIELDS, "gates", "rubric")
-    OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "baseline")
-
-    suite: SafeName = Field(
-        "nightly", description="Suite: the baseline is this suite's newest run that passed"
-    )
-    baseline: SafeName | None = Field(
-        None, description="Run id to compare with (default: the suite's newest run that passed, "
-        "{output}/{suite}/baseline.json)",
-    )
-    gates: StorageURL | None = Field(
-        "deployments/gates.yaml", description="YAML file of gates (thresholds per metric)"
-    )
-    pairwise: bool = Field(
-        True, description="Also judge baseline vs candidate responses head to head (both orders)"
-    )
-    rubric: StorageURL | None = Field(None, description="Fixed rubric file for the head-to-head")
-    strict_ties: bool = Field(False, description="Head-to-head: one tie + one preference = tie")
-    min_paired: int = Field(
-        10, ge=2, description="Fewest rows paired with the baseline for a gate to be decided"
-    )
-    min_coverage: float = Field(
-        0.9, ge=0, le=1, description="Smallest share of the baseline's rated rows that must "
-        "pair (same request_id, request and expected answer) for a relative gate to decide",
-    )
-    canary_rows: int = Field(
-        DEFAULT_CANARY_ROWS, ge=0, le=10_000, description="Judge drift canary: how many of the "
-        "baseline's rows tonight's judge judges again (never from the cache) to compare with "
-        "the baseline's verdicts; 0 turns it off unless the judge fingerprint changed",
-    )
-    canary_min_agreement: float = Field(
-        DEFAULT_MIN_AGREEMENT, ge=0, le=1, description="A judge agreeing with its own baseline "
-        "verdicts on fewer of the canary's rows than this has drifted: the night is incomplete",
-    )
-    canary_seed: int = Field(0, description="Seed of the canary's sample of baseline rows")
-    rejudge_baseline: bool = Field(
-        False, description="When another judge (model, prompt, endpoint, sampling) judged the "
-        "baseline, judge its responses again with tonight's judge first and compare with that "
-        "(a rejudge run of the suite, reused on later nights); off: such gates are undecidable",
-    )
-
-    @model_validator(mode="after")
-    def _candidate_is_named(self) -> RegressionParams:
-        if self.candidate is not None and not self.candidate.model.strip():
-            raise ValueError(NO_CANDIDATE_MODEL)
-        return self
 
 
 def _emit(params: RegressionParams, event: str, run_id: str, urls: dict, section: dict) -> None:
