@@ -1,10 +1,11 @@
 """The `regression` flow: tonight's candidate against the suite's baseline, with gates.
 
 evaluate the candidate (the evaluate flow's phases, with every evaluate parameter: custom
-judges, aspects, strictness) → pair its rows with the baseline's published results → paired
-deltas, per tag, and the head-to-head (its chunks in the run's chunk store, as judged rows'
-are) → decide the gates → publish once → end Completed (passed) or Failed (failed /
-incomplete) with the verdict as the run's message.
+judges, aspects, strictness) → (the baseline re-judged by tonight's judge, when asked and
+another judged it) → pair its rows with the baseline's published results → paired deltas, per
+tag, and the head-to-head (its chunks in the run's chunk store, as judged rows' are) → the
+drift canary → decide the gates → publish once → end Completed (passed) or Failed (failed /
+incomplete) with the verdict as the run's message. Each step is a phase (flows/phases/).
 """
 
 from __future__ import annotations
