@@ -156,7 +156,7 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
     return comparison
 
 
-@dataclass
+@dataclass(frozen=True)
 class Night:
     """What a regression found: the gates are decided on it and the manifest records it.
 
