@@ -51,8 +51,8 @@ def judge_changes(baseline: BaselineRun | None, judged: JudgedRun, params: Regre
     return {prefix: why for prefix, why in changes.items() if why}
 
 
-async def baseline_for_tonight(params: RegressionParams, baseline: BaselineRun | None, judged: JudgedRun,
-                               rejudge: RejudgeRun) -> BaselineRejudge:
+async def baseline_for_tonight(params: RegressionParams, baseline: BaselineRun | None,
+                               judged: JudgedRun, rejudge: RejudgeRun) -> BaselineRejudge:
     """The baseline as found, or re-judged by tonight's judge when asked and another judged it.
 
     A refused baseline is never re-judged (nothing of it is read); a re-judge that fails is
