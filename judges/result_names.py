@@ -338,6 +338,8 @@ LENGTH_CONTROL_NAMES = {
     "lc_length_large": "large", "lc_note": "reason",
 }
 LC_NOTE = "lc_note"  # why `lc_winrate` is null: what a gate on it says when undecidable
+# Why the gates counted a head-to-head's win rates as even (every judgment a tie).
+WINRATE_NOTE = "winrate_note"
 LENGTH_CONTROL_FIELDS = tuple(LENGTH_CONTROL_NAMES)
 # Which rate fields' interval each gateable win rate is read with.
 RATE_INTERVALS = {"winrate": WINRATE_FIELDS[1:], "lc_winrate": LC_WINRATE_FIELDS[1:]}

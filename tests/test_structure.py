@@ -5,7 +5,13 @@ import functools
 from pathlib import Path
 
 from judges.pairwise.metrics import pairwise_summary
-from judges.result_names import NOVA_FIELDS, pairwise_metric_fields
+from judges.result_names import (
+    LC_NOTE,
+    LENGTH_CONTROL_NAMES,
+    NOVA_FIELDS,
+    WINRATE_NOTE,
+    pairwise_metric_fields,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("flows", "tasks", "judges")  # each may import only the layers after it
@@ -372,6 +378,20 @@ def test_pairwise_names_are_written_in_one_module():
         text.startswith(PAIRWISE_AREA) or "forward/" in text or "backward/" in text
         for text in [*lit.constants, *lit.template_parts]))
     assert prefixed == [WRITER]
+
+
+# Published pairwise names that are also everyday words ("score", "ties"): a module may use those
+# for its own purposes, so only the unmistakable names are looked for.
+EVERYDAY_WORDS = frozenset({"score", "ties"})
+
+
+def test_no_module_reads_a_pairwise_name_as_a_literal_outside_the_writer_and_the_reader():
+    published = set(pairwise_metric_fields(
+        pairwise_summary([])._replace(position_1_rate=None, swap_disabled=False)))
+    published |= {WINRATE_NOTE, LC_NOTE} | set(LENGTH_CONTROL_NAMES)
+    names = published - EVERYDAY_WORDS
+    readers = _modules_where(lambda lit: names & set(lit.constants))
+    assert readers == sorted([WRITER, READER])
 
 
 def test_calibration_names_are_written_in_one_module_and_read_in_one():

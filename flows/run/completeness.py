@@ -15,6 +15,7 @@ from typing import Literal, NamedTuple
 from judges.blocks.plain_text import visible
 from judges.catalogue import Registry
 from judges.model.budget import BUDGET_REASON, current_budget
+from judges.names.metric_fields import pair_counts
 from judges.plan import JudgePlan
 from judges.result_names import count_names
 
@@ -79,8 +80,8 @@ def error_shares(plan: JudgePlan, metrics: Mapping, examples: Mapping[str, str]
 
 def pair_share(metrics: Mapping, example: str | None) -> ErrorShare:
     """The pairs without a verdict among the pairs of a compare run."""
-    return ErrorShare("pairwise", metrics.get("pairs_error") or 0,
-                      metrics.get("pairs_total") or 0, "pairs", example)
+    counts = pair_counts(metrics)
+    return ErrorShare("pairwise", counts.error, counts.total, "pairs", example)
 
 
 def one_line(message: str) -> str:

@@ -29,6 +29,7 @@ from judges.result_names import (
     TAG_PREFIX,
     TRACE_ID,
     TURN_PASS_RATE,
+    WINRATE_FIELDS,
     Declared,
     count_names,
     qualified,
@@ -321,3 +322,36 @@ def advisory_key(prefix: str, metrics: Mapping[str, Any]) -> str | None:
             return key
     return None
 
+
+class PairCounts(NamedTuple):
+    """A head-to-head's reconciled pairs by outcome, as a published run states them."""
+
+    total: int
+    a: int
+    b: int
+    tie: int
+    error: int
+
+
+def pair_counts(pairwise: Mapping[str, Any]) -> PairCounts:
+    """The `pairs_*` counts of a published pairwise block (a missing or null count is 0)."""
+    return PairCounts(*(int(pairwise.get(f"pairs_{outcome}") or 0)
+                        for outcome in PairCounts._fields))
+
+
+class JudgmentCounts(NamedTuple):
+    """A head-to-head's judgments (both passes of every pair) preferring A, B, or neither."""
+
+    a: float
+    b: float
+    ties: float
+
+
+def judgment_counts(pairwise: Mapping[str, Any]) -> JudgmentCounts:
+    """Nova's judgment counts of a published pairwise block (a missing or null count is 0)."""
+    return JudgmentCounts(*(pairwise.get(name) or 0 for name in ("a_scores", "b_scores", "ties")))
+
+
+def win_rate(pairwise: Mapping[str, Any]) -> Any:
+    """The published head-to-head win rate of B (untrusted: may be anything, or missing)."""
+    return pairwise.get(WINRATE_FIELDS[0])

@@ -25,7 +25,14 @@ from typing import Any, Literal, NamedTuple
 
 from judges.calibration.policy import MIN_LABELS, advisory_reason
 from judges.catalogue import Registry
-from judges.names.metric_fields import is_pairwise, metric_field, stats_of
+from judges.names.metric_fields import (
+    is_pairwise,
+    judgment_counts,
+    metric_field,
+    pair_counts,
+    stats_of,
+    win_rate,
+)
 from judges.result_names import (
     LC_NOTE,
     LC_WINRATE_FIELDS,
@@ -33,6 +40,7 @@ from judges.result_names import (
     PAIRWISE_KEY,
     RATE_INTERVALS,
     WINRATE_FIELDS,
+    WINRATE_NOTE,
     count_names,
     tag_metric,
 )
@@ -83,19 +91,17 @@ class Context(NamedTuple):
 
 def _undefined_reason(metric: str, pairs: Mapping[str, Any], ctx: Context) -> str:
     """Why a pairwise metric has no value: how many pairs preferred a side, and why not more."""
-    def count(name: str) -> int:
-        return int(pairs.get(name) or 0)
-
+    counts = pair_counts(pairs)
     missing = ctx.pairs_without_response
-    total, lost = count("pairs_total") + missing, count("pairs_error") + missing
+    total, lost = counts.total + missing, counts.error + missing
     causes = [f"{n} judge {what}" for n, what in (
         (ctx.pass_failures.get("unparseable", 0), "replies could not be parsed"),
         (ctx.pass_failures.get("failed", 0), "calls failed"),
         (missing, "pairs lack a response")) if n]
     why = f": {', '.join(causes)}; each reply is in calls.jsonl" if causes else ""
     return (f"pairwise metric {metric!r} is undefined in this run: "
-            f"{count('pairs_a') + count('pairs_b')} of {total} pairs preferred A or B "
-            f"({count('pairs_tie')} tied, {lost} have no verdict{why})")
+            f"{counts.a + counts.b} of {total} pairs preferred A or B "
+            f"({counts.tie} tied, {lost} have no verdict{why})")
 
 
 class GateResult(NamedTuple):
@@ -170,8 +176,8 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
             return (f"the pairwise judge is advisory under the calibration floor: {advisory}; "
                     "human_preference labels calibrate it")
         missing = ctx.pairs_without_response
-        errors = (pairs.get("pairs_error") or 0) + missing
-        total = (pairs.get("pairs_total") or 0) + missing
+        counts = pair_counts(pairs)
+        errors, total = counts.error + missing, counts.total + missing
         if _share(errors, total - errors) > ctx.max_error_share:
             without = f", {missing} of them without a response" if missing else ""
             return (f"the pairwise judge failed on {errors} of {total} pairs{without}, above "
@@ -351,7 +357,7 @@ def _absolute_breach(gate: Gate, value: float, pairwise: Mapping | None) -> tupl
         return True, f"{value:.4f}{interval} is below the minimum {gate.min:g}"
     if gate.max is not None and low > gate.max:
         return True, f"{value:.4f}{interval} is above the maximum {gate.max:g}"
-    note = (pairwise or {}).get("winrate_note") if gate.metric in RATE_INTERVALS else None
+    note = (pairwise or {}).get(WINRATE_NOTE) if gate.metric in RATE_INTERVALS else None
     return False, f"{value:.4f}{interval} within the bounds" + (f"; {note}" if note else "")
 
 
@@ -376,13 +382,13 @@ def even_when_all_ties(pairwise: Mapping[str, Any] | None) -> Mapping[str, Any] 
     change) has none; neither side lost, so for the gates it counts as even, interval
     included, rather than as undecidable.
     """
-    if not pairwise or pairwise.get("winrate") is not None:
+    if not pairwise or win_rate(pairwise) is not None:
         return pairwise
-    if (pairwise.get("a_scores") or 0) + (pairwise.get("b_scores") or 0) or not pairwise.get(
-            "ties"):
+    judgments = judgment_counts(pairwise)
+    if judgments.a + judgments.b or not judgments.ties:
         return pairwise
     return {**pairwise, **dict.fromkeys(WINRATE_FIELDS + LC_WINRATE_FIELDS, 0.5),
-            "winrate_note": "every judgment was a tie: counted as even"}
+            WINRATE_NOTE: "every judgment was a tie: counted as even"}
 
 
 def decide(gates: Sequence[Gate], metrics: Mapping[str, Any], lines: Sequence[DeltaLine],

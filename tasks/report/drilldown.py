@@ -15,7 +15,13 @@ from typing import Any, NamedTuple
 
 from judges.builtin.pairwise import PairResult
 from judges.pairwise.reconcile import Pass, position_to_side
-from judges.result_names import precision_name, qualified, unjudged_name
+from judges.result_names import (
+    PAIR_PREFIX,
+    head_to_head_fields,
+    precision_name,
+    qualified,
+    unjudged_name,
+)
 from judges.results import JudgeResult, RowResult
 from judges.rows import LABELS_COLUMN
 from tasks.report.agent import AgentView, VerdictView, agent_view
@@ -233,14 +239,10 @@ def _pass_view(judge_pass: Pass) -> PairPass:
 def pair_view(result: PairResult) -> PairView:
     """A pair's verdict, its flags and weighted scores, and each pass that ran."""
     verdict = result.verdict
-    facts = [("verdict", verdict.verdict),
-             ("position_flip", verdict.position_flip), ("single_pass", verdict.single_pass),
-             ("consistent", verdict.consistent), ("weighted_score_A", verdict.weighted_score_A),
-             ("weighted_score_B", verdict.weighted_score_B),
-             ("score_margin", verdict.score_margin),
-             ("error_message", verdict.error_message if result.swap
-              else verdict.forward.error),
-             ("swap_disabled", not result.swap)]
+    # The pair's own fields as results.jsonl names them (each pass's are shown below).
+    facts = [(name.removeprefix(PAIR_PREFIX), value)
+             for name, value in head_to_head_fields(result).items()
+             if name.startswith(PAIR_PREFIX) and name.count("/") == 1]
     passes = (verdict.forward, verdict.backward)[: 2 if result.swap else 1]
     return PairView(verdict.verdict, result.pair.response_A, result.pair.response_B,
                     [(k, v) for k, v in facts if v is not None], [_pass_view(p) for p in passes])

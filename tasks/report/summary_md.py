@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from judges.names.metric_fields import length_control_fields
+from judges.names.metric_fields import length_control_fields, win_rate
 from judges.pairwise.length import LengthControl, length_sentence
 from judges.result_names import headline_metrics
 from tasks.report.cost_text import cost_line, cost_rows
@@ -128,7 +128,7 @@ def metric_lines(metrics: Mapping[str, Any]) -> list[str]:
 
 def length_lines(metrics: Mapping[str, Any]) -> list[str]:
     """The head-to-head's length sentence, when length explains a large part of its win rate."""
-    fields, raw = length_control_fields(metrics), metrics.get("winrate")
+    fields, raw = length_control_fields(metrics), win_rate(metrics)
     if fields is None or not isinstance(raw, float | int) or isinstance(raw, bool):
         return []
     sentence = length_sentence(float(raw), LengthControl(**fields))

@@ -17,6 +17,7 @@ from typing import Any
 
 from judges.blocks.plain_text import visible
 from judges.names.metric_fields import metric_field
+from judges.result_names import WINRATE_FIELDS
 from tasks.report.cost_text import usage_cost
 
 MINUS = "−"
@@ -32,7 +33,7 @@ def _is_rate(metric: str, share: bool | None = None) -> bool:
     if share is not None:
         return share
     spec = metric_field(metric)
-    return metric == "winrate" or (spec is not None and spec.kind == "rate")
+    return metric == WINRATE_FIELDS[0] or (spec is not None and spec.kind == "rate")
 
 
 def line_share(line: Mapping[str, Any]) -> bool | None:
