@@ -51,6 +51,8 @@ class SentCall:
         self.estimated_tokens = estimated_tokens
         self.epoch = 0
         self.stamp: float | None = None  # when it was let through to the provider
+        # When its request left, as the rate window records it (judges/model/rate_window.py).
+        self.departed: float | None = None
         # Its 429 was seen by the hooks, before its slot was handed on: observed once, there.
         self.refusal_observed = False
         self.reserved = 0
@@ -138,7 +140,7 @@ async def _on_request_chunk_sent(session: Any, context: Any, params: Any) -> Non
         call.body_sent = True
         call.limits.requests_sent += 1
         if call.stamp is not None:  # a rate window counts the request from when it left
-            call.stamp = call.limits.window.restamp(call.stamp)
+            call.departed = call.limits.window.restamp(call.stamp)
 
 
 async def _on_request_end(session: Any, context: Any, params: Any) -> None:
@@ -156,9 +158,9 @@ async def _on_request_end(session: Any, context: Any, params: Any) -> None:
             if wait is None and stated is not None and stated.remaining == 0:
                 wait = stated.reset_seconds  # a window's reset stands in for a Retry-After
             call.limits.observe_refusal(call.epoch, call.stamp, wait,
-                                        call.limits.gate.in_flight - 1)
+                                        call.limits.gate.in_flight - 1, call.departed)
         if stated is not None:  # after a refusal, which takes the refused send off the count
-            call.limits.window.observe_headers(call.stamp, stated)
+            call.limits.window.observe_headers(call.departed or call.stamp, stated)
         if call.give_back():
             await _let_the_next_request_leave(call.limits)
 

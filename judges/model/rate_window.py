@@ -106,6 +106,7 @@ class RollingWindow:
         # back, when the last one came back, and whether a call sent after the first came
         # back was answered since.
         self._refused_stamp: float | None = None
+        self._refused_departed = 0.0
         self._refused_seen: float | None = None
         self._last_refusal: float | None = None
         self._answered_since = False
@@ -135,7 +136,10 @@ class RollingWindow:
             return now
 
     def restamp(self, stamp: float) -> float:
-        """The call recorded at `stamp` has left only now: record it as sent now; its new stamp.
+        """The call recorded at `stamp` has left only now: record it as sent now; returns when.
+
+        The call keeps `stamp` for `answered` and `refused`; this time is its place among the
+        sends (`refused(departed=...)`, `observe_headers`).
 
         A call is recorded as it takes its slot; under load, or on a first call that builds its
         client, its request can leave a second later, and a window paced by the earlier time
@@ -183,20 +187,22 @@ class RollingWindow:
             if not self.stated:
                 self.span, self.stated = HEADER_SPAN, True
 
-    def refused(self, stamp: float, retry_after: float | None, others_in_flight: int) -> bool:
+    def refused(self, stamp: float, retry_after: float | None, others_in_flight: int,
+                departed: float | None = None) -> bool:
         """The call sent at `stamp` was answered 429; True when the door is closed (pause all).
 
-        Learns a rolling window from a closed door with a Retry-After of at least
-        MIN_WINDOW_RETRY_AFTER seconds.
+        `departed` is when its request left, if `restamp` recorded it. Learns a rolling window
+        from a closed door with a Retry-After of at least MIN_WINDOW_RETRY_AFTER seconds.
         """
         with self._lock:
             now = self._clock()
-            index = bisect.bisect_left(self._sent, stamp)
-            if index < len(self._sent) and self._sent[index] == stamp:
+            departed = stamp if departed is None else departed
+            index = bisect.bisect_left(self._sent, departed)
+            if index < len(self._sent) and self._sent[index] == departed:
                 del self._sent[index]
             if self.stated:
                 pass  # the headers state the limit: a refusal classifies, it teaches nothing
-            elif self.limit is not None and stamp <= self._learned_from:
+            elif self.limit is not None and departed <= self._learned_from:
                 # Counted when the limit was learned, refused since: it says no more.
                 self.limit = max(1, self.limit - 1)
                 return False
@@ -204,13 +210,14 @@ class RollingWindow:
             if self._refused_stamp is None or self._answered_since:
                 # The first refusal since the provider last took a call sent after one.
                 self._refused_stamp, self._answered_since = stamp, False
-                self._refused_seen = now
+                self._refused_departed, self._refused_seen = departed, now
                 closed = others_in_flight == 0
             else:
-                # Refused again, though sent after a 429 came back; or, told to wait long, sent
-                # after a refused call (its 429 may still be queued behind others here).
+                # Refused again, though sent after a 429 came back; or, told to wait long, its
+                # request left after a refused call's (its 429 may still be queued behind others
+                # here; on a loaded machine a call let through earlier can leave later).
                 closed = (others_in_flight == 0 or stamp > (self._last_refusal or stamp)
-                          or (long_wait and stamp > self._refused_stamp))
+                          or (long_wait and departed > self._refused_departed))
             if (long_wait and not self.stated and self._sent and len(self._sent) < MEMORY_CALLS):
                 # The provider's oldest counted request is no older than the oldest sent here.
                 bound = now + retry_after - self._sent[0]
