@@ -10,6 +10,8 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from judges.model.llm import LLMClient
 from judges.model.rate_window import (
     HEADER_SPAN,
@@ -179,6 +181,23 @@ def test_a_window_stated_in_headers_paces_the_calls_before_any_429():
     # A refusal now teaches nothing beyond what the headers state.
     window.refused(window.sent(), 58.0, others_in_flight=0)
     assert window.limit == 200
+
+
+def test_a_call_is_counted_from_when_its_request_left_not_from_when_it_was_let_through():
+    clock = Clock()
+    window = RollingWindow(clock)
+    stamp = window.sent()  # let through at 0 s...
+    clock.now = 1.5
+    departed = window.restamp(stamp)  # ...its request left (a first call builds its client)
+    assert departed == 1.5
+    window.observe_headers(departed, StatedWindow(limit=1, remaining=0, reset_seconds=60.0))
+    # The provider's minute began when the request arrived: the next call waits for it to end,
+    # not for a minute from the earlier time (which sent it 1.5 s too early, into a 429).
+    clock.now = 60.0
+    assert window.delay() == pytest.approx(1.5 + HEADER_SPAN - 60.0)
+    # A refusal found by its departure takes the send off: the next call may go at once.
+    assert window.refused(stamp, 59.0, others_in_flight=0, departed=departed) is True
+    assert window.delay() == 0.0
 
 
 def test_requests_the_provider_counted_from_elsewhere_lower_the_limit_left_here():
