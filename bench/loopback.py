@@ -17,7 +17,10 @@ while N are being served (a provider's concurrency limit, no Retry-After); `--fa
 answers every K-th request with a 500 after the usual delay. Both count in `rejected`.
 `--retry-after S` adds `Retry-After: S` to the concurrency limit's 429s; `--rpm N` answers 429 at
 once to a request that arrives while N requests were taken in the last 60 s (a rolling window),
-with a Retry-After of the whole seconds until the oldest of them leaves it.
+with a Retry-After of the whole seconds until the oldest of them leaves it; with
+`--rate-headers`, every reply to a request the rpm window counted or refused also states the window
+as OpenAI does: `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and
+`x-ratelimit-reset-requests` (the time until the oldest request leaves it, e.g. "59.812s").
 """
 
 from __future__ import annotations
@@ -105,29 +108,44 @@ RPM_SPAN = 60.0
 
 
 def make_app(latency: float, limit: int | None = None, fail_every: int | None = None,
-             retry_after: float | None = None, rpm: int | None = None) -> web.Application:
+             retry_after: float | None = None, rpm: int | None = None,
+             rate_headers: bool = False) -> web.Application:
     window = Window()
     taken: collections.deque[float] = collections.deque()  # requests in the rpm window
 
-    def refuse(message: str, after: float | None) -> web.Response:
+    def stated(now: float) -> dict[str, str]:
+        """The rpm window as OpenAI's headers state it, as of `now` (none unless asked)."""
+        if rpm is None or not rate_headers:
+            return {}
+        reset = taken[0] + RPM_SPAN - now if taken else 0.0
+        return {"x-ratelimit-limit-requests": str(rpm),
+                "x-ratelimit-remaining-requests": str(max(0, rpm - len(taken))),
+                "x-ratelimit-reset-requests": f"{max(0.0, reset):.3f}s"}
+
+    def refuse(message: str, after: float | None,
+               headers: dict[str, str] | None = None) -> web.Response:
         window.rejected += 1
         window.refused.append(time.monotonic())
         window.replied()
-        return _error(429, message, after)
+        response = _error(429, message, after)
+        response.headers.update(headers or {})
+        return response
 
     async def complete(request: web.Request) -> web.Response:
         window.received()
         body = await request.json()
         if limit is not None and window.serving >= limit:
             return refuse("Too many concurrent requests", retry_after)
+        headers: dict[str, str] = {}
         if rpm is not None:
             now = time.monotonic()
             while taken and taken[0] <= now - RPM_SPAN:
                 taken.popleft()
             if len(taken) >= rpm:
                 return refuse("Rate limit reached for requests per minute",
-                              math.ceil(taken[0] + RPM_SPAN - now))
+                              math.ceil(taken[0] + RPM_SPAN - now), stated(now))
             taken.append(now)
+            headers = stated(now)
         window.serving += 1
         try:
             await asyncio.sleep(latency)
@@ -138,7 +156,7 @@ def make_app(latency: float, limit: int | None = None, fail_every: int | None = 
             window.replied()
             return _error(500, "Internal error")
         response = web.Response(body=_completion(body.get("model", "bench"), _verdict(body)),
-                                content_type="application/json")
+                                content_type="application/json", headers=headers)
         window.replied()
         return response
 
@@ -163,8 +181,9 @@ def make_app(latency: float, limit: int | None = None, fail_every: int | None = 
 
 
 async def serve(latency: float, limit: int | None = None, fail_every: int | None = None,
-                retry_after: float | None = None, rpm: int | None = None) -> None:
-    runner = web.AppRunner(make_app(latency, limit, fail_every, retry_after, rpm),
+                retry_after: float | None = None, rpm: int | None = None,
+                rate_headers: bool = False) -> None:
+    runner = web.AppRunner(make_app(latency, limit, fail_every, retry_after, rpm, rate_headers),
                            access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
@@ -184,8 +203,11 @@ def main() -> None:
     parser.add_argument("--retry-after", type=float, default=None,
                         help="Retry-After seconds on the --limit 429s")
     parser.add_argument("--rpm", type=int, default=None, help="429 above N requests a minute")
+    parser.add_argument("--rate-headers", action="store_true",
+                        help="state the --rpm window in x-ratelimit-*-requests headers")
     args = parser.parse_args()
-    asyncio.run(serve(args.latency, args.limit, args.fail_every, args.retry_after, args.rpm))
+    asyncio.run(serve(args.latency, args.limit, args.fail_every, args.retry_after, args.rpm,
+                      args.rate_headers))
 
 
 if __name__ == "__main__":

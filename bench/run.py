@@ -47,6 +47,7 @@ def plan(scale: float) -> dict[str, Callable[[], list[Measure]]]:
         "cap-retry-after": scenarios.cap_with_retry_after,
         "fault-bursts": scenarios.fault_bursts,
         "rpm-window": scenarios.rpm_window,
+        "rpm-window-headers": lambda: scenarios.rpm_window(headers=True),
         "cpu": lambda: scenarios.cpu_bound(calls(2000)),
         "rpm": lambda: scenarios.rpm_cap(calls(240)),
         "overhead": scenarios.fixed_overhead,

@@ -534,15 +534,18 @@ def fault_bursts(rows: int = PUSHBACK_ROWS, latency: float = PUSHBACK_LATENCY, e
 
 
 def rpm_window(rows: int = PUSHBACK_ROWS, latency: float = PUSHBACK_LATENCY,
-               rpm: int = 200) -> list[Measure]:
+               rpm: int = 200, headers: bool = False) -> list[Measure]:
     """A provider taking `rpm` requests in any rolling minute, 429 + Retry-After beyond: the
     floor sends each minute's allowance at once, so the last one is answered a latency after
-    the last minute it needs begins."""
+    the last minute it needs begins. With `headers`, every reply also states the window in
+    OpenAI's `x-ratelimit-*-requests` headers; without, only the 429s tell."""
     calls = 2 * rows
-    with Loopback(latency, "--rpm", str(rpm)) as server:
+    stated = ("--rate-headers",) if headers else ()
+    with Loopback(latency, "--rpm", str(rpm), *stated) as server:
         run = judge_rows(server, rows, None, judges=TWO_JUDGES)
         stats = server.stats()
     floor = 60.0 * ((calls - 1) // rpm) + latency
     return _pushback_measures(
-        f"rolling {rpm} requests/minute, {latency * 1000:.0f} ms, default settings", run, stats,
+        f"rolling {rpm} requests/minute{', stated in headers' if headers else ', no headers'}, "
+        f"{latency * 1000:.0f} ms, default settings", run, stats,
         calls, floor, "whole minutes needed + latency (s)", "<= 1.05", "<= 0.05")

@@ -10,8 +10,17 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from judges.model.llm import LLMClient
-from judges.model.rate_window import MIN_WINDOW_RETRY_AFTER, RollingWindow
+from judges.model.rate_window import (
+    HEADER_SPAN,
+    MIN_WINDOW_RETRY_AFTER,
+    RollingWindow,
+    StatedWindow,
+    duration_seconds,
+    stated_window,
+)
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
 from tests.fake_llm import Reply
@@ -154,3 +163,121 @@ def test_a_retry_after_on_one_call_does_not_stall_the_calls_the_cap_admits(fake_
     meanwhile = [t for t in taken if first + 0.1 < t < first + 0.9]
     assert len(meanwhile) >= 5, (len(taken), [round(t - first, 2) for t in taken])
     assert client._limits.window.limit is None  # and no rate window is imagined from it
+
+
+def test_a_window_stated_in_headers_paces_the_calls_before_any_429():
+    clock = Clock()
+    window = RollingWindow(clock)
+    first = window.sent()
+    window.observe_headers(first, StatedWindow(limit=200, remaining=199, reset_seconds=0.3))
+    assert window.limit == 200 and window.span == HEADER_SPAN
+    for index in range(199):  # the rest of the minute's allowance goes at once...
+        clock.now = 0.01 * index
+        assert window.delay() == 0.0
+        window.sent()
+    clock.now = 2.0
+    # ...and the 201st waits until the first call has left the provider's minute.
+    assert 58.0 <= window.delay() <= HEADER_SPAN
+    # A refusal now teaches nothing beyond what the headers state.
+    window.refused(window.sent(), 58.0, others_in_flight=0)
+    assert window.limit == 200
+
+
+def test_a_call_is_counted_from_when_its_request_left_not_from_when_it_was_let_through():
+    clock = Clock()
+    window = RollingWindow(clock)
+    stamp = window.sent()  # let through at 0 s...
+    clock.now = 1.5
+    departed = window.restamp(stamp)  # ...its request left (a first call builds its client)
+    assert departed == 1.5
+    window.observe_headers(departed, StatedWindow(limit=1, remaining=0, reset_seconds=60.0))
+    # The provider's minute began when the request arrived: the next call waits for it to end,
+    # not for a minute from the earlier time (which sent it 1.5 s too early, into a 429).
+    clock.now = 60.0
+    assert window.delay() == pytest.approx(1.5 + HEADER_SPAN - 60.0)
+    # A refusal found by its departure takes the send off: the next call may go at once.
+    assert window.refused(stamp, 59.0, others_in_flight=0, departed=departed) is True
+    assert window.delay() == 0.0
+
+
+def test_requests_the_provider_counted_from_elsewhere_lower_the_limit_left_here():
+    window = RollingWindow(Clock())
+    stamps = [window.sent() for _ in range(10)]
+    # 50 counted in the minute, 10 of them sent from here: another process sent 40.
+    window.observe_headers(stamps[-1], StatedWindow(limit=200, remaining=150, reset_seconds=None))
+    assert window.limit == 160
+    # A reply to an earlier call, whose count includes the five sent after it that overtook
+    # it on the way: those are not taken for another's, still 40 from elsewhere.
+    window.observe_headers(stamps[4], StatedWindow(limit=200, remaining=150, reset_seconds=None))
+    assert window.limit == 160
+    # Reordering alone never gives this process's allowance away: the provider counted no more
+    # than was sent from here (some of the later ones not yet arrived).
+    window.observe_headers(stamps[4], StatedWindow(limit=200, remaining=195, reset_seconds=None))
+    assert window.limit == 200
+    # A limit used up from elsewhere (this process's call refused) leaves one call a minute.
+    shared = RollingWindow(Clock())
+    refused = shared.sent()
+    shared.refused(refused, 30.0, others_in_flight=0)
+    shared.observe_headers(refused, StatedWindow(limit=20, remaining=0, reset_seconds=30.0))
+    assert shared.limit == 1
+
+
+def test_rate_headers_are_read_as_openai_sends_them_and_nonsense_is_no_window():
+    headers = {"x-ratelimit-limit-requests": "5000", "x-ratelimit-remaining-requests": "4999",
+               "x-ratelimit-reset-requests": "12ms"}
+    assert stated_window(headers) == StatedWindow(5000, 4999, 0.012)
+    assert duration_seconds("6m0s") == 360.0 and duration_seconds("1h2m3.5s") == 3723.5
+    assert duration_seconds("1.5") == 1.5 and duration_seconds("soon") is None
+    assert duration_seconds("5s and more") is None
+    for broken in ({**headers, "x-ratelimit-remaining-requests": "5001"},  # above the limit
+                   {**headers, "x-ratelimit-limit-requests": "0"},
+                   {**headers, "x-ratelimit-limit-requests": "-5"},
+                   {**headers, "x-ratelimit-remaining-requests": "lots"},
+                   {"x-ratelimit-remaining-requests": "3"}):
+        assert stated_window(broken) is None, broken
+    assert stated_window({**headers, "x-ratelimit-reset-requests": "later"}).reset_seconds is None
+
+
+def test_a_provider_stating_its_window_in_headers_is_never_sent_a_call_too_many(fake_llm):
+    # A provider allowing 6 requests a minute, saying so in every reply as OpenAI does.
+    limit, lock = 6, threading.Lock()
+    taken: list[float] = []
+    refused: list[float] = []
+
+    def script(body) -> Reply:
+        with lock:
+            if len(taken) >= limit:
+                refused.append(time.monotonic())
+                return Reply(status=429, headers={"Retry-After": "59"})
+            taken.append(time.monotonic())
+            remaining = limit - len(taken)
+        return Reply(VERDICT, headers={
+            "x-ratelimit-limit-requests": str(limit),
+            "x-ratelimit-remaining-requests": str(remaining),
+            "x-ratelimit-reset-requests": "59.9s"})
+
+    fake_llm.script = script
+    client = LLMClient(LLMSettings(
+        model=f"openai/stated-{uuid.uuid4().hex[:8]}", api_base=fake_llm.api_base,
+        concurrency=8, max_attempts=3, backoff_seconds=0.01, timeout_seconds=10))
+
+    async def many():
+        calls = [asyncio.ensure_future(client.complete(
+            [{"role": "user", "content": f"call {i}"}], Usage())) for i in range(10)]
+        # The minute's six, however long a loaded machine takes over them; then a second
+        # for any call the window would wrongly let go.
+        deadline = time.monotonic() + 60.0
+        while len(taken) < limit and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        done, pending = await asyncio.wait(calls, timeout=1.0)
+        for call in pending:
+            call.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return done, pending
+
+    done, pending = asyncio.run(many())
+    # The minute's six are answered; the other four wait for the next minute, none refused.
+    assert len(done) == limit and len(pending) == 4
+    assert all(call.exception() is None for call in done)
+    assert len(taken) == limit and refused == []
+    assert client._limits.window.limit == limit

@@ -30,6 +30,7 @@ from fractions import Fraction
 from typing import Any
 
 import judges.model.litellm_door as door
+from judges.model.rate_window import stated_window
 from judges.model.retry import retry_after_in
 from judges.model.usage import Completion
 
@@ -50,6 +51,8 @@ class SentCall:
         self.estimated_tokens = estimated_tokens
         self.epoch = 0
         self.stamp: float | None = None  # when it was let through to the provider
+        # When its request left, as the rate window records it (judges/model/rate_window.py).
+        self.departed: float | None = None
         # Its 429 was seen by the hooks, before its slot was handed on: observed once, there.
         self.refusal_observed = False
         self.reserved = 0
@@ -136,20 +139,28 @@ async def _on_request_chunk_sent(session: Any, context: Any, params: Any) -> Non
     if call is not None and not call.body_sent:
         call.body_sent = True
         call.limits.requests_sent += 1
+        if call.stamp is not None:  # a rate window counts the request from when it left
+            call.departed = call.limits.window.restamp(call.stamp)
 
 
 async def _on_request_end(session: Any, context: Any, params: Any) -> None:
     call = _CALL.get()
     if call is not None:
         call.answered = time.perf_counter()
+        headers = params.response.headers
+        stated = stated_window(headers) if call.stamp is not None else None
         if params.response.status == 429 and call.stamp is not None and call.holding:
             # Before the slot goes to the next request: a closed door's pause must stop it,
             # not reach it after litellm has turned this reply into an exception, by which
             # time a busy client had sent tens of requests more into the same refusal.
             call.refusal_observed = True
-            call.limits.observe_refusal(call.epoch, call.stamp,
-                                        retry_after_in(params.response.headers),
-                                        call.limits.gate.in_flight - 1)
+            wait = retry_after_in(headers)
+            if wait is None and stated is not None and stated.remaining == 0:
+                wait = stated.reset_seconds  # a window's reset stands in for a Retry-After
+            call.limits.observe_refusal(call.epoch, call.stamp, wait,
+                                        call.limits.gate.in_flight - 1, call.departed)
+        if stated is not None:  # after a refusal, which takes the refused send off the count
+            call.limits.window.observe_headers(call.departed or call.stamp, stated)
         if call.give_back():
             await _let_the_next_request_leave(call.limits)
 

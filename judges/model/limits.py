@@ -115,13 +115,13 @@ class ProcessLimits:
         return self.congestion.epoch, stamp
 
     def observe_refusal(self, epoch: int, stamp: float, retry_after: float | None,
-                        others_in_flight: int) -> None:
+                        others_in_flight: int, departed: float | None = None) -> None:
         """A 429 for the call admitted in `epoch` at `stamp`: the window steps back.
 
         A closed door (judges/model/rate_window.py) also pauses every call for `retry_after`.
         """
         self.congestion.on_rate_limited(epoch)
-        closed = self.window.refused(stamp, retry_after, others_in_flight)
+        closed = self.window.refused(stamp, retry_after, others_in_flight, departed)
         if closed and retry_after:
             self.congestion.pause(retry_after)
 

@@ -269,7 +269,8 @@ class LLMClient:
             if call.refusal_observed:
                 return  # by the hooks, as the reply arrived (judges/model/in_flight.py)
             if call.stamp is not None:
-                limits.observe_refusal(call.epoch, call.stamp, hinted, limits.gate.in_flight)
+                limits.observe_refusal(call.epoch, call.stamp, hinted, limits.gate.in_flight,
+                                       call.departed)
                 return
             limits.congestion.on_rate_limited(call.epoch)
         if hinted and door.is_transient(error):
