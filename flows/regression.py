@@ -20,9 +20,15 @@ from pydantic import Field, model_validator
 from flows import flow_names
 from flows.params import EvaluateParams, SafeName, StorageURL
 from flows.phases.canary import run_canary
-from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
+from flows.phases.evaluation import (
+    RunExtras,
+    generate_responses,
+    judge,
+    prepare,
+    publish,
+    warn_if_offline,
+)
 from flows.phases.integrity import integrity_section
-from flows.phases.manifest import run_ledger
 from flows.phases.regression import (
     DETECTED_EVENT,
     INCOMPLETE_EVENT,
@@ -32,13 +38,12 @@ from flows.phases.regression import (
     judge_changes,
     regression_section,
 )
-from flows.preflight.checks import plan_run, set_to_plan
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.regression import check_gate_metrics
 from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import guard_parameters
 from flows.rejudge import rejudged_baseline
-from flows.run.common import batch_mode, run_location, run_summary
+from flows.run.common import batch_mode, run_summary
 from flows.run.heartbeat import sends_heartbeats
 from flows.run.outcome import kept
 from judges.blocks.plain_text import visible
@@ -49,7 +54,6 @@ from tasks.regression.canary import DEFAULT_CANARY_ROWS, DEFAULT_MIN_AGREEMENT
 from tasks.regression.gates import load_gates
 from tasks.report.verdict_text import gate_line, unfinished_sentence, verdict_message
 from tasks.storage.baseline import find_baseline
-from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.unfinished import mark_finished, mark_started, unfinished_runs
 
 REGRESSION_EVENT = DETECTED_EVENT  # the name earlier releases exported
@@ -151,19 +155,16 @@ async def regression(params: RegressionParams) -> dict | State:
     gates = load_gates(params.gates, params.storage_options)
     # Read before this run is published: it may become the suite's next baseline.
     baseline = find_baseline(params.output, params.suite, params.baseline, params.storage_options)
-    location = run_location(params, started_at)
-    prepared = prepare(params)
-    check_gate_metrics(gates, plan_run(params, set_to_plan(prepared.check, params.candidate
-                                                            is not None)),
-                       params.pairwise, params.gates)
+    ctx, prepared = prepare(params, started_at, "regression")
+    location, store = ctx.location, ctx.store
+    check_gate_metrics(gates, ctx.plan, params.pairwise, params.gates)
     unfinished = unfinished_runs(location)  # nights that died with nobody to re-run them
     if unfinished:
         logger.warning("%s", unfinished_sentence(unfinished))
     mark_started(location, "regression", started_at)
-    store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
     with batch_mode(params, store):
-        generation_usage = await generate_responses(params, prepared, store)
-        judged = await judge(params, prepared, store, location)
+        generation_usage = await generate_responses(ctx, prepared)
+        judged = await judge(ctx, prepared)
         rejudged_from, rejudge_error = None, None
         if (params.rejudge_baseline and baseline is not None and baseline.refused is None
                 and judge_changes(baseline, judged, params)):
@@ -187,13 +188,12 @@ async def regression(params: RegressionParams) -> dict | State:
         baseline=baseline_check(baseline, comparison) or "none",
         baseline_refused=comparison.baseline_refused,
         baseline_pointer=baseline.pointer if baseline is not None else None)
-    ledger = run_ledger(params, {
+    ledger = ctx.ledger({
         "generation": generation_usage if params.candidate else None, "judging": judged.usage,
         "head_to_head": comparison.usage if comparison.pairwise is not None else None,
         "canary": canary.usage if canary and canary.section.get("sample") else None})
-    manifest, urls = publish(params, location, prepared, judged, started_at, extra,
-                             pairwise=comparison.pairwise, kind="regression",
-                             integrity=integrity, ledger=ledger)
+    manifest, urls = publish(ctx, prepared, judged, RunExtras(
+        extra, pairwise=comparison.pairwise, integrity=integrity, ledger=ledger))
     mark_finished(location)
     publish_artifacts(manifest, judged.metrics, urls)
     # Passed, failed or incomplete alike.

@@ -23,7 +23,6 @@ from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
-from prefect.utilities.annotations import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.params import (
@@ -41,7 +40,7 @@ from flows.run.chunk_kinds import (
     JudgedRowChunks,
     PairChunkResult,
 )
-from flows.run.execution import drive
+from flows.run.execution import Chunking, judge_all
 from flows.run.heartbeat import sends_heartbeats
 from flows.run.tls_contexts import share_prefect_tls_contexts
 from flows.shards.plan import rebuild_plan
@@ -51,7 +50,6 @@ from judges.builtin.pairwise import Pair, PairwiseOptions
 from judges.model.local_models import is_local_model
 from judges.model.pricing import map_price_fields
 from judges.pairwise.models import Rubric
-from tasks.judge import judge_chunk
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
 from tasks.storage.shard_inputs import (
@@ -191,9 +189,6 @@ async def _into_store(items: list, kind: JudgedRowChunks | JudgedPairChunks,
     Nothing is staged or tallied here: the parent builds the run's records and metrics from
     the store, so a shard only judges and saves.
     """
-    await drive(
-        items, kind,
-        lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), params.cache,
-                                         params.storage_options, return_state=True),
-        lambda index, chunk, result: note_errors(result),
-        params.chunk_size, kind.settings.window_ceiling, store)
+    chunking = Chunking(params.chunk_size, kind.settings.window_ceiling, store,
+                        cache=params.cache, storage_options=params.storage_options)
+    await judge_all(items, kind, chunking, lambda index, chunk, result: note_errors(result))
