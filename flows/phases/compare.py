@@ -22,7 +22,7 @@ from flows.run.completeness import Completeness, assess, pair_share, with_budget
 from flows.run.context import RunContext
 from flows.run.execution import Chunking, auto_chunk_size, judge_all
 from flows.run.progress import PhaseProgress, with_progress
-from flows.shards.fan_out import pairs_in_shards
+from flows.shards.fan_out import judge_in_shards
 from judges.builtin.pairwise import (
     PAIRWISE_JUDGE,
     Pair,
@@ -146,10 +146,10 @@ async def judge_prepared_pairs(ctx: RunContext[CompareParams], prepared: Prepare
     params = ctx.params
     pairs, staging, store = prepared.pair_set.pairs, ResultStaging(), ctx.store
     started, sharded = time.perf_counter(), None
-    if params.shards > 1:  # the shards judge; this flow run merges what they stored
-        sharded = await pairs_in_shards(ctx, pairs, prepared.options)
-        store = sharded.merge_view(store)
     kind = JudgedPairChunks(prepared.options, ctx.judge)
+    if params.shards > 1:  # the shards judge; this flow run merges what they stored
+        sharded = await judge_in_shards(ctx, pairs, kind)
+        store = sharded.merge_view(store)
     verdicts, usage = await with_progress(
         "judging pairs", len(pairs), 2.0 if prepared.options.swap else 1.0,
         lambda progress: judge_all_pairs(pairs, kind, ctx.chunking(store), staging, progress),

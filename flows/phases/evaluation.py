@@ -216,10 +216,11 @@ async def judge(ctx: RunContext[EvaluateParams], prepared: PreparedSet) -> Judge
     row_count = prepared.check.valid_count
     started = time.perf_counter()
     rows, sharded, store = prepared.row_stream(), None, ctx.store
+    kind = JudgedRowChunks(plan, ctx.judge)
     mark("judging planned")
     if params.shards > 1:  # the shards judge; this flow run merges what they stored
         rows = list(rows)  # sharding cuts the set into ranges: it holds every row
-        sharded = await judge_in_shards(ctx, rows)
+        sharded = await judge_in_shards(ctx, rows, kind)
         store = sharded.merge_view(store)
 
     def consume(index: int, chunk: list[EvalRow], result: ChunkResult) -> None:
@@ -233,10 +234,9 @@ async def judge(ctx: RunContext[EvaluateParams], prepared: PreparedSet) -> Judge
     progress = await PhaseProgress.start("judging", row_count,
                                          plan.calls_per_row(prepared.summary()))
     try:
-        usage = await judge_all(
-            rows, JudgedRowChunks(plan, ctx.judge),
-            ctx.chunking(store, CHUNK_BYTES if sharded is None else None),  # shards: by rows
-            consume, progress)
+        # A sharded run's chunks are cut by rows only, as its shards cut them.
+        chunking = ctx.chunking(store, CHUNK_BYTES if sharded is None else None)
+        usage = await judge_all(rows, kind, chunking, consume, progress)
     except BaseException:
         staging.cleanup()
         raise

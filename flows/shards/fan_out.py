@@ -9,9 +9,9 @@ parent's ordinary judge phase reads every chunk from the run's chunk store throu
 `MergeView` (flows/shards/store.py) and publishes once; what no shard finished is reported as
 errors of the shard that owned it, and makes the run incomplete.
 
-A compare run shards the same way (`pairs_in_shards`): its pairs instead of rows, how pairs
-are judged (`PairSpec`) instead of the judge plan, and shard flow runs of kind "pairs" on the
-same deployment; its judge phase merges through the same `MergeView`.
+A compare run shards the same way, through the same function: its pairs instead of rows, how
+pairs are judged (`PairSpec`) instead of the judge plan, and shard flow runs of kind "pairs" on
+the same deployment; its judge phase merges through the same `MergeView`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import Any
 
 from prefect import get_client, get_run_logger
 
-from flows.compare_params import CompareParams
-from flows.params import EvaluateParams, RunOptions
+from flows.params import RunOptions
+from flows.run.chunk_kinds import JudgedPairChunks
 from flows.run.context import RunContext
+from flows.run.execution import JudgedKind
 from flows.shards.flow import ShardParams
 from flows.shards.launch import shard_names, shard_pool, start_shard
 from flows.shards.limits import limit_name, model_slots
@@ -36,7 +37,8 @@ from flows.shards.store import MergeView
 from flows.shards.watch import ShardWatch, wait_for_end
 from judges.blocks.plain_text import visible
 from judges.builtin.custom import fields_present
-from judges.builtin.pairwise import Pair, PairwiseOptions
+from judges.builtin.pairwise import Pair
+from judges.catalogue import JudgeCatalogue
 from judges.model.pricing import adopt_reported_prices
 from judges.model.settings import LLMSettings
 from judges.rows import EvalRow
@@ -209,31 +211,33 @@ async def _run_shard(deployment: str, params: ShardParams, run: ShardRun,
                        visible(ended.state.message))  # the shard's error may quote a reply
 
 
-async def judge_in_shards(ctx: RunContext[EvaluateParams], rows: Sequence[EvalRow]
-                          ) -> ShardedJudging:
+def shard_spec(kind: JudgedKind, catalogue: JudgeCatalogue,
+               items: Sequence[EvalRow] | Sequence[Pair]) -> PlanSpec | PairSpec:
+    """The parent's kind of chunk as data a shard rebuilds it from (flows/shards/flow.py).
+
+    Rows: the plan, the catalogue it came from and the fields the rows have; pairs: how they
+    are judged (rubric, swap, tie rule).
+    """
+    if isinstance(kind, JudgedPairChunks):
+        rubric = kind.options.rubric
+        return PairSpec(rubric=rubric.model_dump() if rubric else None, swap=kind.options.swap,
+                        strict_ties=kind.options.strict_ties)
+    return plan_spec(kind.plan, catalogue, fields_present(items))
+
+
+async def judge_in_shards(ctx: RunContext[RunOptions], items: Sequence[EvalRow] | Sequence[Pair],
+                          kind: JudgedKind) -> ShardedJudging:
     """Run the shards of this run to their end; their chunks are then in the run's store.
 
-    The shards rebuild the run's plan from its catalogue (flows/shards/plan.py `plan_spec`).
+    The shards judge the items (rows, or pairs in both orders) as `kind` says: its spec
+    (flows/shards/plan.py `shard_spec`) is what they rebuild it from.
 
     Raises:
         ShardSetupError: the shards cannot run (budget too small, no deployment, no worker).
     """
-    spec = plan_spec(ctx.plan, ctx.catalogue, fields_present(rows))
-    return await _in_shards(ctx, "judge", lambda ranges: write_inputs(ctx, rows, spec, ranges),
-                            len(rows))
-
-
-async def pairs_in_shards(ctx: RunContext[CompareParams], pairs: Sequence[Pair],
-                          options: PairwiseOptions) -> ShardedJudging:
-    """`judge_in_shards` for a compare run: the shards judge its pairs into the run's store.
-
-    Raises:
-        ShardSetupError: the shards cannot run (budget too small, no deployment, no worker).
-    """
-    spec = PairSpec(rubric=options.rubric.model_dump() if options.rubric else None,
-                    swap=options.swap, strict_ties=options.strict_ties)
-    return await _in_shards(ctx, "pairs", lambda ranges: write_inputs(ctx, pairs, spec, ranges),
-                            len(pairs))
+    spec = shard_spec(kind, ctx.catalogue, items)
+    return await _in_shards(ctx, kind.name,
+                            lambda ranges: write_inputs(ctx, items, spec, ranges), len(items))
 
 
 async def _in_shards(ctx: RunContext[RunOptions], kind: str,
