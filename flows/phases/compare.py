@@ -7,7 +7,7 @@ the `evaluate` flow sequences the phases in flows/phases/evaluation.py.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from prefect import get_run_logger
@@ -21,6 +21,7 @@ from flows.run.common import run_location
 from flows.run.completeness import Completeness, assess, pair_share, with_budget_reason
 from flows.run.context import RunContext
 from flows.run.execution import Chunking, auto_chunk_size, judge_all
+from flows.run.judged import JudgedRun
 from flows.run.progress import PhaseProgress, with_progress
 from flows.shards.fan_out import judge_in_shards
 from judges.builtin.pairwise import (
@@ -45,7 +46,6 @@ from tasks.publish import publish_run
 from tasks.regression.slices import with_slices
 from tasks.report.rows import ReportInputs
 from tasks.storage.chunk_store import ChunkStore
-from tasks.storage.shard_inputs import remove_shard_files
 from tasks.storage.staging import ResultStaging
 
 SWAP_DISABLED_NOTICE = (
@@ -62,21 +62,6 @@ class PreparedPairs:
     options: PairwiseOptions
     rubric: Rubric | None
     load_seconds: float
-
-
-@dataclass
-class JudgedPairs:
-    """Every pair's verdict, staged records, aggregates and whether the run can be read."""
-
-    verdicts: list[PairVerdict]
-    staging: ResultStaging
-    metrics: RunMetrics
-    usage: Usage
-    completeness: Completeness
-    timings: dict[str, float] = field(default_factory=dict)
-    report: ReportInputs = field(default_factory=ReportInputs)
-    store: ChunkStore | None = None  # the finished chunks, cleared once the run is published
-    sections: dict = field(default_factory=dict)  # more manifest sections (e.g. `shards`)
 
 
 def warn_notices(params: CompareParams) -> None:
@@ -136,7 +121,7 @@ async def judge_all_pairs(pairs: list[Pair], kind: JudgedPairChunks, chunking: C
 
 
 async def judge_prepared_pairs(ctx: RunContext[CompareParams], prepared: PreparedPairs
-                               ) -> JudgedPairs:
+                               ) -> JudgedRun:
     """Judge every pair in both orders, stage the records, aggregate, assess completeness.
 
     Chunks judged by an earlier attempt of the run, kept in its store, are reused as they are.
@@ -171,12 +156,12 @@ async def judge_prepared_pairs(ctx: RunContext[CompareParams], prepared: Prepare
     completeness = with_budget_reason(completeness)
     timings = {"load_validate_seconds": prepared.load_seconds,
                "judge_seconds": time.perf_counter() - started}
-    return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings, report,
-                       store,
-                       {"shards": sharded.manifest_section()} if sharded is not None else {})
+    return JudgedRun(ctx.plan, staging, metrics, usage, timings, completeness, report=report,
+                     store=store, sections={"shards": sharded.manifest_section()}
+                     if sharded is not None else {})
 
 
-def publish_pairs(ctx: RunContext[CompareParams], prepared: PreparedPairs, judged: JudgedPairs
+def publish_pairs(ctx: RunContext[CompareParams], prepared: PreparedPairs, judged: JudgedRun
                   ) -> tuple[dict, dict[str, str]]:
     """Write the run's files (manifest last); returns the manifest and the file URLs."""
     manifest = compare_manifest(ctx, prepared, judged)
@@ -192,10 +177,7 @@ def publish_pairs(ctx: RunContext[CompareParams], prepared: PreparedPairs, judge
                            report=judged.report)
     finally:
         judged.staging.cleanup()
-    if judged.store is not None:  # published: what the chunks held is in the run's files now
-        judged.store.clear()
-    if ctx.params.shards > 1:
-        remove_shard_files(ctx.location.url(), ctx.params.shards, ctx.storage_options)
+    judged.published(ctx)
     return manifest, urls
 
 
@@ -223,7 +205,7 @@ def _counts(pair_set: PairSet) -> dict[str, int]:
 
 
 def compare_manifest(ctx: RunContext[CompareParams], prepared: PreparedPairs,
-                     judged: JudgedPairs) -> dict:
+                     judged: JudgedRun) -> dict:
     """The run's manifest: the shared fields, this judge's provenance and how pairs were judged."""
     params = ctx.params
     source = params.data or f"baseline {params.baseline} vs candidate {params.candidate}"

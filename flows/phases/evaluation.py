@@ -33,6 +33,7 @@ from flows.run.common import run_location
 from flows.run.completeness import Completeness, assess, error_shares, with_budget_reason
 from flows.run.context import RunContext
 from flows.run.execution import CHUNK_BYTES, Chunking, auto_chunk_size, generate_all, judge_all
+from flows.run.judged import JudgedRun
 from flows.run.progress import PhaseProgress
 from flows.run.timeline import mark
 from flows.shards.fan_out import judge_in_shards
@@ -42,7 +43,6 @@ from judges.metrics import MetricsAccumulator, RunMetrics
 from judges.model.budget import open_budget
 from judges.model.ledger import Ledger
 from judges.model.usage import Usage
-from judges.plan import JudgePlan
 from judges.planning.set_summary import SetSummary
 from judges.result_names import cost_metric_fields, row_record
 from judges.rows import GENERATION_ERROR, EvalRow
@@ -56,7 +56,6 @@ from tasks.publish import publish_run
 from tasks.regression.slices import with_slices
 from tasks.report.rows import ReportInputs
 from tasks.storage.chunk_store import ChunkStore
-from tasks.storage.shard_inputs import remove_shard_files
 from tasks.storage.staging import ResultStaging
 
 
@@ -94,22 +93,6 @@ class PreparedSet:
             self.generated.cleanup()
         if self.generation_calls is not None:
             self.generation_calls.cleanup()
-
-
-@dataclass
-class JudgedRun:
-    """What judging left: the plan, staged results, metrics, usage, timings and completeness."""
-
-    plan: JudgePlan
-    staging: ResultStaging
-    metrics: RunMetrics
-    usage: Usage
-    timings: dict[str, float] = field(default_factory=dict)
-    completeness: Completeness = field(default_factory=lambda: Completeness.of([]))
-    calibration: dict = field(default_factory=dict)
-    report: ReportInputs = field(default_factory=ReportInputs)
-    store: ChunkStore | None = None  # the finished chunks, cleared once the run is published
-    sections: dict = field(default_factory=dict)  # more manifest sections (e.g. `shards`)
 
 
 # Checks of a set this process already made (the command line's preflight), with what was
@@ -323,10 +306,7 @@ def publish(ctx: RunContext[EvaluateParams], prepared: PreparedSet, judged: Judg
     finally:
         judged.staging.cleanup()
         prepared.cleanup()
-    if judged.store is not None:  # published: what the chunks held is in the run's files now
-        judged.store.clear()
-    if params.shards > 1:
-        remove_shard_files(location.url(), params.shards, params.storage_options)
+    judged.published(ctx)
     return manifest, urls
 
 

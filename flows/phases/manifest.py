@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from importlib import metadata
-from typing import Protocol
 
-from flows.run.completeness import Completeness
 from flows.run.context import RunContext
+from flows.run.judged import JudgedRun
 from judges.fingerprint import fingerprint
 from judges.model.settings import LLMSettings
-from judges.model.usage import Usage
 
 OFFLINE_NOTICE = (
     "No LLM judged this run: every verdict comes from judgeflow's offline heuristic judge "
@@ -45,15 +43,7 @@ def judge_section(settings: LLMSettings) -> dict:
     }
 
 
-class Judged(Protocol):
-    """What a judge phase reports, of rows or of pairs alike."""
-
-    usage: Usage
-    timings: dict[str, float]
-    completeness: Completeness
-
-
-def build_manifest(ctx: RunContext, dataset: dict, judged: Judged) -> dict:
+def build_manifest(ctx: RunContext, dataset: dict, judged: JudgedRun) -> dict:
     """The manifest's shared fields; `dataset` is its source and row counts.
 
     `status` is "complete" or "incomplete" (a judge failed on too many rows; the reasons say
