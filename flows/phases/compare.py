@@ -13,8 +13,9 @@ from datetime import datetime
 from prefect import get_run_logger
 
 from flows.compare_params import CompareParams
+from flows.phases.evaluation import warn_if_offline
 from flows.phases.integrity import integrity_section
-from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
+from flows.phases.manifest import build_manifest
 from flows.preflight.budget import check_budget, estimate_pairs
 from flows.run.chunk_kinds import JudgedPairChunks, PairChunkResult
 from flows.run.common import run_location
@@ -66,11 +67,9 @@ class PreparedPairs:
 
 def warn_notices(params: CompareParams) -> None:
     """Say on the run log what makes this run not an ordinary comparison."""
-    logger = get_run_logger()
-    for notice, shown in ((OFFLINE_NOTICE, params.judge.settings().is_offline),
-                          (SWAP_DISABLED_NOTICE, not params.swap)):
-        if shown:
-            logger.warning(notice)
+    warn_if_offline(params)
+    if not params.swap:
+        get_run_logger().warning(SWAP_DISABLED_NOTICE)
 
 
 def prepare_pairs(params: CompareParams, started_at: datetime

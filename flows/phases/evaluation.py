@@ -14,7 +14,7 @@ from datetime import datetime
 from prefect import get_run_logger
 from prefect.utilities.annotations import quote
 
-from flows.params import EvaluateParams
+from flows.params import EvaluateParams, RunOptions
 from flows.phases.integrity import integrity_section
 from flows.phases.manifest import OFFLINE_NOTICE, build_manifest
 from flows.preflight.checks import (
@@ -310,7 +310,7 @@ def publish(ctx: RunContext[EvaluateParams], prepared: PreparedSet, judged: Judg
     return manifest, urls
 
 
-def warn_if_offline(params: EvaluateParams) -> None:
-    """Log a warning when the offline heuristic judge stands in for an LLM."""
+def warn_if_offline(params: RunOptions) -> None:
+    """Log a warning when the offline heuristic judge stands in for an LLM (every kind of run)."""
     if params.judge.settings().is_offline:
         get_run_logger().warning(OFFLINE_NOTICE)
