@@ -97,18 +97,26 @@ class PreparedSet:
 
 # Checks of a set this process already made (the command line's preflight), with what was
 # checked: a flow run given the same source and options uses one instead of reading the whole
-# set again before its first model call. Each is taken once.
-_checked_sets: list[tuple[RowSource, CheckOptions, SetCheck]] = []
+# set again before its first model call. Each is taken once. The options are named by the
+# parameters they come from (`_options_key`), so that handing a check over reads no file.
+_checked_sets: list[tuple[RowSource, tuple, SetCheck]] = []
+
+
+def _options_key(params: EvaluateParams) -> tuple:
+    """What `check_options` makes the set's check options from (the catalogue's file by name)."""
+    return (params.candidate is not None, params.allow_extra_columns, params.custom_judges,
+            tuple(params.aspects), params.strictness)
 
 
 def reuse_check(params: EvaluateParams, check: SetCheck) -> None:
     """Let the next flow run of `params` in this process start from `check` (made just now)."""
-    _checked_sets.append((row_source(params), check_options(params), check))
+    _checked_sets.append((row_source(params), _options_key(params), check))
 
 
-def _checked_before(source: RowSource, options: CheckOptions) -> SetCheck | None:
-    for index, (checked_source, checked_options, check) in enumerate(_checked_sets):
-        if checked_source == source and checked_options == options:
+def _checked_before(params: EvaluateParams, source: RowSource) -> SetCheck | None:
+    key = _options_key(params)
+    for index, (checked_source, checked_key, check) in enumerate(_checked_sets):
+        if checked_source == source and checked_key == key:
             del _checked_sets[index]
             return check
     return None
@@ -123,7 +131,7 @@ def prepare(params: EvaluateParams, started_at: datetime, kind: str = "evaluate"
     """
     catalogue = catalogue_of(params)
     source, options = row_source(params), check_options(params, catalogue)
-    check = _checked_before(source, options) or check_dataset(quote(source), options)
+    check = _checked_before(params, source) or check_dataset(quote(source), options)
     refuse_invalid(check, params.on_invalid, source.name)
     if note := expectations_note(check.notes.get("expectations", {})):
         get_run_logger().info("%s", visible(note))  # an MLflow dataset's other expectations
