@@ -28,14 +28,32 @@ from flows.commands.common import (  # noqa: E402, F401 - re-exported for caller
 from flows.commands.compare import compare_command  # noqa: E402
 from flows.commands.estimate import estimate_command  # noqa: E402
 from flows.commands.evaluate import evaluate_command  # noqa: E402
+from flows.commands.lazy import lazy_group  # noqa: E402
 from flows.commands.mlflow_relay import mlflow_relay_command  # noqa: E402
+from flows.commands.options import ModelCommand  # noqa: E402
 from flows.commands.plan_gates import plan_gates_command  # noqa: E402
 from flows.commands.pools import install_pools_command  # noqa: E402
 from flows.commands.regression import regression_command  # noqa: E402
 from flows.commands.rejudge import rejudge_command  # noqa: E402
 from flows.commands.worker import worker_command  # noqa: E402
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+COMMANDS = [
+    # The server side of a deployment: the automation that re-runs a crashed night ...
+    ("install-automations", install_automations_command),
+    # ... and the work pools its deployments run on, with job templates no run can change.
+    ("install-pools", install_pools_command),
+    ("evaluate", evaluate_command),
+    # No model call: the rows each gate needs, before a suite buys labels or calls.
+    ("plan-gates", plan_gates_command),
+    ("compare", compare_command),
+    ("regression", regression_command),
+    ("rejudge", rejudge_command),
+    ("estimate", estimate_command),
+    ("mlflow-relay", mlflow_relay_command),
+    ("worker", worker_command),
+]
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__,
+                  cls=lazy_group(COMMANDS))
 
 
 def _version(value: bool) -> None:
@@ -54,19 +72,9 @@ def _root(
     """judgeflow: LLM-as-a-judge evaluations as Prefect flows."""
 
 
-# The server side of a deployment: the automation that re-runs a crashed night.
-app.command(name="install-automations")(install_automations_command)
-# ... and the work pools its deployments run on, with job templates no run can change.
-app.command(name="install-pools")(install_pools_command)
-app.command(name="evaluate")(evaluate_command)
-# No model call: the rows each gate needs, before a suite buys labels or calls.
-app.command(name="plan-gates")(plan_gates_command)
-app.command(name="compare")(compare_command)
-app.command(name="regression")(regression_command)
-app.command(name="rejudge")(rejudge_command)
-app.command(name="estimate")(estimate_command)
-app.command(name="mlflow-relay")(mlflow_relay_command)
-app.command(name="worker")(worker_command)
+for name, command in COMMANDS:
+    if not isinstance(command, ModelCommand):  # the others are built when they run
+        app.command(name=name)(command)
 
 
 def _stop_as_on_ctrl_c(signum, frame) -> None:

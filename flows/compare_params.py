@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import Field, model_validator
 
+from flows.flags import FORM_ONLY, Flag, turned_off_by
 from flows.params import RunOptions, StorageURL
 
 
@@ -15,26 +16,28 @@ class CompareParams(RunOptions):
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("data", "baseline", "candidate")
     READ_FIELDS: ClassVar[tuple[str, ...]] = ("data", "baseline", "candidate", "rubric")
 
-    data: StorageURL | None = Field(
+    data: Annotated[StorageURL | None, Flag(argument=True)] = Field(
         None, description="Nova pairwise set URL (JSONL: prompt, response_A, response_B, id?)"
     )
-    baseline: StorageURL | None = Field(
+    baseline: Annotated[StorageURL | None, Flag()] = Field(
         None, description="Baseline evaluation set or published run folder (responses A)"
     )
-    candidate: StorageURL | None = Field(
+    candidate: Annotated[StorageURL | None, Flag()] = Field(
         None, description="Candidate evaluation set or published run folder (responses B)"
     )
-    rubric: StorageURL | None = Field(
+    rubric: Annotated[StorageURL | None, Flag()] = Field(
         None, description="Fixed rubric file (YAML or JSON); default: criteria written per prompt"
     )
-    strict_ties: bool = Field(
+    strict_ties: Annotated[bool, Flag()] = Field(
         False, description="One tie and one preference make a tie (MT-Bench) instead of a win"
     )
-    swap: bool = Field(
+    swap: Annotated[bool, turned_off_by("no_swap")] = Field(
         True, description="Judge both orders; off = forward only, to diagnose position bias"
     )
-    bootstrap_seed: int = Field(0, description="Seed of the win-rate bootstrap")
-    bootstrap_resamples: int = Field(1000, ge=1, le=100_000, description="Bootstrap resamples")
+    bootstrap_seed: Annotated[int, Flag("seed")] = Field(
+        0, description="Seed of the win-rate bootstrap")
+    bootstrap_resamples: Annotated[int, FORM_ONLY] = Field(
+        1000, ge=1, le=100_000, description="Bootstrap resamples")
 
     @model_validator(mode="after")
     def _one_source(self) -> CompareParams:

@@ -1,8 +1,13 @@
-"""Parameters of the flows, as pydantic models: the Prefect UI renders them as forms."""
+"""Parameters of the flows, as pydantic models: the Prefect UI renders them as forms.
+
+Each field also says how the command line gives it (flows/flags.py): the commands' options
+are generated from these models (flows/commands/options.py).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -13,10 +18,22 @@ from pydantic import (
     model_validator,
 )
 
-from judges.model.settings import ADAPTIVE_MAX, API_KEY_ENV_PATTERN, LLMSettings, Price
+from flows.flags import (
+    FORM_ONLY,
+    REQUIRED,
+    Flag,
+    Nested,
+    comma_list,
+    key_values,
+    listed,
+    price,
+    turned_off_by,
+)
+from judges.model.settings import LLMSettings, ModelKnobs
 from judges.storage import check_storage_options, check_url
 from tasks.mlflow.source import is_mlflow_source, pinned
-from tasks.mlflow.stores import store_of
+from tasks.mlflow.stores import UnsupportedTrackingURI, store_of
+from tasks.regression.canary import DEFAULT_CANARY_ROWS, DEFAULT_MIN_AGREEMENT
 
 # Run ids and suite names become path segments: nothing that could climb out of the prefix.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -79,74 +96,71 @@ def _tracking_uri(value: str | None) -> str | None:
     return value
 
 
-class JudgeModel(BaseModel):
-    """The judge model and how to call it."""
+def tracking_uri(value: str | None, options: Mapping[str, Any]) -> str | None:
+    """--mlflow-tracking-uri (or $MLFLOW_TRACKING_URI) as the field.
 
-    model_config = ConfigDict(extra="forbid")
+    One of no kind MLflow takes is refused. With --no-mlflow the run does not use it, unless
+    its set is read from MLflow: the environment then cannot stop a run that asked for no
+    MLflow.
+    """
+    uri = (value or "").strip()
+    if options.get("no_mlflow") and not is_mlflow_source(options.get("data")):
+        return None
+    if uri:
+        try:
+            store_of(uri)
+        except UnsupportedTrackingURI as error:
+            raise ValueError(f"{error} (--mlflow-tracking-uri or MLFLOW_TRACKING_URI); or pass "
+                             "--no-mlflow") from None
+    return uri or None
+
+
+class JudgeModel(ModelKnobs):
+    """The judge model and how to call it."""
 
     model: str = Field(
         description="litellm model string, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-sonnet-"
         "20241022, hosted_vllm/llama-3; 'judgeflow/offline' for the offline heuristic judge",
     )
-    api_base: str | None = Field(None, description="Endpoint override (vLLM, proxy, gateway)")
-    api_key_env: str | None = Field(
-        None, pattern=API_KEY_ENV_PATTERN,
-        description="Environment variable (NAME_API_KEY) that holds the API key; the key itself "
-        "never goes in a parameter. Default: the provider's usual variable, e.g. "
-        "OPENAI_API_KEY, which is never sent to a custom api_base unless named here",
-    )
-    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
-    concurrency: int | None = Field(
-        None, ge=1, le=512, description="Judge calls in flight at once (None: adaptive, "
-        "opening at 16 and growing while the provider answers without a 429)")
-    max_concurrency: int = Field(ADAPTIVE_MAX, ge=1, le=512,
-                                 description="Ceiling of the adaptive concurrency")
-    rpm: int | None = Field(None, ge=1, description="Requests per minute cap (None: no cap)")
-    tpm: int | None = Field(None, ge=1, description="Tokens per minute cap (None: no cap)")
-    price_per_mtok: Price | None = Field(
-        None, description="USD per million input and output tokens, e.g. [0.15, 0.6], for a "
-        "model litellm's price map does not know (or to override it)")
-    max_tokens: int | None = Field(
-        None, ge=1, description="Cap on each reply's tokens, reasoning included (sent as "
-        "max_tokens; litellm sends max_completion_tokens to reasoning models). Needed with "
-        "max_cost_usd: a call's most cost is its prompt and this cap")
-    max_attempts: int = Field(5, ge=1, le=20, description="Attempts per call on 429/5xx/timeout")
-    timeout_seconds: float = Field(120, gt=0, description="Timeout of one call")
-    backoff_seconds: float = Field(1.0, ge=0, description="First retry delay (doubles, jittered)")
 
     def settings(self) -> LLMSettings:
         """These parameters as the LLMSettings of the judge's calls."""
         return LLMSettings(**self.model_dump())
 
 
-class CandidateModel(BaseModel):
+class CandidateModel(ModelKnobs):
     """The system under evaluation, when judgeflow generates its responses."""
 
-    model_config = ConfigDict(extra="forbid")
-
     model: str = Field(description="litellm model string of the candidate, e.g. openai/my-ft")
-    api_base: str | None = Field(None, description="The candidate's endpoint")
-    api_key_env: str | None = Field(
-        None, pattern=API_KEY_ENV_PATTERN,
-        description="Env variable holding its API key (sent to api_base only when named here)",
-    )
-    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
-    max_tokens: int | None = Field(None, ge=1, description="Cap on response tokens, reasoning "
-                                   "included; needed with max_cost_usd")
-    max_attempts: int = Field(5, ge=1, le=20, description="Attempts per call on 429/5xx/timeout")
-    concurrency: int | None = Field(
-        None, ge=1, le=512, description="Generation calls in flight (None: adaptive)")
-    max_concurrency: int = Field(ADAPTIVE_MAX, ge=1, le=512,
-                                 description="Ceiling of the adaptive concurrency")
-    rpm: int | None = Field(None, ge=1, description="Requests per minute cap")
-    tpm: int | None = Field(None, ge=1, description="Tokens per minute cap")
-    price_per_mtok: Price | None = Field(
-        None, description="USD per million input and output tokens, e.g. [0.15, 0.6], for a "
-        "model litellm's price map does not know (or to override it)")
 
     def settings(self) -> LLMSettings:
         """These parameters as the LLMSettings of the candidate's calls."""
         return LLMSettings(**self.model_dump())
+
+
+# How the command line gives each knob of the judge and of the candidate (flows/flags.py): a
+# knob not named here is an option of its own name for the judge and form-only for the
+# candidate.
+JUDGE_FLAGS = Nested(
+    "judge", {"model": Flag("judge_model", default=REQUIRED),
+              "max_tokens": Flag("judge_max_tokens", min=1),
+              "price_per_mtok": Flag(kind=str | None, to_field=price("--price-per-mtok")),
+              "timeout_seconds": FORM_ONLY, "backoff_seconds": FORM_ONLY},
+)
+CANDIDATE_FLAGS = Nested(
+    "candidate", {"model": Flag("candidate_model", kind=str | None, default=None),
+                  "api_base": Flag("candidate_api_base"),
+                  "api_key_env": Flag("candidate_api_key_env"),
+                  # None: the judge's --max-attempts
+                  "max_attempts": Flag("candidate_max_attempts", kind=int | None, default=None,
+                                       fallback="max_attempts"),
+                  "max_tokens": Flag("candidate_max_tokens", min=1),
+                  "price_per_mtok": Flag("candidate_price_per_mtok", kind=str | None,
+                                         to_field=price("--candidate-price-per-mtok")),
+                  # generation shares the judge's window options
+                  "concurrency": Flag("concurrency"), "max_concurrency": Flag("max_concurrency")},
+    optional_unless="candidate_model", default_flags=FORM_ONLY,
+)
 
 
 Location = tuple[str, str, str]  # (parameter, URL, "read" or "write")
@@ -182,78 +196,87 @@ class RunOptions(BaseModel):
     # The operator's alone when a run's parameters are untrusted (flows/preflight/suite_lock.py).
     OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = ("suite", "output")
 
-    judge: JudgeModel = Field(description="The judge model")
-    output: StorageURL = Field("./results", description="Where runs are published (path or s3://...)")
-    suite: SafeName = Field(
+    judge: Annotated[JudgeModel, JUDGE_FLAGS] = Field(description="The judge model")
+    output: Annotated[StorageURL, Flag()] = Field(
+        "./results", description="Where runs are published (path or s3://...)")
+    suite: Annotated[SafeName, Flag()] = Field(
         "default", description="Suite name: results go to {output}/{suite}/{run}"
     )
-    run_id: SafeName | None = Field(None, description="Run id (default: UTC timestamp)")
-    chunk_size: int | None = Field(
+    run_id: Annotated[SafeName | None, Flag()] = Field(
+        None, description="Run id (default: UTC timestamp)")
+    chunk_size: Annotated[int | None, Flag()] = Field(
         None, ge=1, le=10_000,
         description="Rows (or pairs) per task run (default: sized to ~200 tasks)",
     )
-    on_invalid: Literal["fail", "skip"] = Field(
+    on_invalid: Annotated[Literal["fail", "skip"], Flag()] = Field(
         "fail", description="fail: reject the whole set on any invalid row; skip: set them aside"
     )
-    max_error_share: float = Field(
+    max_error_share: Annotated[float, Flag()] = Field(
         0.05, ge=0, le=1, description="Largest share of a judge's rows (or of the pairs) that may "
         "fail (errors / (rated + errors)); above it the run is published as incomplete",
     )
-    cache: StorageURL | None = Field(
+    cache: Annotated[StorageURL | None, FORM_ONLY] = Field(
         None, description="Judge reply cache URL (default: {output}/.judgeflow-cache)"
     )
-    use_cache: bool = Field(True, description="Reuse cached judge replies for unchanged calls")
-    shards: int = Field(
+    use_cache: Annotated[bool, turned_off_by("no_cache")] = Field(
+        True, description="Reuse cached judge replies for unchanged calls (--no-cache: ignore "
+        "the cache)")
+    shards: Annotated[int, Flag()] = Field(
         1, ge=1, le=256, description="Judge the rows (or pairs) in this many child flow runs of "
         "the shard deployment, on the workers of its work pool; each gets its share of "
         "concurrency, rpm and tpm (1: judge in this flow run). Needs a Prefect server and running "
         "workers",
     )
-    shard_deployment: str = Field(
+    shard_deployment: Annotated[str, FORM_ONLY] = Field(
         "judge-shard/judge-shard", pattern=r"^[^/]+/[^/]+$",
         description="The shard deployment (flow name/deployment name) that runs the shards",
     )
-    storage_options: StorageOptions = Field(default_factory=dict)
-    max_cost_usd: float | None = Field(
+    storage_options: Annotated[StorageOptions, Flag(
+        "storage_option", kind=list[str] | None, default=None, to_field=key_values,
+    )] = Field(default_factory=dict)
+    max_cost_usd: Annotated[float | None, Flag("max_cost")] = Field(
         None, gt=0, description="Run budget in USD: refused before any call if the estimate "
         "is above it, and no call is started once spent + reserved would pass it (the run is "
         "then published incomplete). Needs a known price for every model",
     )
-    over_estimate: bool = Field(
+    over_estimate: Annotated[bool, Flag()] = Field(
         False, description="Start even if the estimate is above max_cost_usd (the run still "
         "stops at the budget)",
     )
 
-    batch: bool = Field(
+    batch: Annotated[bool, Flag()] = Field(
         False, description="Send the model calls through the provider's batch API (about half "
         "the price, answers within hours; OpenAI-compatible endpoints). The batches are kept in "
         "the run's folder: rerun with the same run_id to pick them up without paying twice",
     )
-    batch_retry: Literal["batch", "online"] = Field(
+    batch_retry: Annotated[Literal["batch", "online"], Flag()] = Field(
         "batch", description="Where a request the batch failed or let expire is asked again: "
         "in a follow-up batch, or online at once (within the same attempts)",
     )
-    batch_max_requests: int = Field(
+    batch_max_requests: Annotated[int, Flag()] = Field(
         50_000, ge=1, le=50_000, description="Most requests per batch file (the provider's "
         "limit; a larger run is split into several batches)",
     )
-    batch_poll_max_seconds: float = Field(
+    batch_poll_max_seconds: Annotated[float, Flag("batch_poll_max")] = Field(
         60.0, gt=0, le=3600, description="Longest wait between two polls of a batch (polls "
         "start at 0.5 s and back off to this)",
     )
 
-    mlflow_tracking_uri: Annotated[str | None, AfterValidator(_tracking_uri)] = Field(
+    mlflow_tracking_uri: Annotated[
+        str | None, AfterValidator(_tracking_uri),
+        Flag(envvar="MLFLOW_TRACKING_URI", to_field=tracking_uri),
+    ] = Field(
         None, min_length=1, max_length=2000,
         description="Log the published run to this MLflow tracking URI: a server (http(s)://"
         "host:port), a local store (sqlite:///path.db, file:///path) or Databricks (databricks, "
         "databricks://PROFILE): one MLflow run with its params, metrics, tags, per-row table "
         "and report; an mlflow: evaluation set is read from it",
     )
-    mlflow_logging: bool = Field(
+    mlflow_logging: Annotated[bool, turned_off_by("no_mlflow")] = Field(
         True, description="Log the run to mlflow_tracking_uri (false: only read an mlflow: "
         "set from it; the command line's --no-mlflow)",
     )
-    mlflow_experiment: str | None = Field(
+    mlflow_experiment: Annotated[str | None, Flag()] = Field(
         None, min_length=1, max_length=500,
         description="MLflow experiment the run is logged to (default: the suite)",
     )
@@ -279,53 +302,55 @@ class EvaluateParams(RunOptions):
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("data", "rows")
     READ_FIELDS: ClassVar[tuple[str, ...]] = ("data", "labels", "custom_judges")
 
-    data: DataSource | None = Field(
+    data: Annotated[DataSource | None,
+                    Flag(argument=True, kind=str, default=REQUIRED)] = Field(
         None, description="Evaluation set URL: local path, file://, s3://... (.jsonl .json .csv "
         ".parquet); or a set in MLflow, read from mlflow_tracking_uri: mlflow:experiments/"
         "<name>/traces?filter=<MLflow trace filter>&since=<time>&until=<time> (ISO 8601 or "
         "-24h; the window ends when the run starts unless until is given) or mlflow:datasets/"
         "<name or id>",
     )
-    rows: list[dict[str, Any]] | None = Field(
+    rows: Annotated[list[dict[str, Any]] | None, FORM_ONLY] = Field(
         None, description="Rows given inline instead of a data URL (Databricks schema)"
     )
-    candidate: CandidateModel | None = Field(
+    candidate: Annotated[CandidateModel | None, CANDIDATE_FLAGS] = Field(
         None, description="Generate responses with this model for rows that have none"
     )
-    judges: list[str] | None = Field(
+    judges: Annotated[list[str] | None, Flag(kind=str | None, to_field=comma_list)] = Field(
         None, description="Judges to run (default: every judge whose inputs the set has)"
     )
-    custom_judges: StorageURL | None = Field(
+    custom_judges: Annotated[StorageURL | None, Flag()] = Field(
         None, description="YAML/JSON file of custom judges (name, assessment_type, instructions)"
     )
-    aspects: list[str] = Field(
+    aspects: Annotated[list[str], Flag("aspect", kind=list[str] | None, default=None,
+                                       to_field=listed)] = Field(
         default_factory=list,
         description="Aspect critics: NAME=DEFINITION, or a predefined name (harmfulness, "
         "maliciousness, coherence, correctness, conciseness)",
     )
-    strictness: int = Field(
+    strictness: Annotated[int, Flag()] = Field(
         1, ge=1, le=15, description="Samples per aspect; a verdict needs a strict majority (an "
         "even number is rounded up to the next odd one, with a warning)",
     )
-    allow_extra_columns: bool = Field(
+    allow_extra_columns: Annotated[bool, Flag()] = Field(
         False, description="Keep unknown columns even when their name is a near miss of a known "
         "one (e.g. 'reponse'); by default such a column is refused as a likely typo",
     )
-    labels: StorageURL | None = Field(
+    labels: Annotated[StorageURL | None, Flag()] = Field(
         None, description="People's labels joined onto the set on request_id: a file of rows "
         "{request_id, human_labels} (JSONL, JSON, CSV or Parquet)",
     )
-    calibration: SafeName | None = Field(
+    calibration: Annotated[SafeName | None, Flag()] = Field(
         None, description="Reuse the judge calibration of this earlier labelled run of the "
         "suite (marked stale if the judge model, version or prompt differs)",
     )
-    calibration_floor: float | None = Field(
+    calibration_floor: Annotated[float | None, Flag()] = Field(
         None, ge=-1, le=1, description="A judge whose kappa 95% lower bound is below this is "
         "advisory: a regression gate on its metrics is undecidable",
     )
-    calibration_seed: int = Field(
+    calibration_seed: Annotated[int, Flag()] = Field(
         0, description="Seed of the kappa interval (posterior draws and 1000 row resamples)")
-    calibration_min_labels: int = Field(
+    calibration_min_labels: Annotated[int, Flag()] = Field(
         50, ge=1, description="Fewest labelled units with which a calibration can vouch for a "
         "judge at the floor; below it the judge is advisory",
     )
@@ -339,4 +364,98 @@ class EvaluateParams(RunOptions):
     def _one_source(self) -> EvaluateParams:
         if (self.data is None) == (self.rows is None):
             raise ValueError("give exactly one of data (a URL) or rows (inline)")
+        return self
+
+
+NO_CANDIDATE_MODEL = (
+    "candidate.model is empty: the run was started without a candidate model (a model.deployed "
+    "event must carry payload.model, e.g. emit_model_deployed.py --model NAME)"
+)
+
+
+class RegressionParams(EvaluateParams):
+    """A nightly (or post-deploy) regression run of one suite.
+
+    Every evaluate parameter, plus the baseline, the gates and how undecidable runs are told
+    apart.
+    """
+
+    READ_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.READ_FIELDS, "gates", "rubric")
+    OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "baseline")
+
+    # The command line's --suite has always defaulted to "default" (RunOptions'), not "nightly".
+    suite: Annotated[SafeName, Flag(default="default")] = Field(
+        "nightly", description="Suite: the baseline is this suite's newest run that passed"
+    )
+    baseline: Annotated[SafeName | None, Flag()] = Field(
+        None, description="Run id to compare with (default: the suite's newest run that passed, "
+        "{output}/{suite}/baseline.json)",
+    )
+    gates: Annotated[StorageURL | None, Flag(kind=str, default=REQUIRED)] = Field(
+        "deployments/gates.yaml", description="YAML file of gates (thresholds per metric)"
+    )
+    pairwise: Annotated[bool, turned_off_by("no_pairwise")] = Field(
+        True, description="Also judge baseline vs candidate responses head to head (both orders)"
+    )
+    rubric: Annotated[StorageURL | None, Flag()] = Field(
+        None, description="Fixed rubric file for the head-to-head")
+    strict_ties: Annotated[bool, Flag()] = Field(
+        False, description="Head-to-head: one tie + one preference = tie")
+    min_paired: Annotated[int, Flag()] = Field(
+        10, ge=2, description="Fewest rows paired with the baseline for a gate to be decided"
+    )
+    min_coverage: Annotated[float, Flag()] = Field(
+        0.9, ge=0, le=1, description="Smallest share of the baseline's rated rows that must "
+        "pair (same request_id, request and expected answer) for a relative gate to decide",
+    )
+    canary_rows: Annotated[int, Flag()] = Field(
+        DEFAULT_CANARY_ROWS, ge=0, le=10_000, description="Judge drift canary: how many of the "
+        "baseline's rows tonight's judge judges again (never from the cache) to compare with "
+        "the baseline's verdicts; 0 turns it off unless the judge fingerprint changed",
+    )
+    canary_min_agreement: Annotated[float, Flag()] = Field(
+        DEFAULT_MIN_AGREEMENT, ge=0, le=1, description="A judge agreeing with its own baseline "
+        "verdicts on fewer of the canary's rows than this has drifted: the night is incomplete",
+    )
+    canary_seed: Annotated[int, Flag()] = Field(
+        0, description="Seed of the canary's sample of baseline rows")
+    rejudge_baseline: Annotated[bool, Flag()] = Field(
+        False, description="When another judge (model, prompt, endpoint, sampling) judged the "
+        "baseline, judge its responses again with tonight's judge first and compare with that "
+        "(a rejudge run of the suite, reused on later nights); off: such gates are undecidable",
+    )
+
+    @model_validator(mode="after")
+    def _candidate_is_named(self) -> RegressionParams:
+        if self.candidate is not None and not self.candidate.model.strip():
+            raise ValueError(NO_CANDIDATE_MODEL)
+        return self
+
+
+class RejudgeParams(EvaluateParams):
+    """A published run of the suite judged again, by this judge.
+
+    Judges, aspects, custom judges and strictness default to the source run's.
+    """
+
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("source_run",)
+    # Its rows are a published run's, under `output` (a write root, read back as a baseline
+    # is); the files the source's manifest names are checked like parameters.
+    READ_FIELDS: ClassVar[tuple[str, ...]] = ("labels", "custom_judges")
+    OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "as_baseline")
+
+    source_run: Annotated[SafeName, Flag(argument=True)] = Field(
+        description="Run id of the suite's published run to judge again")
+    as_baseline: Annotated[bool, Flag()] = Field(
+        False, description="Make the new run the suite's baseline if it is complete: adopt "
+        "this judge on purpose (its lineage is in the manifest)",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RejudgeParams:
+        if self.data is not None or self.rows is not None:
+            raise ValueError("a rejudge reads the source run's stored responses: give "
+                             "source_run, not data or rows")
+        if self.candidate is not None:
+            raise ValueError("a rejudge judges the source run's stored responses: no candidate")
         return self

@@ -9,13 +9,11 @@ prompt) on purpose. The reply cache makes an unchanged judge free.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import ClassVar
 
 from prefect import flow, get_run_logger
-from pydantic import Field, model_validator
 
 from flows import flow_names
-from flows.params import EvaluateParams, SafeName
+from flows.params import EvaluateParams, RejudgeParams
 from flows.phases.evaluation import (
     JudgedRun,
     RunExtras,
@@ -36,34 +34,6 @@ from judges.model.budget import current_budget, use_budget
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
 from tasks.storage.baseline import BaselineNotFound, BaselineRun, find_baseline
-
-
-class RejudgeParams(EvaluateParams):
-    """A published run of the suite judged again, by this judge.
-
-    Judges, aspects, custom judges and strictness default to the source run's.
-    """
-
-    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("source_run",)
-    # Its rows are a published run's, under `output` (a write root, read back as a baseline
-    # is); the files the source's manifest names are checked like parameters.
-    READ_FIELDS: ClassVar[tuple[str, ...]] = ("labels", "custom_judges")
-    OPERATOR_FIELDS: ClassVar[tuple[str, ...]] = (*EvaluateParams.OPERATOR_FIELDS, "as_baseline")
-
-    source_run: SafeName = Field(description="Run id of the suite's published run to judge again")
-    as_baseline: bool = Field(
-        False, description="Make the new run the suite's baseline if it is complete: adopt "
-        "this judge on purpose (its lineage is in the manifest)",
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> RejudgeParams:
-        if self.data is not None or self.rows is not None:
-            raise ValueError("a rejudge reads the source run's stored responses: give "
-                             "source_run, not data or rows")
-        if self.candidate is not None:
-            raise ValueError("a rejudge judges the source run's stored responses: no candidate")
-        return self
 
 
 @flow(name=flow_names.REJUDGE, log_prints=True)

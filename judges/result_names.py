@@ -12,7 +12,8 @@ Every key a run publishes is written here, from typed values:
   pooled over turns with `…/turns/rated_count|error_count|unjudged_count`, and
   `…/turn_pass_rate/average` (the mean share of a session's turns that pass).
 - Pairwise: a pair's `pairwise/...` fields (`pair_fields`), the Nova and reconciled blocks
-  (`pairwise_metric_fields`, `NOVA_FIELDS`), a regression row's head-to-head fields.
+  (`pairwise_metric_fields`, `NOVA_FIELDS`), the length-controlled win rate
+  (`LENGTH_CONTROL_FIELDS`), a regression row's head-to-head fields.
 - Calibration: `calibration/{key}/{stat}` and the per-row `calibration/{key}/disagrees`.
 - Per tag: `tag/{tag}/{name}`.
 - The cost ledger: `cost/{stat}`, `cost/phase/{phase}/{stat}`, `cost/judge/{judge}/{stat}`.
@@ -323,11 +324,30 @@ NOVA_FIELDS = (
 )
 
 
+# The win rate at equal answer length and its 95% interval (judges/pairwise/length.py); a
+# gate on `lc_winrate` reads the three together, as one on `winrate` reads WINRATE_FIELDS.
+LC_WINRATE_FIELDS = ("lc_winrate", "lc_lower_rate", "lc_upper_rate")
+# Every figure of the length-controlled fit: the rate, the length effect (log-odds of B winning
+# per doubling of B's length relative to A's) and its interval, the pairs fitted, raw minus
+# controlled, whether length explains a large part of the raw rate, and why the rate is null.
+# Each published name → its field of judges/pairwise/length.py `LengthControl`.
+LENGTH_CONTROL_NAMES = {
+    "lc_winrate": "winrate", "lc_lower_rate": "lower", "lc_upper_rate": "upper",
+    "lc_length_coef": "coef", "lc_length_coef_lower": "coef_lower",
+    "lc_length_coef_upper": "coef_upper", "lc_pairs": "pairs", "lc_shift": "shift",
+    "lc_length_large": "large", "lc_note": "reason",
+}
+LC_NOTE = "lc_note"  # why `lc_winrate` is null: what a gate on it says when undecidable
+LENGTH_CONTROL_FIELDS = tuple(LENGTH_CONTROL_NAMES)
+# Which rate fields' interval each gateable win rate is read with.
+RATE_INTERVALS = {"winrate": WINRATE_FIELDS[1:], "lc_winrate": LC_WINRATE_FIELDS[1:]}
+
 # What a reader of a compare run wants first: verdicts over pairs, then Nova's figures.
 PAIRWISE_HEADLINE = (
     "pairs_total", "pairs_b", "pairs_a", "pairs_tie", "pairs_error", "pairs_single_pass",
     "position_flips", "position_consistency", "position_1_rate", "winrate", "lower_rate",
-    "upper_rate", "weighted_score_A", "weighted_score_B", "score_margin",
+    "upper_rate", *LC_WINRATE_FIELDS, "lc_length_coef", "weighted_score_A",
+    "weighted_score_B", "score_margin",
 )
 HEADLINE_SUFFIXES = ("/percentage", "/average", "/kappa")
 
@@ -361,6 +381,7 @@ def pairwise_metric_fields(summary: PairwiseSummary) -> dict[str, Any]:
     for name, mean in (("weighted_score_A", nova.weighted_a), ("weighted_score_B", nova.weighted_b),
                        ("score_margin", nova.margin)):
         out |= {name: mean.value, f"{name}_stderr": mean.stderr}
+    out |= {name: getattr(nova.length, field) for name, field in LENGTH_CONTROL_NAMES.items()}
     out |= {
         "pairs_total": pairs.total, "pairs_a": pairs.a, "pairs_b": pairs.b,
         "pairs_tie": pairs.tie, "pairs_error": pairs.error,
@@ -637,7 +658,8 @@ def metric_declarations(metric: MetricSpec) -> list[Declared]:
 
 # Pairwise figures where a larger value favours the candidate (B) or the other way round.
 _PAIRWISE_HIGHER = frozenset({"winrate", "lower_rate", "upper_rate", "score", "b_scores",
-                              "weighted_score_B", "score_margin", "position_consistency"})
+                              "weighted_score_B", "score_margin", "position_consistency",
+                              *LC_WINRATE_FIELDS})
 _PAIRWISE_LOWER = frozenset({"a_scores", "weighted_score_A", "inference_error", "pairs_error",
                              "pairs_single_pass", "position_flips"})
 PAIRWISE_JUDGE = "pairwise"
@@ -646,13 +668,15 @@ PAIRWISE_JUDGE = "pairwise"
 def pairwise_declaration(name: str) -> Declared | None:
     """A pairwise figure (Nova's, the reconciled counts, the run's flags), declared."""
     base = name.removesuffix("_stderr")
-    known = (set(NOVA_FIELDS) | set(PAIRWISE_HEADLINE) | {"swap_disabled"})
+    known = (set(NOVA_FIELDS) | set(PAIRWISE_HEADLINE) | set(LENGTH_CONTROL_FIELDS)
+             | {"swap_disabled"})
     if name not in known:
         return None
     direction: Direction = ("none" if name != base else "higher" if base in _PAIRWISE_HIGHER
                             else "lower" if base in _PAIRWISE_LOWER else "none")
     return Declared(name, "pairwise", PAIRWISE_JUDGE, PAIRWISE_JUDGE, "pairs_total",
-                    "pairs_error", direction, True, share=name in WINRATE_FIELDS)
+                    "pairs_error", direction, True,
+                    share=name in WINRATE_FIELDS or name in LC_WINRATE_FIELDS)
 
 
 def area_declaration(name: str, judge_of_key: Mapping[str, tuple[str, str]]

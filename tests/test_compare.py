@@ -441,3 +441,62 @@ def test_cli_bad_rubric_or_sources_exit_2(tmp_path):
     result = CliRunner().invoke(_app(), [*args, "--baseline", "b.jsonl"])
     assert result.exit_code == 2 and "either data" in result.output
     assert not (tmp_path / "out").exists()
+
+
+class LengthBiasedJudge:
+    """Prefers the response of higher `#q=N` plus 1.5 points per doubling of its length.
+
+    Both orders agree (no position bias): what moves its win rate is length alone.
+    """
+
+    def __call__(self, body: dict) -> Reply:
+        blocks = dict(_BLOCK.findall(body["messages"][0]["content"]))
+        first, second = blocks["response_1"], blocks["response_2"]
+        merit = [quality(text)[0] + 1.5 * math.log2(len(text)) for text in (first, second)]
+        preference = "1" if merit[0] > merit[1] else "2" if merit[1] > merit[0] else "tie"
+        criteria = [{"name": "accuracy", "description": "Correct.", "type": "scale",
+                     "weight": 1, "score_1": quality(first)[0], "score_2": quality(second)[0]}]
+        reply = {"criteria": criteria, "preference": preference, "rationale": "planted"}
+        return Reply(json.dumps(reply))
+
+
+def test_a_length_biased_judge_gets_a_length_controlled_win_rate(fake_llm, tmp_path):
+    from scipy.optimize import minimize
+
+    rng = np.random.default_rng(11)
+    rows = []
+    for i in range(48):
+        qa, qb = rng.integers(1, 6, 2)
+        # B's answers are twice as long as A's, on average: its raw win rate is flattered.
+        la, lb = int(40 * 2 ** rng.uniform(0, 3)), int(40 * 2 ** rng.uniform(1, 4))
+        rows.append(pair(f"p{i}", f"#q={qa} " + "a" * la, f"#q={qb} " + "b" * lb))
+    fake_llm.script = LengthBiasedJudge()
+    metrics, records, _ = run(fake_llm, tmp_path, write_pairs(tmp_path, rows))
+
+    # Independently: the passes from results.jsonl, the lengths from the input, a direct fit.
+    by_id = {r["id"]: r for r in rows}
+    x, wins, trials = [], [], []
+    for record in records:
+        sides = [record[f"pairwise/{o}/preference_ab"] for o in ("forward", "backward")]
+        if sides.count("A") + sides.count("B"):
+            source = by_id[record["request_id"]]
+            x.append(math.log2((len(source["response_B"]) + 1) / (len(source["response_A"]) + 1)))
+            wins.append(sides.count("B"))
+            trials.append(sides.count("A") + sides.count("B"))
+    x, wins, trials = map(np.array, (x, wins, trials))
+
+    def nll(beta):
+        eta = beta[0] + beta[1] * x
+        return -np.sum(wins * eta - trials * np.logaddexp(0, eta))
+
+    beta = minimize(nll, np.zeros(2), method="BFGS", options={"gtol": 1e-9}).x
+    assert metrics["lc_pairs"] == len(x)
+    assert metrics["lc_winrate"] == pytest.approx(1 / (1 + math.exp(-beta[0])), abs=1e-5)
+    assert metrics["lc_length_coef"] == pytest.approx(beta[1], abs=1e-4)
+    assert metrics["lc_length_coef_lower"] > 0  # the judge's taste for length, found
+    assert metrics["lc_lower_rate"] < metrics["lc_winrate"] < metrics["lc_upper_rate"]
+    assert metrics["winrate"] - metrics["lc_winrate"] == pytest.approx(metrics["lc_shift"])
+    assert metrics["lc_shift"] >= 0.05 and metrics["lc_length_large"] is True
+    run_dir = tmp_path / "out" / "t" / "r1"
+    assert "Length explains a large part" in (run_dir / "summary.md").read_text()
+    assert "Win rate of B at equal length" in (run_dir / "report.html").read_text()

@@ -25,10 +25,6 @@ WINDOW = 6
 
 # A repeat is allowed only where both places match the globs of one entry: (glob, glob, reason).
 BOILERPLATE: tuple[tuple[str, str, str], ...] = (
-    ("flows/params.py", "flows/params.py",
-     "JudgeModel and CandidateModel declare the same model knobs as pydantic fields with their "
-     "own help texts (the form and the command line show them); one base for both is issue 47 "
-     "item 4, which owns the option declarations"),
     ("flows/compare.py", "flows/rejudge.py",
      "flow bodies read as tables of contents, phase by phase (warn, place the run, prepare, "
      "judge in batch mode); each calls its own phases, which issue 47 items 1-2 make one"),

@@ -20,6 +20,7 @@ from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.builtin.pairwise import Pair, PairResult
 from judges.metrics import JudgeAggregate, MetricAggregate, RunSummary
+from judges.pairwise.length import LengthControl
 from judges.pairwise.metrics import (
     Count,
     JudgmentBlock,
@@ -433,6 +434,23 @@ def test_pairwise_block_shows_win_tie_loss_winrate_interval_and_consistency():
     assert "candidate (B) wins" in text and "accuracy" in text
     assert len(page.find("script")) == 1 and not page.find("img") and not page.find("b")
     assert not any(k.startswith("on") for _, attrs in page.tags for k in attrs)
+
+
+def test_the_pairwise_block_shows_the_win_rate_at_equal_length_and_says_when_length_explains_it():
+    biased = PAIRWISE._replace(judgments=PAIRWISE.judgments._replace(length=LengthControl(
+        0.52, 0.45, 0.59, 1.2, 0.8, 1.6, 120, 0.194, True)))
+    page = Page(render([pair_result(0, "B")], summary=None, pairwise=biased,
+                       manifest=manifest(kind="compare"), metrics={}))
+    assert "Win rate of B at equal length" in page.text and "[45.0%, 59.0%]" in page.text
+    assert "length effect 1.200 [0.800, 1.600] log-odds per doubling" in page.text
+    assert ("Length explains a large part of the raw win rate: B wins 71.4% of decided "
+            "judgments, but 52.0% (95% interval 45.0%–59.0%) at equal length") in page.text
+    undefined = PAIRWISE._replace(judgments=PAIRWISE.judgments._replace(length=LengthControl(
+        pairs=5, reason=f"only 5 pairs preferred A or B {XSS}")))
+    page = Page(render([pair_result(0, "B")], summary=None, pairwise=undefined,
+                       manifest=manifest(kind="compare"), metrics={}))
+    assert f"undefined: only 5 pairs preferred A or B {XSS}" in page.text
+    assert "Length explains" not in page.text and not page.find("b")
 
 
 def test_a_regression_row_shows_its_head_to_head_beside_its_judges():

@@ -25,6 +25,7 @@ Installing is idempotent: each automation is found by its name and updated in pl
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import typer
@@ -75,21 +76,30 @@ def crash_retry_automation(max_retries: int = DEFAULT_MAX_RETRIES, tag: str = RE
         f"A flow run tagged {tag!r} whose process died is scheduled again, as the same flow "
         f"run (same run id: it resumes from its stored chunks), {delay_seconds} s after the "
         f"crash, at most {max_retries} time(s); then it stays Crashed.",
-        tag, after=CRASHED_EVENT, expect=MOVED_ON_EVENTS, within_seconds=delay_seconds,
-        match={"prefect.run-count": [str(n) for n in range(1, max_retries + 1)]},
+        tag, Watch(CRASHED_EVENT, MOVED_ON_EVENTS, delay_seconds,
+                   {"prefect.run-count": [str(n) for n in range(1, max_retries + 1)]}),
         action=ChangeFlowRunState(
             state=StateType.SCHEDULED, name="AwaitingRetry",
             message=f"Crashed; re-run by the automation {AUTOMATION_NAME!r} to resume its "
                     "stored chunks"))
 
 
-def _tagged_run_automation(name: str, description: str, tag: str, *, after: str,
-                           expect: frozenset[str], within_seconds: int, match: dict,
-                           action: Any) -> Any:
-    """A proactive automation per flow run tagged `tag`.
+@dataclass(frozen=True)
+class Watch:
+    """What a proactive automation waits for.
 
-    It takes `action` when `after` is followed by none of `expect` within `within_seconds`.
+    `after`, then none of `expect` within `within_seconds`, on events that also `match`.
     """
+
+    after: str
+    expect: frozenset[str]
+    within_seconds: int
+    match: dict = field(default_factory=dict)
+
+
+def _tagged_run_automation(name: str, description: str, tag: str, watch: Watch,
+                           action: Any) -> Any:
+    """A proactive automation per flow run tagged `tag`, taking `action` when `watch` fires."""
     from datetime import timedelta
 
     from prefect.automations import AutomationCore
@@ -99,12 +109,13 @@ def _tagged_run_automation(name: str, description: str, tag: str, *, after: str,
         name=name, description=f"{description} Installed by `judgeflow install-automations`.",
         enabled=True,
         trigger=EventTrigger(
-            after={after}, expect=set(expect),
+            after={watch.after}, expect=set(watch.expect),
             for_each={"prefect.resource.id"},  # one flow run at a time
-            match={"prefect.resource.id": "prefect.flow-run.*", **match},
+            match={"prefect.resource.id": "prefect.flow-run.*", **watch.match},
             match_related={"prefect.resource.role": "tag",
                            "prefect.resource.id": f"prefect.tag.{tag}"},
-            posture=Posture.Proactive, threshold=1, within=timedelta(seconds=within_seconds)),
+            posture=Posture.Proactive, threshold=1,
+            within=timedelta(seconds=watch.within_seconds)),
         actions=[action])
 
 
@@ -130,9 +141,8 @@ def zombie_automation(tag: str = RESUME_TAG,
     what = (f"A flow run tagged {tag!r} that sent no heartbeat for {window_seconds} s (its "
             f"machine died with its worker) is marked Crashed, so that the automation "
             f"{AUTOMATION_NAME!r} re-runs it.")
-    return _tagged_run_automation(ZOMBIE_AUTOMATION_NAME, what, tag, after=HEARTBEAT_EVENT,
-                                  expect=ALIVE_OR_DONE_EVENTS, within_seconds=window_seconds,
-                                  match={}, action=mark_crashed)
+    watch = Watch(HEARTBEAT_EVENT, ALIVE_OR_DONE_EVENTS, window_seconds)
+    return _tagged_run_automation(ZOMBIE_AUTOMATION_NAME, what, tag, watch, mark_crashed)
 
 
 async def install_automation(spec: Any) -> tuple[str, Any]:

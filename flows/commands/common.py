@@ -111,17 +111,6 @@ def fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
     raise typer.Exit(code)
 
 
-def parse_storage_options(items: list[str] | None) -> dict[str, str]:
-    """`KEY=VALUE` pairs from the command line as fsspec storage options."""
-    options = {}
-    for item in items or []:
-        key, separator, value = item.partition("=")
-        if not separator or not key.strip():
-            fail(f"invalid --storage-option {item!r}: expected KEY=VALUE")
-        options[key.strip()] = value
-    return options
-
-
 def build_params(factory, **fields):
     """A parameter model from options; an invalid value exits 2 naming the option."""
     from pydantic import ValidationError

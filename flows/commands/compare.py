@@ -7,9 +7,7 @@ starts; the flow is imported only then.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from flows import flow_names
 from flows.commands.common import (
@@ -20,7 +18,7 @@ from flows.commands.common import (
     run_flow,
     start_prefect_api,
 )
-from flows.commands.options import PAIR_RUN_OPTIONS, judge_model_fields, run_fields, with_options
+from flows.commands.options import NO_PROGRESS, model_command
 
 
 def print_compare_summary(summary: dict) -> None:
@@ -34,30 +32,18 @@ def print_compare_summary(summary: dict) -> None:
                       notices)
 
 
-@with_options(*PAIR_RUN_OPTIONS, own={
-    "data": (Annotated[str | None, typer.Argument(
-        help="Nova pairwise set: JSONL with prompt, response_A, response_B (and id)")], None),
-    "baseline": (Annotated[str | None, typer.Option(
-        help="Baseline evaluation set or published run folder (responses A)")], None),
-    "candidate": (Annotated[str | None, typer.Option(
-        help="Candidate evaluation set or published run folder (responses B)")], None),
-    "rubric": (Annotated[str | None, typer.Option(
-        help="Fixed rubric file (YAML or JSON); default: criteria written per prompt")], None),
-    "strict_ties": (Annotated[bool, typer.Option(
-        "--strict-ties", help="One tie and one preference make a tie, not a win")], False),
-    "no_swap": (Annotated[bool, typer.Option(
-        "--no-swap", help="Forward pass only (A first): to diagnose position bias")], False),
-    "seed": (Annotated[int, typer.Option(help="Seed of the win-rate bootstrap")], 0),
-})
+def _compare_params() -> type:
+    from flows.compare_params import CompareParams
+
+    return CompareParams
+
+
+@model_command(_compare_params, own=NO_PROGRESS)
 def compare_command(**options: Any) -> None:
     """Judge two systems head to head (both orders of every pair) and publish a report."""
     from flows.compare_params import CompareParams
 
-    params = build_params(
-        CompareParams, data=options["data"], baseline=options["baseline"],
-        candidate=options["candidate"], judge=judge_model_fields(options), rubric=options["rubric"],
-        strict_ties=options["strict_ties"], swap=not options["no_swap"],
-        bootstrap_seed=options["seed"], **run_fields(options))
+    params = build_params(CompareParams, **compare_command.fields(options))
     shards = params.shards
     if shards > 1:
         from flows.commands.evaluate import require_shared_server

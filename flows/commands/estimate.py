@@ -9,20 +9,14 @@ judged, published or started (no Prefect API).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from flows.commands.common import build_params, checked
-from flows.commands.options import REQUIRED, ROW_RUN_OPTIONS, evaluation_fields, with_options
+from flows.commands.evaluate import evaluate_params
+from flows.commands.options import NO_PROGRESS, model_command
 
 
-@with_options(*ROW_RUN_OPTIONS, own={
-    "data": (Annotated[str, typer.Argument(
-        help="Evaluation set: path or URL (.jsonl .json .csv .parquet), or a set in MLflow "
-        "(with --mlflow-tracking-uri): mlflow:experiments/NAME/traces?filter=...&since=...&"
-        "until=... or mlflow:datasets/NAME")], REQUIRED),
-})
+@model_command(evaluate_params, own=NO_PROGRESS)
 def estimate_command(**options: Any) -> None:
     """Estimate a run's calls, tokens and cost (and its shortest time) without judging."""
     from flows.params import EvaluateParams
@@ -38,7 +32,7 @@ def estimate_command(**options: Any) -> None:
     )
     from tasks.dataset.row_stream import valid_rows
 
-    params = build_params(EvaluateParams, data=options["data"], **evaluation_fields(options))
+    params = build_params(EvaluateParams, **estimate_command.fields(options))
 
     def estimate():
         source, check_with = row_source(params), check_options(params)

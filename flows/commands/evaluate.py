@@ -7,9 +7,7 @@ child process (flows/commands/prefect_api.py); only then is the flow imported an
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from flows import flow_names
 from flows.commands.common import (
@@ -22,7 +20,7 @@ from flows.commands.common import (
     run_flow,
     start_prefect_api,
 )
-from flows.commands.options import REQUIRED, ROW_RUN_OPTIONS, evaluation_fields, with_options
+from flows.commands.options import NO_PROGRESS, model_command
 from flows.run.timeline import mark
 
 
@@ -44,12 +42,14 @@ def require_shared_server() -> None:
         fail(problem)
 
 
-@with_options(*ROW_RUN_OPTIONS, own={
-    "data": (Annotated[str, typer.Argument(
-        help="Evaluation set: path or URL (.jsonl .json .csv .parquet), or a set in MLflow "
-        "(with --mlflow-tracking-uri): mlflow:experiments/NAME/traces?filter=...&since=...&"
-        "until=... or mlflow:datasets/NAME")], REQUIRED),
-})
+def evaluate_params() -> type:
+    """EvaluateParams, imported when a command is built."""
+    from flows.params import EvaluateParams
+
+    return EvaluateParams
+
+
+@model_command(evaluate_params, own=NO_PROGRESS)
 def evaluate_command(**options: Any) -> None:
     """Judge an evaluation set and publish results, metrics and a report."""
     mark("command parsed")
@@ -62,7 +62,7 @@ def evaluate_command(**options: Any) -> None:
     from flows.params import EvaluateParams
     from flows.preflight.checks import preflight_evaluate
 
-    params = build_params(EvaluateParams, data=options["data"], **evaluation_fields(options))
+    params = build_params(EvaluateParams, **evaluate_command.fields(options))
     check = checked(preflight_evaluate, params)
     mark("set checked")
     if shards > 1:  # the deployment, its pool and a worker, before any flow run exists

@@ -8,11 +8,12 @@ service an operator starts next to the Prefect server (systemd, a container), wi
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from flows.commands.common import console, fail
+from flows.commands.options import REQUIRED, declared
 from flows.relay.limits import (
     DEFAULT_PER_VERSION,
     DEFAULT_TOTAL,
@@ -24,44 +25,69 @@ from flows.relay.limits import (
 DEFAULT_SECRET_ENV = "JUDGEFLOW_MLFLOW_WEBHOOK_SECRET"
 
 
-def mlflow_relay_command(
-    model: Annotated[str, typer.Option(
+RELAY_OPTIONS = {
+    "model": (Annotated[str, typer.Option(
         help="The candidate's litellm model string; {name}, {version} and {alias} (the "
-             "registry event's) may appear, e.g. 'hosted_vllm/{name}'")],
-    endpoint: Annotated[str | None, typer.Option(
-        help="The candidate's api_base; placeholders only in its path")] = None,
-    on: Annotated[list[str] | None, typer.Option(
+             "registry event's) may appear, e.g. 'hosted_vllm/{name}'")], REQUIRED),
+    "endpoint": (Annotated[str | None, typer.Option(
+        help="The candidate's api_base; placeholders only in its path")], None),
+    "on": (Annotated[list[str] | None, typer.Option(
         help="MLflow event to relay (repeatable): model_version.created, "
-             "model_version_alias.created (default: both)")] = None,
-    alias: Annotated[list[str] | None, typer.Option(
-        help="Relay alias events only for this alias (repeatable; default: any)")] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on")] = 8765,
-    path: Annotated[str, typer.Option(help="URL path MLflow posts to")] = "/",
-    secret_env: Annotated[str, typer.Option(
-        help="Env variable holding the webhook's secret (the one given to MLflow)")]
-        = DEFAULT_SECRET_ENV,
-    tolerance: Annotated[int, typer.Option(
-        help="Seconds a delivery's signed timestamp may be from this clock")] = 300,
-    max_runs: Annotated[int, typer.Option(
-        help="Post-deploy runs started at most per --run-window (then 429)")] = DEFAULT_TOTAL,
-    max_runs_per_version: Annotated[int, typer.Option(
-        help="Runs started at most per model version per --run-window")] = DEFAULT_PER_VERSION,
-    run_window: Annotated[int, typer.Option(
-        help="Seconds of the window the run limits count in")] = int(DEFAULT_WINDOW_SECONDS),
-    max_connections: Annotated[int, typer.Option(
-        help="Connections open at once")] = MAX_CONNECTIONS,
-    read_timeout: Annotated[float, typer.Option(
-        help="Seconds a client has to send its whole request")] = READ_TIMEOUT_SECONDS,
-) -> None:
+             "model_version_alias.created (default: both)")], None),
+    "alias": (Annotated[list[str] | None, typer.Option(
+        help="Relay alias events only for this alias (repeatable; default: any)")], None),
+    "host": (Annotated[str, typer.Option(help="Address to listen on")], "127.0.0.1"),
+    "port": (Annotated[int, typer.Option(help="Port to listen on")], 8765),
+    "path": (Annotated[str, typer.Option(help="URL path MLflow posts to")], "/"),
+    "secret_env": (Annotated[str, typer.Option(
+        help="Env variable holding the webhook's secret (the one given to MLflow)")],
+        DEFAULT_SECRET_ENV),
+    "tolerance": (Annotated[int, typer.Option(
+        help="Seconds a delivery's signed timestamp may be from this clock")], 300),
+    "max_runs": (Annotated[int, typer.Option(
+        help="Post-deploy runs started at most per --run-window (then 429)")], DEFAULT_TOTAL),
+    "max_runs_per_version": (Annotated[int, typer.Option(
+        help="Runs started at most per model version per --run-window")], DEFAULT_PER_VERSION),
+    "run_window": (Annotated[int, typer.Option(
+        help="Seconds of the window the run limits count in")],
+        int(DEFAULT_WINDOW_SECONDS)),
+    "max_connections": (Annotated[int, typer.Option(
+        help="Connections open at once")], MAX_CONNECTIONS),
+    "read_timeout": (Annotated[float, typer.Option(
+        help="Seconds a client has to send its whole request")], READ_TIMEOUT_SECONDS),
+}
+
+
+@declared(RELAY_OPTIONS)
+def mlflow_relay_command(**options: Any) -> None:
     """Relay MLflow registry webhooks to Prefect as model.deployed events (post-deploy-eval)."""
     import logging
 
-    from flows.commands.prefect_api import configured_server_problem
     from flows.relay.app import emit_to_prefect, relay_app
-    from flows.relay.limits import RunLimits
-    from flows.relay.mapping import EVENT_FIELDS, Mapping
     from flows.relay.server import server_config
+
+    secret = _secret(options["secret_env"])
+    mapping = _mapping(options)
+    path, read_timeout = options["path"], options["read_timeout"]
+    if not path.startswith("/"):
+        fail(f"--path {path!r} must start with '/'")
+    limits = _limits(options)
+    if options["max_connections"] < 1 or read_timeout <= 0:
+        fail(f"--max-connections {options['max_connections']} and --read-timeout "
+             f"{read_timeout:g} must be positive")
+
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    app = relay_app(secret, mapping, emit_to_prefect, tolerance=options["tolerance"], path=path,
+                    limits=limits, read_timeout=read_timeout)
+    uvicorn.Server(server_config(app, options["host"], options["port"], read_timeout,
+                                 options["max_connections"])).run()
+
+
+def _secret(secret_env: str) -> str:
+    """The webhook's secret; exit 2 without it, or without a Prefect server to emit to."""
+    from flows.commands.prefect_api import configured_server_problem
 
     secret = os.environ.get(secret_env, "")
     if not secret:
@@ -75,25 +101,27 @@ def mlflow_relay_command(
         # are answered 503 and MLflow retries them.
         console.print(f"warning: {problem}", markup=False, highlight=False, soft_wrap=True,
                       style="yellow")
+    return secret
+
+
+def _mapping(options: dict) -> Any:
+    from flows.relay.mapping import EVENT_FIELDS, Mapping
+
     try:
-        mapping = Mapping(model=model, endpoint=endpoint,
-                          events=frozenset(on or EVENT_FIELDS), aliases=frozenset(alias or ()))
+        return Mapping(model=options["model"], endpoint=options["endpoint"],
+                       events=frozenset(options["on"] or EVENT_FIELDS),
+                       aliases=frozenset(options["alias"] or ()))
     except ValueError as error:
         fail(str(error))
-    if not path.startswith("/"):
-        fail(f"--path {path!r} must start with '/'")
+
+
+def _limits(options: dict) -> Any:
+    from flows.relay.limits import RunLimits
+
+    total, per_version, window = (options["max_runs"], options["max_runs_per_version"],
+                                  options["run_window"])
     try:
-        limits = RunLimits(max_runs, max_runs_per_version, run_window)
+        return RunLimits(total, per_version, window)
     except ValueError:
-        fail(f"--max-runs {max_runs}, --max-runs-per-version {max_runs_per_version} and "
-             f"--run-window {run_window} must each be at least 1")
-    if max_connections < 1 or read_timeout <= 0:
-        fail(f"--max-connections {max_connections} and --read-timeout {read_timeout:g} must "
-             "be positive")
-
-    import uvicorn
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    app = relay_app(secret, mapping, emit_to_prefect, tolerance=tolerance, path=path,
-                    limits=limits, read_timeout=read_timeout)
-    uvicorn.Server(server_config(app, host, port, read_timeout, max_connections)).run()
+        fail(f"--max-runs {total}, --max-runs-per-version {per_version} and "
+             f"--run-window {window} must each be at least 1")

@@ -1,250 +1,227 @@
-"""The command line's options, each declared once; each command names the groups it takes.
+"""The command line's options, generated from the flows' parameter models.
 
-`evaluate` and `regression` judge a set the same way, so they take the same judge, candidate,
-evaluation and run options from here (a new evaluate option reaches regression by itself);
-`compare` takes the judge and run options. A command is a function of `**options` given its
-signature by `with_options`, which typer reads as if it had been written out by hand. Only
-typer is imported here: `judgeflow --help` stays fast.
+Each field of a parameter model says how the command line gives it (flows/flags.py) and its
+description is the option's help: a new field reaches every command of its model by itself. A
+command is a function of `**options`; `command_options` gives it the signature typer reads (one
+option per field of its model, then its own command-line-only ones), and `fields_of` turns the
+parsed options back into the model's fields. The models are imported only when a command is
+built (flows/commands/lazy.py: when it runs or prints its help), so `judgeflow --help` imports
+typer alone.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Mapping
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 
-from flows.commands.common import fail, parse_storage_options
-from tasks.mlflow.source import is_mlflow_source
-from tasks.mlflow.stores import UnsupportedTrackingURI, store_of
-
-REQUIRED = inspect.Parameter.empty
+from flows.commands.common import fail
+from flows.flags import REQUIRED, SAME, Flag, FormOnly, Nested
 
 
-def _option(kind: Any, default: Any, help_text: str, *flags: str, **extra: Any) -> tuple:
-    return Annotated[kind, typer.Option(*flags, help=help_text, **extra)], default
+@dataclass(frozen=True)
+class Option:
+    """One command-line option of a model's field (`path`: the field, inside its holder)."""
+
+    name: str
+    path: tuple[str, ...]
+    flag: Flag
+    help: str
+    kind: Any
+    default: Any
+    holder: Nested | None = None
 
 
-OPTIONS: dict[str, tuple] = {
-    # the judge
-    "judge_model": _option(str, REQUIRED, "litellm model string; 'judgeflow/offline' for the "
-                           "offline heuristic judge"),
-    "api_base": _option(str | None, None, "Endpoint override for the judge model"),
-    "api_key_env": _option(str | None, None, "Env variable holding the judge's API key"),
-    "temperature": _option(float, 0.0, "Judge sampling temperature"),
-    "concurrency": _option(int | None, None, "Model calls in flight (default: adaptive, "
-                           "opening at 16 and growing up to --max-concurrency while the provider "
-                           "answers without a 429)"),
-    "max_concurrency": _option(int, 128, "Ceiling of the adaptive concurrency"),
-    "rpm": _option(int | None, None, "Requests per minute cap"),
-    "tpm": _option(int | None, None, "Tokens per minute cap"),
-    "max_attempts": _option(int, 5, "Attempts per judge call on 429/5xx/timeout/connection "
-                            "errors"),
-    "judge_max_tokens": _option(int | None, None, "Cap on each judge reply's tokens, reasoning "
-                                "included (needed with --max-cost)", min=1),
-    "price_per_mtok": _option(str | None, None, "The judge's price, INPUT,OUTPUT in USD per "
-                              "million tokens, for a model litellm's price map does not know"),
-    # the candidate model, when judgeflow generates the responses
-    "candidate_model": _option(str | None, None, "Generate the responses with this litellm "
-                               "model (the set then needs no response)"),
-    "candidate_api_base": _option(str | None, None, "Endpoint of the candidate model"),
-    "candidate_api_key_env": _option(str | None, None, "Env variable holding the candidate's "
-                                     "API key"),
-    "candidate_max_attempts": _option(int | None, None, "Attempts per generation call "
-                                      "(default: --max-attempts)"),
-    "candidate_max_tokens": _option(int | None, None, "Cap on each generated response's "
-                                    "tokens, reasoning included (needed with --max-cost)",
-                                    min=1),
-    "candidate_price_per_mtok": _option(str | None, None, "The candidate's price, "
-                                        "INPUT,OUTPUT in USD per million tokens"),
-    # what is judged
-    "judges": _option(str | None, None, "Comma-separated judges to run"),
-    "custom_judges": _option(str | None, None, "YAML/JSON file of custom judges"),
-    "aspect": _option(list[str] | None, None, "Aspect critic NAME=DEFINITION or a predefined "
-                      "NAME (repeatable)"),
-    "strictness": _option(int, 1, "Samples per aspect critic (odd; majority vote)"),
-    "allow_extra_columns": _option(bool, False, "Keep unknown columns even when they look like "
-                                   "a misspelt known one", "--allow-extra-columns"),
-    "labels": _option(str | None, None, "People's labels to join on request_id: rows of "
-                      "{request_id, human_labels}"),
-    "calibration": _option(str | None, None, "Reuse the judge calibration of this earlier "
-                           "labelled run of the suite"),
-    "calibration_floor": _option(float | None, None, "Judges whose kappa 95% lower bound is "
-                                 "below this are advisory: gates on them are undecidable"),
-    "calibration_min_labels": _option(int, 50, "Fewest labelled units with which a "
-                                      "calibration can vouch for a judge at the floor"),
-    "calibration_seed": _option(int, 0, "Seed of the kappa interval"),
-    # where and how the run goes
-    "output": _option(str, "./results", "Output folder or s3:// URL"),
-    "suite": _option(str, "default", "Suite name"),
-    "run_id": _option(str | None, None, "Run id (default: a UTC timestamp)"),
-    "chunk_size": _option(int | None, None, "Rows (or pairs) per task run"),
-    "on_invalid": _option(str, "fail", "fail | skip"),
-    "max_error_share": _option(float, 0.05, "Largest share of a judge's rows (or of the pairs) "
-                               "that may fail; above it the run is incomplete (exit 3)"),
-    "no_cache": _option(bool, False, "Ignore the judge reply cache", "--no-cache"),
-    "storage_option": _option(list[str] | None, None, "fsspec option KEY=VALUE for s3://, e.g. "
-                              "endpoint_url=http://minio:9000"),
-    "shards": _option(int, 1, "Judge in N child flow runs of the shard deployment, run by the "
-                      "workers of its work pool (needs a Prefect server: PREFECT_API_URL)"),
-    "max_cost": _option(float | None, None, "Run budget in USD: refused (exit 2) if the "
-                        "estimate is above it; no call starts once it would be passed (exit 3)"),
-    "over_estimate": _option(bool, False, "Start even if the estimate is above --max-cost",
-                             "--over-estimate"),
-    "batch": _option(bool, False, "Send the model calls through the provider's batch API "
-                     "(about half the price; rerun with the same --run-id to resume)",
-                     "--batch"),
-    "batch_retry": _option(str, "batch", "Where a request the batch failed or let expire is "
-                           "asked again: batch (a follow-up batch) or online"),
-    "batch_max_requests": _option(int, 50_000, "Most requests per batch file"),
-    "batch_poll_max": _option(float, 60.0, "Longest wait in seconds between two polls of a "
-                              "batch"),
-    "mlflow_tracking_uri": _option(str | None, None, "Log the published run to this MLflow "
-                                   "tracking URI: http(s)://HOST:PORT, sqlite:///PATH.db, "
-                                   "file:///PATH, databricks[://PROFILE] (docs/mlflow.md); an "
-                                   "mlflow: evaluation set is read from it too",
-                                   envvar="MLFLOW_TRACKING_URI"),
-    "no_mlflow": _option(bool, False, "Do not log to MLflow, even with MLFLOW_TRACKING_URI set "
-                         "(an mlflow: set is still read from it)", "--no-mlflow"),
-    "mlflow_experiment": _option(str | None, None, "MLflow experiment to log to (default: the "
-                                 "suite)"),
-    "no_progress": _option(bool, False, "No live progress display (shown only when stderr is "
-                           "a terminal)", "--no-progress"),
-}
-
-JUDGE_OPTIONS = ("judge_model", "api_base", "api_key_env", "temperature", "concurrency",
-                 "max_concurrency", "rpm", "tpm", "max_attempts", "judge_max_tokens",
-                 "price_per_mtok")
-CANDIDATE_OPTIONS = ("candidate_model", "candidate_api_base", "candidate_api_key_env",
-                     "candidate_max_attempts", "candidate_max_tokens",
-                     "candidate_price_per_mtok")
-EVALUATION_OPTIONS = ("judges", "custom_judges", "aspect", "strictness", "allow_extra_columns",
-                      "labels", "calibration", "calibration_floor", "calibration_min_labels",
-                      "calibration_seed")
-RUN_OPTIONS = ("output", "suite", "run_id", "chunk_size", "on_invalid", "max_error_share",
-               "no_cache", "storage_option", "shards", "max_cost", "over_estimate", "batch",
-               "batch_retry", "batch_max_requests", "batch_poll_max", "mlflow_tracking_uri",
-               "no_mlflow", "mlflow_experiment", "no_progress")
-# What each command takes besides its own: evaluate and regression judge rows, compare pairs.
-ROW_RUN_OPTIONS = (JUDGE_OPTIONS, CANDIDATE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS)
-PAIR_RUN_OPTIONS = (JUDGE_OPTIONS, RUN_OPTIONS)
+def _marker(info: Any) -> Flag | FormOnly | Nested | None:
+    found = [m for m in info.metadata if isinstance(m, Flag | FormOnly | Nested)]
+    return found[-1] if found else None
 
 
-def with_options(*groups: tuple[str, ...], own: Mapping[str, tuple] | None = None
-                 ) -> Callable[[Callable], Callable]:
-    """Give a `**options` command the signature of its own options, then of these groups.
+def _plain(kind: Any) -> Any:
+    """A field's type as the command line takes it: no validators, a Literal as text."""
+    origin = typing.get_origin(kind)
+    if origin is Annotated:
+        return _plain(typing.get_args(kind)[0])
+    if origin is typing.Literal:
+        return str
+    if origin in (typing.Union, types.UnionType):
+        plain = [_plain(arg) for arg in typing.get_args(kind)]
+        return typing.Union[tuple(plain)]  # noqa: UP007 - built from a list
+    return kind
 
-    Args:
-        groups: tuples of names from OPTIONS.
-        own: the command's own options, `name: (Annotated type, default)`, listed first.
+
+def _model_of(kind: Any) -> type:
+    """The model class a Nested field holds (also when it may be None)."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if args else kind
+
+
+def _option(flag: Flag, field: str, info: Any, path: tuple[str, ...],
+            holder: Nested | None) -> Option:
+    default = flag.default
+    if default is SAME:
+        default = REQUIRED if info.is_required() else info.get_default(call_default_factory=True)
+    return Option(flag.name or field, path, flag, info.description or "",
+                  flag.kind or _plain(info.annotation), default, holder)
+
+
+def model_options(model: type, skip: tuple[str, ...] = ()) -> list[Option]:
+    """Every option of `model`'s fields but `skip`, each name once (a shared knob's first)."""
+    found: dict[str, Option] = {}
+    for option in _walk(model, skip):
+        found.setdefault(option.name, option)
+    return list(found.values())
+
+
+def undeclared(model: type) -> list[str]:
+    """The fields of `model` that say neither their flag nor that they are form-only."""
+    return [name for name, info in model.model_fields.items() if _marker(info) is None]
+
+
+def _walk(model: type, skip: tuple[str, ...]) -> Iterator[Option]:
+    if missing := undeclared(model):
+        raise TypeError(f"{model.__name__} fields {missing!r} declare no command-line flag: "
+                        "give each Flag() or FORM_ONLY in its Annotated type (flows/flags.py)")
+    for name, info in model.model_fields.items():
+        if name in skip:
+            continue
+        marker = _marker(info)
+        if isinstance(marker, Nested):
+            for knob, knob_info in _model_of(info.annotation).model_fields.items():
+                flag = marker.flags.get(knob, marker.default_flags or Flag())
+                if isinstance(flag, Flag):
+                    yield _option(flag, knob, knob_info, (name, knob), marker)
+        elif isinstance(marker, Flag):
+            yield _option(marker, name, info, (name,), None)
+
+
+# One annotation object per declaration: commands sharing an option share it (tests compare).
+_ANNOTATIONS: dict[tuple, Any] = {}
+
+
+def _annotation(option: Option) -> Any:
+    flag = option.flag
+    key = (option.name, option.help, repr(option.kind), repr(option.default), flag.argument,
+           flag.envvar, flag.min)
+    if key not in _ANNOTATIONS:
+        if flag.argument:
+            info = typer.Argument(help=option.help)
+        else:
+            spelling = ("--" + option.name.replace("_", "-"),) if option.kind is bool else ()
+            extra = {k: v for k, v in (("envvar", flag.envvar), ("min", flag.min)) if v}
+            info = typer.Option(*spelling, help=option.help, **extra)
+        _ANNOTATIONS[key] = Annotated[option.kind, info]
+    return _ANNOTATIONS[key]
+
+
+def command_options(model: type, skip: tuple[str, ...] = (),
+                    own: Mapping[str, tuple] | None = None) -> inspect.Signature:
+    """The signature of a `**options` command: its model's options, then its own."""
+    declared = {**{o.name: (_annotation(o), o.default) for o in model_options(model, skip)},
+                **(own or {})}
+    return inspect.Signature([
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default)
+        for name, (kind, default) in declared.items()
+    ])
+
+
+class ModelCommand:
+    """A `**options` command taking a parameter model's options.
+
+    And its own `own` ones (`name: (Annotated type, default)`, command-line only). Its
+    signature, the one typer reads, is made when first read: `model` imports the model then,
+    not when the command line starts.
     """
-    declared = {**(own or {}), **{name: OPTIONS[name] for group in groups for name in group}}
 
-    def apply(command: Callable) -> Callable:
+    def __init__(self, run: Callable[..., Any], model: Callable[[], type],
+                 skip: tuple[str, ...] = (), own: Mapping[str, tuple] | None = None):
+        self._run, self._model, self._skip, self._own = run, model, skip, own
+        self.__name__ = self.__qualname__ = run.__name__
+        self.__doc__, self.__module__ = run.__doc__, run.__module__
+
+    def __call__(self, **options: Any) -> Any:
+        """Run the command with the parsed options."""
+        return self._run(**options)
+
+    @functools.cached_property
+    def __signature__(self) -> inspect.Signature:
+        return command_options(self._model(), self._skip, self._own)
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # what typing.get_type_hints reads
+        return {name: p.annotation for name, p in self.__signature__.parameters.items()}
+
+    def fields(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The model's fields from the parsed options (see `fields_of`)."""
+        return fields_of(self._model(), options, self._skip)
+
+
+def model_command(model: Callable[[], type], skip: tuple[str, ...] = (),
+                  own: Mapping[str, tuple] | None = None
+                  ) -> Callable[[Callable[..., Any]], ModelCommand]:
+    """Decorate a `**options` function as a ModelCommand of `model()`."""
+    return lambda run: ModelCommand(run, model, skip, own)
+
+
+def fields_of(model: type, options: Mapping[str, Any], skip: tuple[str, ...] = ()
+              ) -> dict[str, Any]:
+    """`model`'s fields from the parsed options; a value a flag's converter refuses exits 2."""
+    fields: dict[str, Any] = {}
+    absent: set[str] = set()
+    for option in _walk(model, skip):
+        holder = option.holder
+        if holder and holder.optional_unless and options[holder.optional_unless] is None:
+            _refuse_without(holder, option, options)
+            absent.add(option.path[0])
+            continue
+        value = options[option.name]
+        if value is None and option.flag.fallback:
+            value = options[option.flag.fallback]
+        if option.flag.to_field:
+            try:
+                value = option.flag.to_field(value, options)
+            except ValueError as error:
+                fail(str(error))
+        target = fields
+        for part in option.path[:-1]:
+            target = target.setdefault(part, {})
+        target[option.path[-1]] = value
+    return {**fields, **dict.fromkeys(absent)}
+
+
+def _refuse_without(holder: Nested, option: Option, options: Mapping[str, Any]) -> None:
+    """An option of an optional model given without the option that makes the model exits 2."""
+    own = option.name.startswith(holder.role + "_")  # not a knob shared with the judge
+    if own and option.name != holder.optional_unless and options[option.name] not in (None,
+                                                                                       False):
+        needed = "--" + holder.optional_unless.replace("_", "-")
+        fail(f"--{option.name.replace('_', '-')}: the {holder.role}'s options need {needed} "
+             "MODEL")
+
+
+# Not a parameter of any flow: how the command line shows a run.
+NO_PROGRESS = {"no_progress": (Annotated[bool, typer.Option(
+    "--no-progress", help="No live progress display (shown only when stderr is a terminal)")],
+    False)}
+
+
+def declared(options: Mapping[str, tuple]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a `**options` command of no parameter model the signature of `options`.
+
+    `name: (Annotated type, default)` each; typer reads it as if written out by hand.
+    """
+
+    def apply(command: Callable[..., Any]) -> Callable[..., Any]:
         command.__signature__ = inspect.Signature([
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
                               default=default)
-            for name, (kind, default) in declared.items()
-        ])
+            for name, (kind, default) in options.items()])
         return command
 
     return apply
-
-
-def judge_model_fields(options: Mapping[str, Any]) -> dict[str, Any]:
-    """JudgeModel's fields from the judge options."""
-    return {"model": options["judge_model"], "api_base": options["api_base"],
-            "api_key_env": options["api_key_env"], "temperature": options["temperature"],
-            "concurrency": options["concurrency"], "max_concurrency": options["max_concurrency"],
-            "rpm": options["rpm"], "tpm": options["tpm"],
-            "max_attempts": options["max_attempts"], "max_tokens": options["judge_max_tokens"],
-            "price_per_mtok": parse_price(options["price_per_mtok"], "--price-per-mtok")}
-
-
-def parse_price(text: str | None, option: str) -> tuple[float, float] | None:
-    """"0.15,0.6" as (0.15, 0.6); a malformed price exits 2 naming the option."""
-    if text is None:
-        return None
-    parts = [p.strip() for p in text.split(",")]
-    try:
-        price_in, price_out = (float(p) for p in parts)
-    except ValueError:
-        fail(f"{option} takes INPUT,OUTPUT in USD per million tokens, e.g. 0.15,0.6; "
-             f"got {text!r}")
-    return price_in, price_out
-
-
-def candidate_fields(options: Mapping[str, Any]) -> dict[str, Any] | None:
-    """CandidateModel's fields from the candidate options; None when no candidate is named.
-
-    An endpoint or key variable without a candidate model exits 2.
-    """
-    if options["candidate_model"] is None:
-        if (options["candidate_api_base"] or options["candidate_api_key_env"]
-                or options["candidate_max_tokens"]):
-            fail("--candidate-api-base, --candidate-api-key-env and --candidate-max-tokens "
-                 "need --candidate-model MODEL")
-        return None
-    attempts = options["candidate_max_attempts"] or options["max_attempts"]
-    return {"model": options["candidate_model"], "api_base": options["candidate_api_base"],
-            "api_key_env": options["candidate_api_key_env"], "max_attempts": attempts,
-            "max_tokens": options["candidate_max_tokens"],
-            "concurrency": options["concurrency"], "max_concurrency": options["max_concurrency"],
-            "price_per_mtok": parse_price(options["candidate_price_per_mtok"],
-                                          "--candidate-price-per-mtok")}
-
-
-def evaluation_fields(options: Mapping[str, Any]) -> dict[str, Any]:
-    """EvaluateParams' fields (RegressionParams' too) from the shared options."""
-    return {**judging_fields(options), "candidate": candidate_fields(options)}
-
-
-def judging_fields(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The judge, the judges and the run's fields: all EvaluateParams takes but the candidate."""
-    judges = options["judges"]
-    return {
-        "judge": judge_model_fields(options),
-        "judges": [p.strip() for p in judges.split(",") if p.strip()] if judges else None,
-        "custom_judges": options["custom_judges"], "aspects": options["aspect"] or [],
-        "strictness": options["strictness"],
-        "allow_extra_columns": options["allow_extra_columns"], "labels": options["labels"],
-        "calibration": options["calibration"],
-        "calibration_floor": options["calibration_floor"],
-        "calibration_min_labels": options["calibration_min_labels"],
-        "calibration_seed": options["calibration_seed"], **run_fields(options),
-    }
-
-
-def tracking_uri(options: Mapping[str, Any]) -> str | None:
-    """--mlflow-tracking-uri (or $MLFLOW_TRACKING_URI); one of no kind MLflow takes exits 2.
-
-    With --no-mlflow the run does not use it, unless its set is read from MLflow: the
-    environment then cannot stop a run that asked for no MLflow.
-    """
-    uri = (options["mlflow_tracking_uri"] or "").strip()
-    if options.get("no_mlflow") and not is_mlflow_source(options.get("data")):
-        return None
-    if uri:
-        try:
-            store_of(uri)
-        except UnsupportedTrackingURI as error:
-            fail(f"{error} (--mlflow-tracking-uri or MLFLOW_TRACKING_URI); or pass --no-mlflow")
-    return uri or None
-
-
-def run_fields(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields every run's parameters share, from the run options."""
-    return {"output": options["output"], "suite": options["suite"],
-            "run_id": options["run_id"], "chunk_size": options["chunk_size"],
-            "on_invalid": options["on_invalid"], "max_error_share": options["max_error_share"],
-            "use_cache": not options["no_cache"],
-            "storage_options": parse_storage_options(options["storage_option"]),
-            "shards": options["shards"], "max_cost_usd": options["max_cost"],
-            "over_estimate": options["over_estimate"], "batch": options["batch"],
-            "batch_retry": options["batch_retry"],
-            "batch_max_requests": options["batch_max_requests"],
-            "batch_poll_max_seconds": options["batch_poll_max"],
-            "mlflow_tracking_uri": tracking_uri(options),
-            "mlflow_logging": not options.get("no_mlflow"),
-            "mlflow_experiment": options["mlflow_experiment"]}

@@ -5,38 +5,44 @@ See tasks/regression/gate_plan.py for what is computed.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from flows.commands.common import fail
+from flows.commands.options import REQUIRED, declared
 
-
-def plan_gates_command(
-    gates: Annotated[str, typer.Argument(help="The gates file (YAML)")],
-    rows: Annotated[int, typer.Option(min=1, help="Paired rows to report the smallest "
-                                                   "detectable change for")] = 100,
-    discordance: Annotated[float | None, typer.Option(
+PLAN_OPTIONS = {
+    "gates": (Annotated[str, typer.Argument(help="The gates file (YAML)")], REQUIRED),
+    "rows": (Annotated[int, typer.Option(min=1, help="Paired rows to report the smallest "
+                                                   "detectable change for")], 100),
+    "discordance": (Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="Rates: the share of rows whose verdict changes between two runs "
-        "(e.g. a published run's losses + gains over its paired rows)")] = None,
-    sd: Annotated[float | None, typer.Option(
-        min=0.0, help="Averages: the standard deviation of the paired differences")] = None,
-    power: Annotated[float, typer.Option(min=0.5, max=0.99, help="The power to plan for")
-                     ] = 0.8,
-    change_factor: Annotated[float, typer.Option(
-        min=1.01, help="Plan to breach a change of this many times the limit")] = 2.0,
-    run: Annotated[str | None, typer.Option(
+        "(e.g. a published run's losses + gains over its paired rows)")], None),
+    "sd": (Annotated[float | None, typer.Option(
+        min=0.0, help="Averages: the standard deviation of the paired differences")], None),
+    "power": (Annotated[float, typer.Option(min=0.5, max=0.99, help="The power to plan for")
+                     ], 0.8),
+    "change_factor": (Annotated[float, typer.Option(
+        min=1.01, help="Plan to breach a change of this many times the limit")], 2.0),
+    "run": (Annotated[str | None, typer.Option(
         help="A published regression run's folder (path or URL): each gate's discordance or "
-        "spread is read from it instead of --discordance / --sd")] = None,
-) -> None:
+        "spread is read from it instead of --discordance / --sd")], None),
+}
+
+
+@declared(PLAN_OPTIONS)
+def plan_gates_command(**options: Any) -> None:
     """Print, per relative gate, the rows needed to breach twice its limit, and what --rows sees."""
     from tasks.regression.gate_plan import plan_gates
     from tasks.regression.gates import GateConfigError, load_gates
 
+    gates, rows, power, run = options["gates"], options["rows"], options["power"], options["run"]
     try:
         loaded = load_gates(gates)
         measured = _measured(loaded, run) if run is not None else None
-        plans = plan_gates(loaded, rows, discordance, sd, power, change_factor, measured)
+        plans = plan_gates(loaded, rows, options["discordance"], options["sd"], power,
+                           options["change_factor"], measured)
     except (GateConfigError, ValueError) as error:
         fail(str(error))
     if not plans:

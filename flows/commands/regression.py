@@ -25,7 +25,7 @@ from flows.commands.common import (
     print_mlflow_line,
     start_prefect_api,
 )
-from flows.commands.options import REQUIRED, ROW_RUN_OPTIONS, evaluation_fields, with_options
+from flows.commands.options import NO_PROGRESS, model_command
 
 EXIT_PASSED = 0
 
@@ -36,49 +36,19 @@ def _write_junit(path: str | None, text: str) -> None:
             handle.write(text)
 
 
-@with_options(*ROW_RUN_OPTIONS, own={
-    "data": (Annotated[str, typer.Argument(
-        help="Evaluation set: path or URL, or mlflow:experiments/NAME/traces?... or "
-        "mlflow:datasets/NAME (with --mlflow-tracking-uri)")], REQUIRED),
-    "suite": (Annotated[str, typer.Option(
-        help="Suite: its newest passed run is the baseline")], REQUIRED),
-    "gates": (Annotated[str, typer.Option(help="YAML file of gates")], REQUIRED),
-    "baseline": (Annotated[str | None, typer.Option(
-        help="Baseline run id (default: the suite's newest run that passed)")], None),
-    "no_pairwise": (Annotated[bool, typer.Option(
-        "--no-pairwise", help="Skip the head-to-head judging of baseline vs candidate")], False),
-    "rubric": (Annotated[str | None, typer.Option(
-        help="Fixed rubric of the head-to-head")], None),
-    "junit": (Annotated[str | None, typer.Option(
-        help="Write JUnit XML here (one case per gate)")], None),
-    "min_paired": (Annotated[int, typer.Option(
-        help="Fewest paired rows to decide a gate (at least 2)")], 10),
-    "min_coverage": (Annotated[float, typer.Option(
-        help="Smallest share of the baseline's rated rows that must pair for a relative gate "
-        "to decide")], 0.9),
-    "canary_rows": (Annotated[int, typer.Option(
-        help="Judge drift canary: baseline rows judged again tonight (0: off unless the judge "
-        "changed)")], 50),
-    "canary_min_agreement": (Annotated[float, typer.Option(
-        help="Least agreement with the baseline's own verdicts before the judge counts as "
-        "drifted")], 0.9),
-    "canary_seed": (Annotated[int, typer.Option(help="Seed of the canary's sample")], 0),
-    "rejudge_baseline": (Annotated[bool, typer.Option(
-        "--rejudge-baseline", help="When another judge judged the baseline, judge its responses "
-        "again with tonight's judge and compare with that")], False),
-})
+def _regression_params() -> type:
+    from flows.params import RegressionParams
+
+    return RegressionParams
+
+
+@model_command(_regression_params, own={**NO_PROGRESS, "junit": (Annotated[str | None, typer.Option(
+    help="Write JUnit XML here (one case per gate)")], None)})
 def regression_command(**options: Any) -> None:
     """Evaluate a candidate against the suite's baseline and gate it (exit 0/1/2/3)."""
-    from flows.regression import RegressionParams
+    from flows.params import RegressionParams
 
-    fields = evaluation_fields(options)
-    params = build_params(
-        RegressionParams, **fields, data=options["data"], gates=options["gates"],
-        baseline=options["baseline"], pairwise=not options["no_pairwise"],
-        rubric=options["rubric"], min_paired=options["min_paired"],
-        min_coverage=options["min_coverage"], canary_rows=options["canary_rows"],
-        canary_min_agreement=options["canary_min_agreement"], canary_seed=options["canary_seed"],
-        rejudge_baseline=options["rejudge_baseline"])
+    params = build_params(RegressionParams, **regression_command.fields(options))
     junit = options["junit"]
     _preflight(params, junit)
     raise typer.Exit(_run(params, junit, progress=not options["no_progress"]))

@@ -7,9 +7,7 @@ incomplete.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from flows import flow_names
 from flows.commands.common import (
@@ -20,14 +18,7 @@ from flows.commands.common import (
     run_flow,
     start_prefect_api,
 )
-from flows.commands.options import (
-    EVALUATION_OPTIONS,
-    JUDGE_OPTIONS,
-    REQUIRED,
-    RUN_OPTIONS,
-    judging_fields,
-    with_options,
-)
+from flows.commands.options import NO_PROGRESS, model_command
 
 
 def print_rejudge_summary(summary: dict) -> None:
@@ -45,21 +36,21 @@ def print_rejudge_summary(summary: dict) -> None:
                               "unchanged: an incomplete run never becomes the baseline"))
 
 
-@with_options(JUDGE_OPTIONS, EVALUATION_OPTIONS, RUN_OPTIONS, own={
-    "source_run": (Annotated[str, typer.Argument(
-        help="Run id of the suite's published run to judge again")], REQUIRED),
-    "as_baseline": (Annotated[bool, typer.Option(
-        "--as-baseline", help="Make the new run the suite's baseline if it is complete "
-        "(adopt this judge on purpose)")], False),
-})
+def _rejudge_params() -> type:
+    from flows.params import RejudgeParams
+
+    return RejudgeParams
+
+
+# The rows are the source run's: no set and no candidate to give.
+@model_command(_rejudge_params, skip=("data", "candidate"), own=NO_PROGRESS)
 def rejudge_command(**options: Any) -> None:
     """Judge a published run's responses again (another judge, a new prompt) as a new run."""
     start_prefect_api(flow_names.REJUDGE)
+    from flows.params import RejudgeParams
     from flows.preflight.checks import check_run_options
-    from flows.rejudge import RejudgeParams
 
-    params = build_params(RejudgeParams, source_run=options["source_run"],
-                          as_baseline=options["as_baseline"], **judging_fields(options))
+    params = build_params(RejudgeParams, **rejudge_command.fields(options))
     checked(check_run_options, params)
     from flows.phases.rejudge import source_run, with_source
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from flows.params import RegressionParams
 from flows.phases.evaluation import JudgedRun
 from judges.base import JudgeSpec
 from judges.builtin.pairwise import Pair, PairwiseOptions, judge_pairs
@@ -84,9 +85,9 @@ def _published_pair(index: int, record: dict[str, Any]) -> Pair | None:
                 response_A=record[BASELINE_RESPONSE], response_B=after)
 
 
-async def pairwise_agreement(params: Any, baseline: BaselineRun, ctx: JudgeContext, size: int
-                             ) -> JudgeAgreement | str:
-    """The pairwise judge tonight against the baseline's own head-to-head verdicts.
+async def head_to_head_agreement(params: RegressionParams, baseline: BaselineRun, ctx: JudgeContext,
+                                size: int) -> JudgeAgreement | str:
+    """The head-to-head's judge tonight against the baseline's own head-to-head verdicts.
 
     A seeded sample of the baseline's judged pairs, judged again both orders (never from the
     cache); or why it could not be checked (the baseline has no head-to-head verdicts).
@@ -110,7 +111,7 @@ async def pairwise_agreement(params: Any, baseline: BaselineRun, ctx: JudgeConte
                            for (record, _), v in zip(found, verdicts, strict=True)])
 
 
-async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRun,
+async def run_canary(params: RegressionParams, baseline: BaselineRun | None, judged: JudgedRun,
                      gates: Sequence[Any] = ()) -> Canary | None:
     """Re-judge a seeded sample of the baseline's rows; None when there is no baseline.
 
@@ -133,20 +134,20 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
                         changed)
     registry = Registry.of(judged.plan.judges, judged.plan.metrics)
     needed = registry.llm_judges(g.metric for g in gates)
-    pairwise_gated = registry.pairwise_gated(g.metric for g in gates)
+    head_to_head_gated = registry.pairwise_gated(g.metric for g in gates)
     judges = [j for j in canary_judges(judged.plan.judges)
               if j.prefix in recorded_judges(baseline.manifest)]
-    if not judges and not pairwise_gated:
+    if not judges and not head_to_head_gated:
         return _unchecked("no LLM judge of tonight's run judged the baseline", changed, needed)
     ctx = judge_context(settings, None, params.storage_options)  # never the cache
-    pairwise: JudgeAgreement | str | None = None
+    head_to_head: JudgeAgreement | str | None = None
     try:
         records = choose_rows(iter_baseline_records(baseline, params.storage_options), judges,
                               size, params.canary_seed) if judges else []
         rows = [normalise(i, record_inputs(r), str(r.get("request_id")))
                 for i, r in enumerate(records)]
-        if pairwise_gated:  # a gate reads the head-to-head: its judge is checked too
-            pairwise = await pairwise_agreement(params, baseline, ctx, size)
+        if head_to_head_gated:  # a gate reads the head-to-head: its judge is checked too
+            head_to_head = await head_to_head_agreement(params, baseline, ctx, size)
     except (OSError, ValueError, ValidationError) as error:
         why = f"the judge drift canary could not read the baseline's rows: {error}"
         return Canary({"sample": 0, "error": why, "fingerprint_changed": changed,
@@ -156,17 +157,17 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
     judged.staging.write_calls("canary", CallLog.of(ctx.calls).in_phase("canary"))
     agreements = []
     for judge in judges:
-        pairs = []
+        then_and_now = []  # (the baseline's verdict, tonight's), unit by unit
         for record, result in zip(records, results, strict=True):
             now = next((r for r in result.judges if r.spec.prefix == judge.prefix), None)
             if now is None or not now.applied:
                 continue
             tonight = ([u.rating for u in now.chunks] if judge.mode in PER_UNIT_MODES
                        else [now.verdict.rating])
-            pairs += unit_pairs(baseline_verdicts(record, judge), tonight)
-        agreements.append(agreement_of(judge, pairs))
-    if isinstance(pairwise, JudgeAgreement):
-        agreements.append(pairwise)
+            then_and_now += unit_pairs(baseline_verdicts(record, judge), tonight)
+        agreements.append(agreement_of(judge, then_and_now))
+    if isinstance(head_to_head, JudgeAgreement):
+        agreements.append(head_to_head)
     reasons = drift_reasons(agreements, params.canary_min_agreement, params.max_error_share)
     reasons += unchecked_reasons(needed, agreements)
     compared = sum(a.compared for a in agreements)
@@ -183,8 +184,9 @@ async def run_canary(params: Any, baseline: BaselineRun | None, judged: JudgedRu
         "drifted": any(r.startswith(DRIFTED) for r in reasons),
         "cost": ctx.usage.as_dict(),
     }
-    if pairwise_gated:
-        section["pairwise"] = ({"checked": True, "pairs": pairwise.compared + pairwise.errors}
-                               if isinstance(pairwise, JudgeAgreement)
-                               else {"checked": False, "why": pairwise})
+    if head_to_head_gated:  # the section's key is the published name
+        section["pairwise"] = ({"checked": True,
+                                "pairs": head_to_head.compared + head_to_head.errors}
+                               if isinstance(head_to_head, JudgeAgreement)
+                               else {"checked": False, "why": head_to_head})
     return Canary(section, reasons, ctx.usage)

@@ -139,7 +139,7 @@ async def judge_prepared_pairs(ctx: RunContext[CompareParams], prepared: Prepare
         lambda progress: judge_all_pairs(pairs, kind, ctx.chunking(store), staging, progress),
         staging.cleanup)
     summary = compare_summary(verdicts, prepared.options, seed=params.bootstrap_seed,
-                              resamples=params.bootstrap_resamples)
+                              resamples=params.bootstrap_resamples, pairs=pairs)
     metrics = RunMetrics(
         pairwise_metric_fields(summary),
         pairwise_calibration(preferences_of(pairs), verdicts, seed=params.bootstrap_seed,

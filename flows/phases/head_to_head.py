@@ -177,7 +177,7 @@ async def _judge(params: HeadToHeadParams, spool: PairSpool, store: ChunkStore |
         fields.write_chunk(index, [{"request_id": r.pair.pair_id,
                                     "fields": head_to_head_fields(r)} for r in judged],
                            result.calls.in_phase("head_to_head"))
-        tallies[index] = [PairTally.of(r.verdict) for r in judged]
+        tallies[index] = [PairTally.of(r.verdict, r.pair) for r in judged]
         kept.update((r.pair.pair_id, r) for r in judged if r.pair.pair_id in shown)
         for r in judged:
             failures.update(failure_causes(r.verdict))

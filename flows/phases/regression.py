@@ -2,7 +2,8 @@
 
 compare_with_baseline reads the baseline's per-row results, pairs them with the candidate's
 on request_id, computes the paired deltas (whole run and per tag) and, unless disabled, the
-head-to-head verdicts; decide_run applies the gates; the flow only sequences them. A baseline
+head-to-head verdicts; what the night found is a `Night`, on which decide_run applies the gates
+and regression_section writes the manifest's section; the flow only sequences them. A baseline
 refused by its integrity check (tasks/storage/baseline.py), when found or when its results.jsonl is
 read, is never compared with: no deltas, no head-to-head, and the run cannot pass.
 """
@@ -10,27 +11,34 @@ read, is never compared with: no deltas, no head-to-head, and the run cannot pas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from prefect import get_run_logger
 
+from flows.params import RegressionParams
+from flows.phases.baseline_rejudge import BaselineRejudge, judge_changes
 from flows.phases.canary import Canary
 from flows.phases.evaluation import JudgedRun, PreparedSet
 from flows.phases.head_to_head import head_to_head, merge_fields
+from flows.preflight.regression import check_gate_metrics
 from flows.run.completeness import with_budget_reason
 from judges.blocks.plain_text import visible
 from judges.catalogue import Registry
-from judges.fingerprint import differences, fingerprint, recorded_judges
 from judges.model.budget import current_budget
 from judges.model.usage import Usage
 from judges.names.metric_fields import RowData, metric_fields, row_data
+from judges.plan import JudgePlan
 from tasks.regression.baseline_rows import BaselineRows
 from tasks.regression.canary import DRIFTED
 from tasks.regression.decide import Context, RunVerdict, decide, not_decided
 from tasks.regression.deltas import DeltaLine, join_rows, paired_deltas
 from tasks.regression.slices import slice_metrics
+from tasks.report.verdict_text import unfinished_sentence
 from tasks.storage.baseline import BaselineRefused, BaselineRun
 from tasks.storage.chunk_store import ChunkStore
+from tasks.storage.outputs import RunLocation
+from tasks.storage.unfinished import mark_started, unfinished_runs
 
 INCOMPLETE_EVENT = "judgeflow.regression.incomplete"
 DETECTED_EVENT = "judgeflow.regression.detected"
@@ -43,9 +51,9 @@ class Comparison:
     deltas: list[DeltaLine] = field(default_factory=list)
     pairing: dict[str, int] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
-    pairwise: dict[str, Any] | None = None
-    pairwise_unavailable: str | None = None
-    pairwise_error: str | None = None
+    head_to_head: dict[str, Any] | None = None  # its metrics (published as `pairwise/…`)
+    head_to_head_unavailable: str | None = None
+    head_to_head_error: str | None = None
     baseline_rows_error: str | None = None
     baseline_refused: str | None = None  # the sentence naming the baseline and what failed
     usage: Usage = field(default_factory=Usage)
@@ -63,7 +71,7 @@ def candidate_rows(judged: JudgedRun) -> dict[str, RowData]:
     return {str(r["request_id"]): row_data(r, specs) for r in judged.staging.iter_records()}
 
 
-def _baseline_rows(baseline: BaselineRun, judged: JudgedRun, params: Any,
+def _baseline_rows(baseline: BaselineRun, judged: JudgedRun, params: RegressionParams,
                    comparison: Comparison) -> BaselineRows:
     try:
         return BaselineRows.read(baseline, metric_fields(judged.metrics, run_registry(judged)),
@@ -77,19 +85,20 @@ def _baseline_rows(baseline: BaselineRun, judged: JudgedRun, params: Any,
     return BaselineRows()
 
 
-async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
-                    baseline: BaselineRows, paired: set[str], comparison: Comparison,
-                    store: ChunkStore | None) -> None:
+async def _judge_head_to_head(params: RegressionParams, prepared: PreparedSet, judged: JudgedRun,
+                              baseline: BaselineRows, paired: set[str], comparison: Comparison,
+                              store: ChunkStore | None) -> None:
     try:
         result = await head_to_head(params, prepared.row_stream(), baseline, paired, store,
                                     judged.report.rows.request_ids())
     except Exception as error:  # noqa: BLE001 - the evaluation is still worth publishing
-        comparison.pairwise_error = f"{type(error).__name__}: {error}"
-        comparison.pairwise_unavailable = f"the head-to-head failed: {comparison.pairwise_error}"
+        comparison.head_to_head_error = f"{type(error).__name__}: {error}"
+        comparison.head_to_head_unavailable = (
+            f"the head-to-head failed: {comparison.head_to_head_error}")
         get_run_logger().error("head-to-head comparison failed, publishing without it: %s",
                                visible(error))  # it may quote a judge's reply
         return
-    comparison.pairwise = result.metrics
+    comparison.head_to_head = result.metrics
     judged.report.pairwise = result.summary
     judged.report.rows.attach_pairs(result.pairs)
     comparison.usage = result.usage
@@ -103,10 +112,10 @@ async def _pairwise(params: Any, prepared: PreparedSet, judged: JudgedRun,
     judged.metrics = judged.metrics.with_pairwise(result.metrics)
 
 
-async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
+async def compare_with_baseline(params: RegressionParams, baseline: BaselineRun | None,
                                 prepared: PreparedSet, judged: JudgedRun,
                                 store: ChunkStore | None = None) -> Comparison:
-    """Slices, paired deltas and head-to-head; adds slices and pairwise metrics to the run's.
+    """Slices, paired deltas and head-to-head; adds slices and head-to-head metrics to the run's.
 
     The head-to-head's chunks go through `store`, the run's chunk store, when given.
     """
@@ -116,7 +125,8 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
     judged.metrics = judged.metrics.with_slices(slice_metrics(candidate.values(), specs))
     comparison.tags = sorted({t for row in candidate.values() for t in row.tags})
     if baseline is None:
-        comparison.pairwise_unavailable = f"no baseline yet: first run of suite {params.suite!r}"
+        comparison.head_to_head_unavailable = (
+            f"no baseline yet: first run of suite {params.suite!r}")
         return comparison
     if baseline.refused is not None:
         get_run_logger().warning("%s", visible(baseline.refused))
@@ -125,7 +135,7 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
                                                                  comparison)
     with rows:
         if comparison.baseline_refused is not None:  # found so, or its results.jsonl was
-            comparison.pairwise_unavailable = comparison.baseline_refused
+            comparison.head_to_head_unavailable = comparison.baseline_refused
             return comparison
         join = join_rows(rows.rows, candidate)
         comparison.pairing = {
@@ -137,40 +147,68 @@ async def compare_with_baseline(params: Any, baseline: BaselineRun | None,
         comparison.deltas = paired_deltas(shared, rows.rows, candidate, baseline.metrics,
                                           judged.metrics)
         if not params.pairwise:
-            comparison.pairwise_unavailable = "the head-to-head is disabled (pairwise: false)"
+            comparison.head_to_head_unavailable = "the head-to-head is disabled (pairwise: false)"
         elif not join.paired:
-            comparison.pairwise_unavailable = "no row pairs with the baseline: nothing to compare"
+            comparison.head_to_head_unavailable = (
+                "no row pairs with the baseline: nothing to compare")
         else:
-            await _pairwise(params, prepared, judged, rows, set(join.paired), comparison, store)
+            await _judge_head_to_head(params, prepared, judged, rows, set(join.paired),
+                                      comparison, store)
     return comparison
 
 
-def judge_changes(baseline: BaselineRun | None, judged: JudgedRun, params: Any
-                  ) -> dict[str, list[str]]:
-    """How each of this run's judges differs from the one that judged the baseline."""
-    if baseline is None:
-        return {}
-    recorded = recorded_judges(baseline.manifest)
-    current = fingerprint(judged.plan.judges, params.judge.settings())["judges"]
-    changes = {prefix: differences(recorded.get(prefix), identity)
-               for prefix, identity in current.items()}
-    return {prefix: why for prefix, why in changes.items() if why}
+@dataclass(frozen=True)
+class Night:
+    """What a regression found: the gates are decided on it and the manifest records it.
+
+    `baseline` is the run compared with: the suite's baseline, or its re-judge by tonight's
+    judge when one stood in for it (`rejudge` says which, and why not).
+    """
+
+    gates: list
+    rejudge: BaselineRejudge
+    judged: JudgedRun
+    comparison: Comparison
+    canary: Canary | None
+    generation: Usage  # the candidate's calls (none without a candidate)
+    unfinished: list  # nights that died before this one, with nobody to re-run them
+
+    @property
+    def baseline(self) -> BaselineRun | None:
+        """The run compared with (None on a suite's first night)."""
+        return self.rejudge.baseline
 
 
-def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: JudgedRun,
-               comparison: Comparison, canary: Canary | None = None) -> RunVerdict:
+def check_gates_plan(params: RegressionParams, gates: list, plan: JudgePlan) -> None:
+    """Refuse, before any call, a gate on a metric the run's plan will not produce."""
+    check_gate_metrics(gates, plan, params.pairwise, params.gates)
+
+
+def start_night(location: RunLocation, started_at: datetime) -> list:
+    """Mark this night started; returns the nights that died with nobody to re-run them."""
+    unfinished = unfinished_runs(location)
+    if unfinished:
+        get_run_logger().warning("%s", unfinished_sentence(unfinished))
+    mark_started(location, "regression", started_at)
+    return unfinished
+
+
+def decide_run(params: RegressionParams, night: Night) -> RunVerdict:
     """Apply the gates to this run's numbers; a run that judged too little never passes.
 
     Any judge above max_error_share, gated or not, makes the run incomplete: its gates may
     hold, but the run cannot be the suite's next baseline. A breach still fails it, unless the
     judge drifted since the baseline (the canary): then no gate can be read, breached or not.
     """
+    baseline, judged, comparison, canary = (night.baseline, night.judged, night.comparison,
+                                            night.canary)
     context = Context(
         suite=params.suite, baseline_run_id=baseline.run_id if baseline else None,
         max_error_share=params.max_error_share, min_paired=params.min_paired,
         min_coverage=params.min_coverage, calibration_floor=params.calibration_floor,
         calibration_min_labels=params.calibration_min_labels,
-        pairwise=comparison.pairwise, pairwise_unavailable=comparison.pairwise_unavailable,
+        pairwise=comparison.head_to_head,
+        pairwise_unavailable=comparison.head_to_head_unavailable,
         tags=comparison.tags, baseline_refused=comparison.baseline_refused,
         pairs_without_response=comparison.pairing.get("no_response", 0),
         pass_failures=comparison.pass_failures,
@@ -178,7 +216,7 @@ def decide_run(params: Any, gates: list, baseline: BaselineRun | None, judged: J
         advisory={
             entry["key"]: entry["advisory_reason"]
             for entry in (judged.calibration or {}).get("judges", []) if entry.get("advisory")})
-    verdict = decide(gates, judged.metrics, comparison.deltas, context)
+    verdict = decide(night.gates, judged.metrics, comparison.deltas, context)
     if canary is not None and canary.reasons:  # no gate is read: not decided, anywhere
         drifted = any(r.startswith(DRIFTED) for r in canary.reasons)
         return not_decided(verdict, "the judge drifted since the baseline: drift canary"
@@ -198,13 +236,12 @@ def baseline_check(baseline: BaselineRun | None, comparison: Comparison) -> str 
     return "refused" if comparison.baseline_refused is not None else baseline.check
 
 
-def regression_section(params: Any, gates: list, baseline: BaselineRun | None,
-                       comparison: Comparison, verdict: RunVerdict, judged: JudgedRun,
-                       canary: Canary | None = None) -> dict:
+def regression_section(params: RegressionParams, night: Night, verdict: RunVerdict) -> dict:
     """What the manifest records about the regression (the report and summary.md read it)."""
+    baseline, comparison, canary = night.baseline, night.comparison, night.canary
     return {
         "outcome": verdict.outcome,
-        "incomplete_reasons": (with_budget_reason(judged.completeness).reasons
+        "incomplete_reasons": (with_budget_reason(night.judged.completeness).reasons
                                + (canary.reasons if canary else [])),
         "canary": canary.section if canary else None,
         "baseline_run_id": baseline.run_id if baseline else None,
@@ -217,12 +254,14 @@ def regression_section(params: Any, gates: list, baseline: BaselineRun | None,
                      "min_paired": params.min_paired, "min_coverage": params.min_coverage,
                      "gates_file": params.gates, "pairwise": params.pairwise},
         "gates": [r._asdict() for r in verdict.gates],
-        "gate_config": [g.model_dump(exclude_none=True) for g in gates],
+        "gate_config": [g.model_dump(exclude_none=True) for g in night.gates],
         "pairing": comparison.pairing,
         "tags": comparison.tags,
         "deltas": [d.as_dict() for d in comparison.deltas],
-        "pairwise_error": comparison.pairwise_error,
-        "pairwise_unavailable": comparison.pairwise_unavailable,
+        "pairwise_error": comparison.head_to_head_error,
+        "pairwise_unavailable": comparison.head_to_head_unavailable,
         "baseline_rows_error": comparison.baseline_rows_error,
         "pairwise_usage": comparison.usage.as_dict(),
+        **night.rejudge.section(),
+        "unfinished_before": night.unfinished,
     }

@@ -119,14 +119,15 @@ def rejudge_section(params: Any, source: BaselineRun, judged: JudgedRun) -> dict
     for record in iter_baseline_records(source, params.storage_options):
         before[str(record.get("request_id"))] = {
             j.prefix: yes_no_verdict(record, j.prefix) for j in judges}
-    pairs: dict[str, list[tuple[str, str | None]]] = {j.prefix: [] for j in judges}
+    # (the source's verdict, the new one) per judge
+    then_and_now: dict[str, list[tuple[str, str | None]]] = {j.prefix: [] for j in judges}
     for record in judged.staging.iter_records():
         old = before.get(str(record.get("request_id"))) or {}
         for judge in judges:
             rating = yes_no_verdict(record, judge.prefix)
             if old.get(judge.prefix) and (rating or judge_failed(record, judge.prefix)):
-                pairs[judge.prefix].append((old[judge.prefix], rating))
-    agreements = [agreement_of(j, pairs[j.prefix]) for j in judges]
+                then_and_now[judge.prefix].append((old[judge.prefix], rating))
+    agreements = [agreement_of(j, then_and_now[j.prefix]) for j in judges]
     compared = sum(a.compared for a in agreements)
     source_digest = (source.manifest.get("judge_fingerprint") or {}).get("digest")
     now = fingerprint(judged.plan.judges, params.judge.settings(), judged.usage.answered_by)

@@ -232,15 +232,18 @@ def position_1_rate(tallies: Sequence[PairTally]) -> float | None:
 
 
 def compare_summary(
-    verdicts: list[PairVerdict], options: PairwiseOptions, *, seed: int, resamples: int
+    verdicts: list[PairVerdict], options: PairwiseOptions, *, seed: int, resamples: int,
+    pairs: Sequence[Pair] | None = None,
 ) -> PairwiseSummary:
     """All aggregates of a compare run (DESIGN.md), plus the position-1 rate and the swap flag.
 
     Without the swap, the Nova block counts forward passes only: the absent backward pass is
-    not an error.
+    not an error. The pairs (in the verdicts' order) give the answer lengths the
+    length-controlled win rate is fitted on; without them it is null, saying so.
     """
-    return tallied_summary([PairTally.of(v) for v in verdicts], options, seed=seed,
-                           resamples=resamples)
+    tallies = ([PairTally.of(v) for v in verdicts] if pairs is None else
+               [PairTally.of(v, p) for v, p in zip(verdicts, pairs, strict=True)])
+    return tallied_summary(tallies, options, seed=seed, resamples=resamples)
 
 
 def tallied_summary(
@@ -264,11 +267,12 @@ def tallied_summary(
 
 
 def compare_metrics(
-    verdicts: list[PairVerdict], options: PairwiseOptions, *, seed: int, resamples: int
+    verdicts: list[PairVerdict], options: PairwiseOptions, *, seed: int, resamples: int,
+    pairs: Sequence[Pair] | None = None,
 ) -> dict[str, Any]:
     """`compare_summary` under its published names."""
     return pairwise_metric_fields(
-        compare_summary(verdicts, options, seed=seed, resamples=resamples))
+        compare_summary(verdicts, options, seed=seed, resamples=resamples, pairs=pairs))
 
 
 def pair_disagrees(preference: str | None, verdict: PairVerdict) -> dict[str, bool | None]:

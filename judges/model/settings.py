@@ -23,34 +23,50 @@ ADAPTIVE_MAX = 128
 Price = tuple[Annotated[float, Field(ge=0)], Annotated[float, Field(ge=0)]]
 
 
-class LLMSettings(BaseModel):
+class ModelKnobs(BaseModel):
+    """How to call a model: the knobs the judge and the candidate share, declared once.
+
+    The flows' JudgeModel and CandidateModel (flows/params.py) and the calls' LLMSettings are
+    this model's subclasses, so a knob added here reaches all three.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="litellm model string, e.g. openai/gpt-4o-mini")
+    api_base: str | None = Field(None, description="Endpoint override (vLLM, proxy, gateway)")
+    api_key_env: str | None = Field(
+        None, pattern=API_KEY_ENV_PATTERN,
+        description="Environment variable (NAME_API_KEY) that holds the API key; the key itself "
+        "never goes in a parameter. Default: the provider's usual variable, e.g. "
+        "OPENAI_API_KEY, which is never sent to a custom api_base unless named here",
+    )
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature")
+    concurrency: int | None = Field(
+        None, ge=1, le=512, description="Model calls in flight at once (None: adaptive, "
+        "opening at 16 and growing up to max_concurrency while the provider answers without "
+        "a 429)")
+    max_concurrency: int = Field(ADAPTIVE_MAX, ge=1, le=512,
+                                 description="Ceiling of the adaptive concurrency")
+    rpm: int | None = Field(None, ge=1, description="Requests per minute cap (None: no cap)")
+    tpm: int | None = Field(None, ge=1, description="Tokens per minute cap (None: no cap)")
+    price_per_mtok: Price | None = Field(
+        None, description="USD per million input and output tokens, e.g. [0.15, 0.6], for a "
+        "model litellm's price map does not know (or to override it)")
+    max_tokens: int | None = Field(
+        None, ge=1, description="Cap on each reply's tokens, reasoning included (sent as "
+        "max_tokens; litellm sends max_completion_tokens to reasoning models). Needed with "
+        "max_cost_usd: a call's most cost is its prompt and this cap")
+    max_attempts: int = Field(5, ge=1, le=20, description="Attempts per call on 429/5xx/timeout")
+    timeout_seconds: float = Field(120, gt=0, description="Timeout of one call")
+    backoff_seconds: float = Field(1.0, ge=0, description="First retry delay (doubles, jittered)")
+
+
+class LLMSettings(ModelKnobs):
     """How to reach the judge model; everything that can change its output or its pace."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: str = Field(description="litellm model string, e.g. openai/gpt-4o-mini")
-    api_base: str | None = Field(None, description="Endpoint override (vLLM, proxy, loopback)")
-    api_key_env: str | None = Field(
-        None,
-        pattern=API_KEY_ENV_PATTERN,
-        description="Name of the environment variable holding the API key (never the key)",
-    )
-    temperature: float = Field(0.0, description="Sampling temperature of judge calls")
-    max_tokens: int | None = Field(None, description="Cap on reply tokens")
-    timeout_seconds: float = Field(120.0, gt=0, description="Per-call timeout")
-    max_attempts: int = Field(5, ge=1, description="Attempts per call for transient errors")
-    backoff_seconds: float = Field(1.0, ge=0, description="First retry delay; doubles each time")
     max_backoff_seconds: float = Field(30.0, ge=0, description="Cap on one retry delay")
-    concurrency: int | None = Field(
-        None, ge=1, description="Calls in flight at once in this process (None: adaptive, from "
-        "ADAPTIVE_START up to max_concurrency while the provider keeps up)")
-    max_concurrency: int = Field(ADAPTIVE_MAX, ge=1,
-                                 description="Ceiling of the adaptive window")
-    rpm: int | None = Field(None, ge=1, description="Requests per minute for this model")
-    tpm: int | None = Field(None, ge=1, description="Tokens per minute for this model")
-    price_per_mtok: Price | None = Field(
-        None, description="USD per million input and output tokens, for a model litellm's "
-        "price map does not know (or to override it)")
 
     @property
     def window_ceiling(self) -> int:

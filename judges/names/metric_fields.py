@@ -25,6 +25,7 @@ from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.catalogue import Registry
 from judges.result_names import (
     CALIBRATION_AREA,
+    LENGTH_CONTROL_NAMES,
     TAG_PREFIX,
     TRACE_ID,
     TURN_PASS_RATE,
@@ -36,6 +37,7 @@ from judges.result_names import (
 
 __all__ = [
     "MetricField", "RowData", "advisory_key", "calibrated_keys", "is_calibration",
+    "length_control_fields",
     "is_pairwise", "judge_failed", "metric_field", "metric_fields", "record_inputs", "row_data",
     "row_tags", "same_value_key", "stats_of", "yes_no_verdict", "PublishedVerdict",
     "published_verdict", "published_trace_id", "unit_verdicts",
@@ -146,6 +148,28 @@ def metric_fields(metrics: Iterable[str], registry: Registry | None = None
                   ) -> list[MetricField]:
     """Every aggregate among `metrics` that is an average of a per-row field."""
     return [f for f in (metric_field(m, registry) for m in metrics) if f is not None]
+
+
+def length_control_fields(metrics: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A published run's length-controlled win rate, by `LengthControl` field; None if absent.
+
+    Read as untrusted: a field of the wrong type reads as absent (None; `large` as False), so
+    a tampered file cannot make a sentence claim more than its numbers.
+    """
+    if not any(name in metrics for name in LENGTH_CONTROL_NAMES):
+        return None
+    out: dict[str, Any] = {}
+    for name, field in LENGTH_CONTROL_NAMES.items():
+        value = metrics.get(name)
+        if field == "large":
+            out[field] = value is True
+        elif field == "reason":
+            out[field] = value if isinstance(value, str) else None
+        elif isinstance(value, int | float) and not isinstance(value, bool) and value == value:
+            out[field] = int(value) if field == "pairs" else float(value)
+        else:
+            out[field] = 0 if field == "pairs" else None
+    return out
 
 
 def is_pairwise(metric: str) -> bool:

@@ -8,11 +8,19 @@ values are None (JSON null), never NaN.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from judges.pairwise.length import LengthControl, length_control
 from judges.pairwise.reconcile import PairVerdict
+
+
+class Answers(Protocol):
+    """What a tally reads of a pair (judges/builtin/pairwise.py `Pair`): its two answers."""
+
+    response_A: str
+    response_B: str
 
 
 class PairTally(NamedTuple):
@@ -25,6 +33,8 @@ class PairTally(NamedTuple):
     Attributes:
         positions: each pass's preference in prompt positions ("1", "2", "tie"), forward then
             backward; None for a pass without a judgment.
+        lengths: the two answers' lengths in characters (A, B), for the length-controlled
+            win rate (judges/pairwise/length.py); None when the tally was made without them.
     """
 
     verdict: str
@@ -37,18 +47,29 @@ class PairTally(NamedTuple):
     position_flip: bool
     single_pass: bool
     positions: tuple[str | None, str | None]
+    lengths: tuple[int, int] | None = None
 
     @classmethod
-    def of(cls, verdict: PairVerdict) -> PairTally:
-        """The tally of a reconciled verdict."""
+    def of(cls, verdict: PairVerdict, pair: Answers | None = None) -> PairTally:
+        """The tally of a reconciled verdict, with its pair's answer lengths when given."""
         return cls(verdict.verdict, verdict.forward_preference, verdict.backward_preference,
                    verdict.weighted_score_A, verdict.weighted_score_B, verdict.score_margin,
                    verdict.consistent, verdict.position_flip, verdict.single_pass,
                    tuple(p.judgment.preference if p.judgment else None
-                         for p in (verdict.forward, verdict.backward)))
+                         for p in (verdict.forward, verdict.backward)),
+                   None if pair is None else _lengths(pair))
+
+
+def _lengths(pair: Answers) -> tuple[int, int]:
+    return len(pair.response_A), len(pair.response_B)
 
 
 Tallied = PairVerdict | PairTally
+
+
+def lengths_of(verdicts: Sequence[Tallied]) -> list[tuple[int, int] | None]:
+    """Each pair's answer lengths, None where unknown (a bare verdict carries none)."""
+    return [getattr(v, "lengths", None) for v in verdicts]
 
 
 class PassCounts(NamedTuple):
@@ -153,6 +174,7 @@ class JudgmentBlock(NamedTuple):
     weighted_a: Mean
     weighted_b: Mean
     margin: Mean
+    length: LengthControl = LengthControl(reason="no answer lengths were recorded")
 
 
 class PairBlock(NamedTuple):
@@ -187,7 +209,10 @@ class PairwiseSummary(NamedTuple):
 def judgment_block(
     verdicts: Sequence[Tallied], counts: PassCounts, *, seed: int = 0, resamples: int = 1000
 ) -> JudgmentBlock:
-    """The Nova block from per-pair pass counts (both passes, or the forward pass alone)."""
+    """The Nova block from per-pair pass counts (both passes, or the forward pass alone).
+
+    Its length-controlled win rate is fitted on the same counts (judges/pairwise/length.py).
+    """
     prefer_a, prefer_b, ties, errors = (
         Count(int(per_pair.sum()), sum_stderr(per_pair)) for per_pair in counts
     )
@@ -199,6 +224,8 @@ def judgment_block(
         Mean(*mean_and_stderr([v.weighted_score_A for v in scored])),
         Mean(*mean_and_stderr([v.weighted_score_B for v in scored])),
         Mean(*mean_and_stderr([v.score_margin for v in scored])),
+        length_control(lengths_of(verdicts), counts.a, counts.b,
+                       winrate(prefer_a.total, prefer_b.total)),
     )
 
 

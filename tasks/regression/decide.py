@@ -26,7 +26,16 @@ from typing import Any, Literal, NamedTuple
 from judges.calibration.policy import MIN_LABELS, advisory_reason
 from judges.catalogue import Registry
 from judges.names.metric_fields import is_pairwise, metric_field, stats_of
-from judges.result_names import PAIRWISE_KEY, WINRATE_FIELDS, count_names, tag_metric
+from judges.result_names import (
+    LC_NOTE,
+    LC_WINRATE_FIELDS,
+    LENGTH_CONTROL_FIELDS,
+    PAIRWISE_KEY,
+    RATE_INTERVALS,
+    WINRATE_FIELDS,
+    count_names,
+    tag_metric,
+)
 from tasks.regression.deltas import DeltaLine
 from tasks.regression.gates import Gate, gate_advisory
 from tasks.regression.limit_tests import PairedData, beyond_p, change_bounds
@@ -147,7 +156,13 @@ def _common_reason(gate: Gate, ctx: Context, metrics: Mapping[str, Any]) -> str 
         if pairs is None:
             return ctx.pairwise_unavailable or "no head-to-head comparison in this run"
         if pairs.get(gate.metric) is None:
+            if gate.metric in LENGTH_CONTROL_FIELDS and pairs.get(LC_NOTE):
+                # The fit says why it has no value (too few pairs, separation, ...).
+                return (f"pairwise metric {gate.metric!r} is undefined in this run: "
+                        f"{pairs[LC_NOTE]}")
             return _undefined_reason(gate.metric, pairs, ctx)
+        if isinstance(pairs[gate.metric], str):
+            return f"pairwise figure {gate.metric!r} is text, not a number a gate can bound"
         stats = stats_of(metrics, PAIRWISE_KEY)
         advisory = advisory_reason(stats, ctx.calibration_floor, bool(stats.get("stale")),
                                       ctx.calibration_min_labels, ctx.max_error_share)
@@ -325,17 +340,18 @@ def _decided(low: float, high: float, level: float, sees: float | None
 
 def _absolute_breach(gate: Gate, value: float, pairwise: Mapping | None) -> tuple[bool, str]:
     low = high = value
-    if gate.metric == "winrate" and pairwise is not None:
-        # The win rate decides on its bootstrap interval: a breach needs the whole interval
-        # beyond the bound, so a handful of pairs cannot fail a run on noise.
+    if gate.metric in RATE_INTERVALS and pairwise is not None:
+        # A win rate decides on its interval (the bootstrap's, the length fit's): a breach
+        # needs the whole interval beyond the bound, so a handful of pairs cannot fail a run
+        # on noise.
         low, high = (value if pairwise.get(k) is None else pairwise[k]
-                     for k in ("lower_rate", "upper_rate"))
+                     for k in RATE_INTERVALS[gate.metric])
     interval = f" (95% interval [{low:.4f}, {high:.4f}])" if (low, high) != (value, value) else ""
     if gate.min is not None and high < gate.min:
         return True, f"{value:.4f}{interval} is below the minimum {gate.min:g}"
     if gate.max is not None and low > gate.max:
         return True, f"{value:.4f}{interval} is above the maximum {gate.max:g}"
-    note = (pairwise or {}).get("winrate_note") if gate.metric == "winrate" else None
+    note = (pairwise or {}).get("winrate_note") if gate.metric in RATE_INTERVALS else None
     return False, f"{value:.4f}{interval} within the bounds" + (f"; {note}" if note else "")
 
 
@@ -353,18 +369,19 @@ def _worst_slice(gate: Gate, lines: Sequence[DeltaLine]) -> dict | None:
 
 
 def even_when_all_ties(pairwise: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The pairwise block with a win rate of 0.5 when every judgment was a tie.
+    """The pairwise block with win rates of 0.5 when every judgment was a tie.
 
-    Nova's win rate leaves ties out, so a head-to-head of identical responses (a nightly run
-    of a set whose responses did not change) has none; neither side lost, so for the gates
-    it counts as even, interval included, rather than as undecidable.
+    The raw and the length-controlled rate alike. Nova's win rate leaves ties out, so a
+    head-to-head of identical responses (a nightly run of a set whose responses did not
+    change) has none; neither side lost, so for the gates it counts as even, interval
+    included, rather than as undecidable.
     """
     if not pairwise or pairwise.get("winrate") is not None:
         return pairwise
     if (pairwise.get("a_scores") or 0) + (pairwise.get("b_scores") or 0) or not pairwise.get(
             "ties"):
         return pairwise
-    return {**pairwise, **dict.fromkeys(WINRATE_FIELDS, 0.5),
+    return {**pairwise, **dict.fromkeys(WINRATE_FIELDS + LC_WINRATE_FIELDS, 0.5),
             "winrate_note": "every judgment was a tie: counted as even"}
 
 
@@ -437,8 +454,9 @@ def _result(gate: Gate, ctx: Context, metrics: Mapping[str, Any], line: DeltaLin
         numbers = (line.baseline, line.candidate, line.delta, decision.low, decision.high,
                    line.n_paired)
         level, sees = decision.level, decision.min_detectable_change
-    elif gate.metric == "winrate" and value is not None:
-        numbers = (None, value, None, source.get("lower_rate"), source.get("upper_rate"), None)
+    elif gate.metric in RATE_INTERVALS and value is not None:
+        low_name, high_name = RATE_INTERVALS[gate.metric]
+        numbers = (None, value, None, source.get(low_name), source.get(high_name), None)
     else:
         numbers = (None, value, None, None, None, None)
     declared = ctx.registry.entry(gate.metric) if ctx.registry is not None else None

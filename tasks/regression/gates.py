@@ -13,6 +13,8 @@ gates:
     max_rise: 0.5           # lower is better: may not rise by more than 0.5 s
   - metric: winrate         # pairwise metrics (bare names) take min / max only
     min: 0.45
+  - metric: lc_winrate      # the win rate at equal answer length (docs/pairwise.md)
+    min: 0.45
 ```
 """
 
@@ -39,7 +41,8 @@ class Gate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    metric: str = Field(description="Metric name in metrics.json, or a pairwise metric (winrate)")
+    metric: str = Field(description="Metric name in metrics.json, or a pairwise metric "
+                        "(winrate, lc_winrate)")
     tag: str | None = Field(None, description="Gate the slice of rows carrying this tag")
     max_drop: float | None = Field(None, ge=0, description="Largest allowed baseline − candidate")
     max_rise: float | None = Field(None, ge=0, description="Largest allowed candidate − baseline")

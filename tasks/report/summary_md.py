@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from judges.names.metric_fields import length_control_fields
+from judges.pairwise.length import LengthControl, length_sentence
 from judges.result_names import headline_metrics
 from tasks.report.cost_text import cost_line, cost_rows
 from tasks.report.markdown_text import cell, code, inline
@@ -124,6 +126,15 @@ def metric_lines(metrics: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def length_lines(metrics: Mapping[str, Any]) -> list[str]:
+    """The head-to-head's length sentence, when length explains a large part of its win rate."""
+    fields, raw = length_control_fields(metrics), metrics.get("winrate")
+    if fields is None or not isinstance(raw, float | int) or isinstance(raw, bool):
+        return []
+    sentence = length_sentence(float(raw), LengthControl(**fields))
+    return ["", f"**{inline(sentence)}**"] if sentence else []
+
+
 def summary_markdown(manifest: Mapping[str, Any], metrics: Mapping[str, Any], report: str) -> str:
     """The run's summary: outcome and gates first (regression runs), then key figures.
 
@@ -141,5 +152,6 @@ def summary_markdown(manifest: Mapping[str, Any], metrics: Mapping[str, Any], re
         lines += regression_lines(manifest["regression"], suite)
     lines += key_figures(manifest, report)
     lines += metric_lines(metrics)
+    lines += length_lines(metrics)
     lines += cost_table(manifest.get("ledger"))
     return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from judges.metrics import JudgeAggregate, MetricAggregate, RunSummary
+from judges.pairwise.length import length_sentence
 from judges.pairwise.metrics import PairwiseSummary
 from judges.result_names import (
     GENERATION_ERROR_COUNT,
@@ -180,6 +181,8 @@ class PairwiseView(NamedTuple):
     segments: list[Segment]
     pairs: int
     summary: PairwiseSummary
+    # The plain sentence when length explains a large part of the raw win rate.
+    length_note: str | None = None
 
 
 def pairwise_view(summary: PairwiseSummary) -> PairwiseView:
@@ -194,7 +197,8 @@ def pairwise_view(summary: PairwiseSummary) -> PairwiseView:
         segments.append(Segment(label, css, count, share, round(x * 100, 2),
                                 round(share * 100, 2)))
         x += share
-    return PairwiseView(segments, total, summary)
+    nova = summary.judgments
+    return PairwiseView(segments, total, summary, length_sentence(nova.winrate, nova.length))
 
 
 # --------------------------------------------------------------------------- text
