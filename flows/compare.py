@@ -17,12 +17,11 @@ from flows.phases.compare import (
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import guard_parameters
-from flows.run.common import batch_mode, final_state, run_location, run_summary
+from flows.run.common import batch_mode, final_state, run_summary
 from flows.run.heartbeat import sends_heartbeats
 from judges.blocks.plain_text import visible
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
-from tasks.storage.chunk_store import ChunkStore
 
 __all__ = ["compare"]
 
@@ -35,14 +34,12 @@ async def compare(params: CompareParams) -> dict:
     check_before_any_call(params)  # a deployment run has had no command-line preflight
     started_at = datetime.now(UTC)
     warn_notices(params)
-    location = run_location(params, started_at)
-    prepared = prepare_pairs(params)
-    store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
-    with batch_mode(params, store):
-        judged = await judge_prepared_pairs(params, prepared, store, location)
-    manifest, urls = publish_pairs(params, location, prepared, judged, started_at)
+    ctx, prepared = prepare_pairs(params, started_at)
+    with batch_mode(params, ctx.store):
+        judged = await judge_prepared_pairs(ctx, prepared)
+    manifest, urls = publish_pairs(ctx, prepared, judged)
     publish_artifacts(manifest, judged.metrics, urls)
-    tracked = log_if_asked(params, location, urls, artifact_policy())
+    tracked = log_if_asked(params, ctx.location, urls, artifact_policy())
     get_run_logger().info("report: %s", visible(urls["report.html"]))
-    summary = run_summary(location, manifest, judged.metrics, urls)
+    summary = run_summary(ctx.location, manifest, judged.metrics, urls)
     return final_state({**summary, "swap": params.swap, **tracked})

@@ -8,18 +8,23 @@ from prefect import flow, get_run_logger
 
 from flows import flow_names
 from flows.params import EvaluateParams
-from flows.phases.evaluation import generate_responses, judge, prepare, publish, warn_if_offline
-from flows.phases.manifest import run_ledger
+from flows.phases.evaluation import (
+    RunExtras,
+    generate_responses,
+    judge,
+    prepare,
+    publish,
+    warn_if_offline,
+)
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import guard_parameters
-from flows.run.common import batch_mode, final_state, run_location, run_summary
+from flows.run.common import batch_mode, final_state, run_summary
 from flows.run.heartbeat import sends_heartbeats
 from flows.run.timeline import mark
 from judges.blocks.plain_text import visible
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
-from tasks.storage.chunk_store import ChunkStore
 
 
 @flow(name=flow_names.EVALUATE, log_prints=True)
@@ -31,23 +36,20 @@ async def evaluate(params: EvaluateParams) -> dict:
     mark("flow started")
     started_at = datetime.now(UTC)
     warn_if_offline(params)
-    location = run_location(params, started_at)
-    prepared = prepare(params)
+    ctx, prepared = prepare(params, started_at)
     mark("flow prepared")
-    store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
-    with batch_mode(params, store):
-        generation_usage = await generate_responses(params, prepared, store)
-        judged = await judge(params, prepared, store, location)
-    extra = {"generation_usage": generation_usage.as_dict()} if params.candidate else None
-    ledger = run_ledger(params, {"generation": generation_usage if params.candidate else None,
-                                 "judging": judged.usage})
+    with batch_mode(params, ctx.store):
+        generation_usage = await generate_responses(ctx, prepared)
+        judged = await judge(ctx, prepared)
+    extra = {"generation_usage": generation_usage.as_dict()} if params.candidate else {}
+    ledger = ctx.ledger({"generation": generation_usage if params.candidate else None,
+                         "judging": judged.usage})
     mark("judged")
-    manifest, urls = publish(params, location, prepared, judged, started_at, extra,
-                             ledger=ledger)
+    manifest, urls = publish(ctx, prepared, judged, RunExtras(extra, ledger=ledger))
     mark("published")
     publish_artifacts(manifest, judged.metrics, urls)
     mark("artifacts created")
     # After publishing: it cannot unpublish.
-    tracked = log_if_asked(params, location, urls, artifact_policy())
+    tracked = log_if_asked(params, ctx.location, urls, artifact_policy())
     get_run_logger().info("report: %s", visible(urls["report.html"]))
-    return final_state({**run_summary(location, manifest, judged.metrics, urls), **tracked})
+    return final_state({**run_summary(ctx.location, manifest, judged.metrics, urls), **tracked})

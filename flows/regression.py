@@ -33,12 +33,11 @@ from flows.phases.regression_publish import emit_verdict, log_verdict, one_line,
 from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import guard_parameters
 from flows.rejudge import rejudged_baseline
-from flows.run.common import batch_mode, run_location
+from flows.run.common import batch_mode
 from flows.run.heartbeat import sends_heartbeats
 from flows.run.outcome import kept
 from tasks.regression.gates import load_gates
 from tasks.storage.baseline import find_baseline
-from tasks.storage.chunk_store import ChunkStore
 
 REGRESSION_EVENT = DETECTED_EVENT  # the name earlier releases exported
 
@@ -65,21 +64,20 @@ async def regression(params: RegressionParams) -> dict | State:
     gates = load_gates(params.gates, params.storage_options)
     # Read before this run is published: it may become the suite's next baseline.
     baseline = find_baseline(params.output, params.suite, params.baseline, params.storage_options)
-    location = run_location(params, started_at)
-    prepared = prepare(params)
-    check_gates_plan(params, gates, prepared)
+    ctx, prepared = prepare(params, started_at, "regression")
+    location, store = ctx.location, ctx.store
+    check_gates_plan(params, gates, ctx.plan)
     unfinished = start_night(location, started_at)
-    store = ChunkStore.for_run(location)  # what an earlier, crashed attempt finished
     with batch_mode(params, store):
-        generation = await generate_responses(params, prepared, store)
-        judged = await judge(params, prepared, store, location)
+        generation = await generate_responses(ctx, prepared)
+        judged = await judge(ctx, prepared)
         rejudge = await baseline_for_tonight(params, baseline, judged, rejudged_baseline)
         comparison = await compare_with_baseline(params, rejudge.baseline, prepared, judged,
                                                  store)
         canary = await run_canary(params, rejudge.baseline, judged, gates)
     night = Night(gates, rejudge, judged, comparison, canary, generation, unfinished)
     section = regression_section(params, night, decide_run(params, night))
-    summary = publish_night(params, location, prepared, started_at, night, section)
+    summary = publish_night(ctx, prepared, night, section)
     report = summary["files"]["report.html"]
     message = log_verdict(section, params.suite, report)
     if section["outcome"] == "passed":

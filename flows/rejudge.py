@@ -9,18 +9,24 @@ prompt) on purpose. The reply cache makes an unchanged judge free.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from prefect import flow, get_run_logger
 
 from flows import flow_names
-from flows.params import RejudgeParams
-from flows.phases.evaluation import JudgedRun, judge, prepare, publish, warn_if_offline
+from flows.params import EvaluateParams, RejudgeParams
+from flows.phases.evaluation import (
+    JudgedRun,
+    RunExtras,
+    judge,
+    prepare,
+    publish,
+    warn_if_offline,
+)
 from flows.phases.rejudge import rejudge_section, source_run, with_source
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import ParameterRefused, guard_parameters
-from flows.run.common import batch_mode, final_state, run_location, run_summary
+from flows.run.common import batch_mode, final_state, run_summary
 from flows.run.heartbeat import sends_heartbeats
 from judges.blocks.plain_text import visible
 from judges.fingerprint import fingerprint
@@ -28,7 +34,6 @@ from judges.model.budget import current_budget, use_budget
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
 from tasks.storage.baseline import BaselineNotFound, BaselineRun, find_baseline
-from tasks.storage.chunk_store import ChunkStore
 
 
 @flow(name=flow_names.REJUDGE, log_prints=True)
@@ -43,18 +48,15 @@ async def rejudge(params: RejudgeParams) -> dict:
     # like a parameter: a planted manifest must not reach a file the operator did not allow.
     params = guard_source(with_source(params, source), source)
     warn_if_offline(params)
-    location = run_location(params, started_at)
-    prepared = prepare(params)
-    store = ChunkStore.for_run(location)
-    with batch_mode(params, store):
-        judged = await judge(params, prepared, store, location)
+    ctx, prepared = prepare(params, started_at, "rejudge")
+    with batch_mode(params, ctx.store):
+        judged = await judge(ctx, prepared)
     section = rejudge_section(params, source, judged)
-    manifest, urls = publish(params, location, prepared, judged, started_at,
-                             {"rejudge": section}, kind="rejudge")
+    manifest, urls = publish(ctx, prepared, judged, RunExtras({"rejudge": section}))
     publish_artifacts(manifest, judged.metrics, urls)
-    tracked = log_if_asked(params, location, urls, artifact_policy())
+    tracked = log_if_asked(params, ctx.location, urls, artifact_policy())
     get_run_logger().info("report: %s", visible(urls["report.html"]))
-    return final_state({**run_summary(location, manifest, judged.metrics, urls),
+    return final_state({**run_summary(ctx.location, manifest, judged.metrics, urls),
                         "rejudge": section, **tracked})
 
 
@@ -71,7 +73,7 @@ def guard_source(params: RejudgeParams, source: BaselineRun) -> RejudgeParams:
                                f"refused: {error}") from None
 
 
-async def rejudged_baseline(params: Any, baseline: BaselineRun, judged: JudgedRun
+async def rejudged_baseline(params: EvaluateParams, baseline: BaselineRun, judged: JudgedRun
                             ) -> tuple[BaselineRun, str | None]:
     """The baseline judged again by tonight's judge, as a rejudge run of the suite.
 

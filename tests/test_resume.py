@@ -14,7 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 from flows.phases.compare import judge_all_pairs
-from flows.run.chunk_kinds import ChunkResult
+from flows.run.chunk_kinds import ChunkResult, JudgedPairChunks
+from flows.run.execution import Chunking
 from judges.builtin.aspect_critic import make_aspect
 from judges.builtin.offline import MODEL as OFFLINE
 from judges.builtin.pairwise import PairwiseOptions
@@ -271,8 +272,9 @@ def _judge_pairs_with(store: ChunkStore, api_base: str, options: PairwiseOptions
     settings = LLMSettings(model="openai/biased-judge", api_base=api_base, max_attempts=1)
     staging = ResultStaging()
     try:
-        verdicts, usage = asyncio.run(judge_all_pairs(pairs, options, settings, 3, None, {},
-                                                      staging, store))
+        verdicts, usage = asyncio.run(judge_all_pairs(
+            pairs, JudgedPairChunks(options, settings),
+            Chunking(3, settings.window_ceiling, store), staging))
         return verdicts, usage, list(staging.iter_records())
     finally:
         staging.cleanup()

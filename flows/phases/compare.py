@@ -7,27 +7,33 @@ the `evaluate` flow sequences the phases in flows/phases/evaluation.py.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime
 
 from prefect import get_run_logger
 
 from flows.compare_params import CompareParams
+from flows.phases.evaluation import warn_if_offline
 from flows.phases.integrity import integrity_section
-from flows.phases.manifest import OFFLINE_NOTICE, build_manifest, run_ledger
+from flows.phases.manifest import build_manifest
 from flows.preflight.budget import check_budget, estimate_pairs
-from flows.run.common import cache_url
+from flows.run.chunk_kinds import JudgedPairChunks, PairChunkResult
+from flows.run.common import run_location
 from flows.run.completeness import Completeness, assess, pair_share, with_budget_reason
-from flows.run.execution import auto_chunk_size, judge_all_pairs
-from flows.run.progress import with_progress
-from flows.shards.fan_out import pairs_in_shards
+from flows.run.context import RunContext
+from flows.run.execution import Chunking, auto_chunk_size, judge_all
+from flows.run.judged import JudgedRun
+from flows.run.progress import PhaseProgress, with_progress
+from flows.shards.fan_out import judge_in_shards
 from judges.builtin.pairwise import (
     PAIRWISE_JUDGE,
+    Pair,
     PairResult,
     PairwiseOptions,
     compare_summary,
 )
 from judges.calibration.rows import pairwise_calibration, preferences_of
+from judges.catalogue import JudgeCatalogue
 from judges.metrics import RunMetrics
 from judges.model.budget import open_budget
 from judges.model.usage import Usage
@@ -41,8 +47,6 @@ from tasks.publish import publish_run
 from tasks.regression.slices import with_slices
 from tasks.report.rows import ReportInputs
 from tasks.storage.chunk_store import ChunkStore
-from tasks.storage.outputs import RunLocation
-from tasks.storage.shard_inputs import remove_shard_files
 from tasks.storage.staging import ResultStaging
 
 SWAP_DISABLED_NOTICE = (
@@ -61,32 +65,21 @@ class PreparedPairs:
     load_seconds: float
 
 
-@dataclass
-class JudgedPairs:
-    """Every pair's verdict, staged records, aggregates and whether the run can be read."""
-
-    verdicts: list[PairVerdict]
-    staging: ResultStaging
-    metrics: RunMetrics
-    usage: Usage
-    completeness: Completeness
-    timings: dict[str, float] = field(default_factory=dict)
-    report: ReportInputs = field(default_factory=ReportInputs)
-    store: ChunkStore | None = None  # the finished chunks, cleared once the run is published
-    sections: dict = field(default_factory=dict)  # more manifest sections (e.g. `shards`)
-
-
 def warn_notices(params: CompareParams) -> None:
     """Say on the run log what makes this run not an ordinary comparison."""
-    logger = get_run_logger()
-    for notice, shown in ((OFFLINE_NOTICE, params.judge.settings().is_offline),
-                          (SWAP_DISABLED_NOTICE, not params.swap)):
-        if shown:
-            logger.warning(notice)
+    warn_if_offline(params)
+    if not params.swap:
+        get_run_logger().warning(SWAP_DISABLED_NOTICE)
 
 
-def prepare_pairs(params: CompareParams) -> PreparedPairs:
-    """Load the rubric and the pairs; raise on invalid rows unless they may be skipped."""
+def prepare_pairs(params: CompareParams, started_at: datetime
+                  ) -> tuple[RunContext[CompareParams], PreparedPairs]:
+    """Load the rubric and the pairs; raise on invalid rows unless they may be skipped.
+
+    Returns:
+        The run's context (no binary judge is planned: the pairwise judge is the only one)
+        and its pairs.
+    """
     started = time.perf_counter()
     rubric = load_rubric(params.rubric, params.storage_options) if params.rubric else None
     pair_set = load_pairs(params.data, params.baseline, params.candidate, params.storage_options)
@@ -100,29 +93,50 @@ def prepare_pairs(params: CompareParams) -> PreparedPairs:
         estimate = estimate_pairs(params, pair_set.pairs, len(pair_set.pairs))
         check_budget(params, estimate)
         get_run_logger().info("budget $%s; estimate: %s", params.max_cost_usd, estimate.line())
-    return PreparedPairs(pair_set, options, rubric, time.perf_counter() - started)
+    location = run_location(params, started_at)
+    context = RunContext(
+        params, "compare", location, ChunkStore.for_run(location), started_at,
+        params.judge.settings(), JudgeCatalogue(), JudgePlan((), (), ()),
+        params.chunk_size or auto_chunk_size(len(pair_set.pairs), params.shards))
+    return context, PreparedPairs(pair_set, options, rubric, time.perf_counter() - started)
 
 
-async def judge_prepared_pairs(params: CompareParams, prepared: PreparedPairs,
-                      store: ChunkStore | None = None, location: RunLocation | None = None
-                      ) -> JudgedPairs:
+async def judge_all_pairs(pairs: list[Pair], kind: JudgedPairChunks, chunking: Chunking,
+                          staging: ResultStaging, progress: PhaseProgress | None = None
+                          ) -> tuple[list[PairVerdict], Usage]:
+    """Judge every chunk of pairs (both orders of each), staging each chunk's records.
+
+    Returns:
+        One verdict per pair in input order, and the calls and tokens spent.
+    """
+    by_chunk: dict[int, list[PairVerdict]] = {}
+
+    def consume(index: int, chunk: list[Pair], result: PairChunkResult) -> None:
+        staging.write_chunk(index, result.records, result.calls.in_phase("judging"))
+        by_chunk[index] = result.verdicts
+
+    usage = await judge_all(pairs, kind, chunking, consume, progress)
+    return [v for index in sorted(by_chunk) for v in by_chunk[index]], usage
+
+
+async def judge_prepared_pairs(ctx: RunContext[CompareParams], prepared: PreparedPairs
+                               ) -> JudgedRun:
     """Judge every pair in both orders, stage the records, aggregate, assess completeness.
 
-    Chunks judged by an earlier attempt of the run, kept in `store`, are reused as they are.
-    With `params.shards` > 1, child flow runs judge the chunks into the store of the run at
-    `location` (flows/shards/fan_out.py), and this phase only merges them.
+    Chunks judged by an earlier attempt of the run, kept in its store, are reused as they are.
+    With `shards` > 1, child flow runs judge the chunks into the run's store
+    (flows/shards/fan_out.py), and this phase only merges them.
     """
-    pairs, staging = prepared.pair_set.pairs, ResultStaging()
+    params = ctx.params
+    pairs, staging, store = prepared.pair_set.pairs, ResultStaging(), ctx.store
     started, sharded = time.perf_counter(), None
-    chunk_size = params.chunk_size or auto_chunk_size(len(pairs), params.shards)
+    kind = JudgedPairChunks(prepared.options, ctx.judge)
     if params.shards > 1:  # the shards judge; this flow run merges what they stored
-        sharded = await pairs_in_shards(params, location, pairs, prepared.options, chunk_size)
-        store = sharded.merge_view(store or ChunkStore.for_run(location))
+        sharded = await judge_in_shards(ctx, pairs, kind)
+        store = sharded.merge_view(store)
     verdicts, usage = await with_progress(
         "judging pairs", len(pairs), 2.0 if prepared.options.swap else 1.0,
-        lambda progress: judge_all_pairs(
-            pairs, prepared.options, params.judge.settings(), chunk_size, cache_url(params),
-            params.storage_options, staging, store, progress),
+        lambda progress: judge_all_pairs(pairs, kind, ctx.chunking(store), staging, progress),
         staging.cleanup)
     summary = compare_summary(verdicts, prepared.options, seed=params.bootstrap_seed,
                               resamples=params.bootstrap_resamples, pairs=pairs)
@@ -141,32 +155,28 @@ async def judge_prepared_pairs(params: CompareParams, prepared: PreparedPairs,
     completeness = with_budget_reason(completeness)
     timings = {"load_validate_seconds": prepared.load_seconds,
                "judge_seconds": time.perf_counter() - started}
-    return JudgedPairs(verdicts, staging, metrics, usage, completeness, timings, report,
-                       store,
-                       {"shards": sharded.manifest_section()} if sharded is not None else {})
+    return JudgedRun(ctx.plan, staging, metrics, usage, timings, completeness, report=report,
+                     store=store, sections={"shards": sharded.manifest_section()}
+                     if sharded is not None else {})
 
 
-def publish_pairs(params: CompareParams, location: RunLocation, prepared: PreparedPairs,
-                  judged: JudgedPairs, started_at: datetime) -> tuple[dict, dict[str, str]]:
+def publish_pairs(ctx: RunContext[CompareParams], prepared: PreparedPairs, judged: JudgedRun
+                  ) -> tuple[dict, dict[str, str]]:
     """Write the run's files (manifest last); returns the manifest and the file URLs."""
-    manifest = compare_manifest(params, location, prepared.pair_set, prepared.rubric,
-                                judged.usage, started_at, judged.timings, judged.completeness)
+    manifest = compare_manifest(ctx, prepared, judged)
     manifest.update(judged.sections)
     manifest["integrity"] = integrity_section([judged.usage], judged.store)
-    ledger = run_ledger(params, {"judging": judged.usage})
+    ledger = ctx.ledger({"judging": judged.usage})
     manifest["ledger"] = ledger.section()
     judged.metrics = with_slices(judged.metrics, judged.staging.iter_records).with_cost(
         cost_metric_fields(ledger))
     try:
-        urls = publish_run(location, judged.staging, judged.metrics, manifest,
+        urls = publish_run(ctx.location, judged.staging, judged.metrics, manifest,
                            prepared.pair_set.rejected, pairwise=judged.metrics,
                            report=judged.report)
     finally:
         judged.staging.cleanup()
-    if judged.store is not None:  # published: what the chunks held is in the run's files now
-        judged.store.clear()
-    if params.shards > 1:
-        remove_shard_files(location.url(), params.shards, params.storage_options)
+    judged.published(ctx)
     return manifest, urls
 
 
@@ -193,18 +203,11 @@ def _counts(pair_set: PairSet) -> dict[str, int]:
             "rows_rejected": len(pair_set.rejected)}
 
 
-def compare_manifest(params: CompareParams, location: RunLocation, pair_set: PairSet,
-                     rubric: Rubric | None, usage: Usage, started_at: datetime,
-                     timings: dict[str, float], completeness: Completeness) -> dict:
+def compare_manifest(ctx: RunContext[CompareParams], prepared: PreparedPairs,
+                     judged: JudgedRun) -> dict:
     """The run's manifest: the shared fields, this judge's provenance and how pairs were judged."""
-    manifest = build_manifest(
-        kind="compare", suite=location.suite, run_id=location.run_id,
-        source=params.data or f"baseline {params.baseline} vs candidate {params.candidate}",
-        counts=_counts(pair_set), settings=params.judge.settings(),
-        # No binary judge is planned: the pairwise judge, recorded below, is the only one.
-        plan=JudgePlan((), (), ()), usage=usage, started_at=started_at,
-        finished_at=datetime.now(UTC), timings=timings,
-        config=params.model_dump(mode="json", exclude={"storage_options"}),
-        status=completeness.status, incomplete_reasons=completeness.reasons,
-    )
-    return manifest | {"judges": [judge_entry()], "pairwise": pairwise_section(params, rubric)}
+    params = ctx.params
+    source = params.data or f"baseline {params.baseline} vs candidate {params.candidate}"
+    manifest = build_manifest(ctx, {"source": source, **_counts(prepared.pair_set)}, judged)
+    return manifest | {"judges": [judge_entry()],
+                       "pairwise": pairwise_section(params, prepared.rubric)}

@@ -16,13 +16,14 @@ import json
 from collections import Counter
 from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import ValidationError
 
-from flows.run.chunk_kinds import PairChunkResult
+from flows.params import JudgeModel
+from flows.run.chunk_kinds import JudgedPairChunks, PairChunkResult
 from flows.run.common import cache_url
-from flows.run.execution import auto_chunk_size, judge_pair_chunks
+from flows.run.execution import Chunking, auto_chunk_size, judge_all
 from flows.run.progress import with_progress
 from judges.builtin.pairwise import (
     Pair,
@@ -45,6 +46,19 @@ from tasks.storage.staging import ResultStaging
 BOOTSTRAP_SEED = 0
 HEAD_TO_HEAD_RESAMPLES = 1000
 SPOOLED_PAIRS_PER_FILE = 1000
+
+
+class HeadToHeadParams(Protocol):
+    """What the head-to-head reads of a regression's parameters (flows/regression.py)."""
+
+    judge: JudgeModel
+    rubric: str | None
+    strict_ties: bool
+    chunk_size: int | None
+    output: str
+    cache: str | None
+    use_cache: bool
+    storage_options: dict
 
 
 class HeadToHead(NamedTuple):
@@ -131,7 +145,7 @@ def _agent_run(published: Any) -> Trajectory | None:
     return run if run.is_agent_run() else None
 
 
-async def head_to_head(params: Any, rows: Iterable[EvalRow], baseline: BaselineRows,
+async def head_to_head(params: HeadToHeadParams, rows: Iterable[EvalRow], baseline: BaselineRows,
                        paired: Container[str], store: ChunkStore | None = None,
                        shown: Container[str] = ()) -> HeadToHead:
     """Judge every paired row's two responses head to head, in both orders.
@@ -152,7 +166,7 @@ async def head_to_head(params: Any, rows: Iterable[EvalRow], baseline: BaselineR
         spool.cleanup()
 
 
-async def _judge(params: Any, spool: PairSpool, store: ChunkStore | None,
+async def _judge(params: HeadToHeadParams, spool: PairSpool, store: ChunkStore | None,
                  shown: Container[str]) -> HeadToHead:
     rubric = read_rubric(params.rubric, params.storage_options) if params.rubric else None
     options = PairwiseOptions(rubric, swap=True, strict_ties=params.strict_ties)
@@ -168,12 +182,14 @@ async def _judge(params: Any, spool: PairSpool, store: ChunkStore | None,
         for r in judged:
             failures.update(failure_causes(r.verdict))
 
+    settings = params.judge.settings()
+    chunking = Chunking(params.chunk_size or auto_chunk_size(spool.count),
+                        settings.window_ceiling, store, None, cache_url(params),
+                        params.storage_options)
     usage = await with_progress(
         "judging head to head", spool.count, 2.0,
-        lambda progress: judge_pair_chunks(
-            spool.pairs(), options, params.judge.settings(),
-            params.chunk_size or auto_chunk_size(spool.count), cache_url(params),
-            params.storage_options, consume, store, progress),
+        lambda progress: judge_all(spool.pairs(), JudgedPairChunks(options, settings), chunking,
+                                   consume, progress),
         fields.cleanup)
     summary = tallied_summary([t for index in sorted(tallies) for t in tallies[index]],
                               options, seed=BOOTSTRAP_SEED, resamples=HEAD_TO_HEAD_RESAMPLES)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import metadata
-from typing import Any
 
+from flows.run.context import RunContext
+from flows.run.judged import JudgedRun
 from judges.fingerprint import fingerprint
-from judges.model.ledger import PHASES, Ledger, Phase, phase_spend
 from judges.model.settings import LLMSettings
-from judges.model.usage import Usage
-from judges.plan import JudgePlan
 
 OFFLINE_NOTICE = (
     "No LLM judged this run: every verdict comes from judgeflow's offline heuristic judge "
@@ -46,54 +43,25 @@ def judge_section(settings: LLMSettings) -> dict:
     }
 
 
-def run_ledger(params: Any, spent: Mapping[Phase, Usage | None]) -> Ledger:
-    """The run's cost ledger from each phase's tally; a phase that did not run (None) is left out.
-
-    Generation is priced as the candidate model, every other phase as the judge model; a run
-    whose parameters say `batch` sent its calls through the provider's batch API, whose prices
-    its phases then record.
-    """
-    def settings(phase: Phase) -> LLMSettings:
-        return (params.candidate if phase == "generation" else params.judge).settings()
-
-    batch = bool(getattr(params, "batch", False))
-    return Ledger(tuple(phase_spend(phase, settings(phase), spent[phase], batch)
-                        for phase in PHASES if spent.get(phase) is not None))
-
-
-def build_manifest(
-    *,
-    kind: str,
-    suite: str,
-    run_id: str,
-    source: str,
-    counts: dict[str, int],
-    settings: LLMSettings,
-    plan: JudgePlan,
-    usage: Usage,
-    started_at: datetime,
-    finished_at: datetime,
-    timings: dict[str, float],
-    config: dict,
-    status: str = "complete",
-    incomplete_reasons: list[str] | None = None,
-) -> dict:
-    """The manifest's shared fields.
+def build_manifest(ctx: RunContext, dataset: dict, judged: JudgedRun) -> dict:
+    """The manifest's shared fields; `dataset` is its source and row counts.
 
     `status` is "complete" or "incomplete" (a judge failed on too many rows; the reasons say
     which, one line each). Readers rely on it: only a complete run may become a baseline.
     """
+    settings, plan, usage = ctx.judge, ctx.plan, judged.usage
+    finished_at = datetime.now(UTC)
     return {
         "judgeflow_version": package_versions()["judgeflow"],
-        "kind": kind,
-        "suite": suite,
-        "run_id": run_id,
-        "status": status,
-        "incomplete_reasons": list(incomplete_reasons or []),
-        "started_at": started_at.isoformat(),
+        "kind": ctx.kind,
+        "suite": ctx.location.suite,
+        "run_id": ctx.location.run_id,
+        "status": judged.completeness.status,
+        "incomplete_reasons": list(judged.completeness.reasons),
+        "started_at": ctx.started_at.isoformat(),
         "finished_at": finished_at.isoformat(),
-        "duration_seconds": round((finished_at - started_at).total_seconds(), 3),
-        "dataset": {"source": source, **counts},
+        "duration_seconds": round((finished_at - ctx.started_at).total_seconds(), 3),
+        "dataset": dataset,
         "judge": judge_section(settings),
         "offline_notice": OFFLINE_NOTICE if settings.is_offline else None,
         "judge_fingerprint": fingerprint(plan.judges, settings, usage.answered_by),
@@ -112,7 +80,7 @@ def build_manifest(
         "metrics_computed": [m.name for m in plan.metrics],
         "skipped_judges": [{"name": s.name, "reason": s.reason} for s in plan.skipped],
         "usage": usage.as_dict(),
-        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "timings": {k: round(v, 3) for k, v in judged.timings.items()},
         "packages": package_versions(),
-        "config": config,
+        "config": ctx.params.model_dump(mode="json", exclude={"rows", "storage_options"}),
     }

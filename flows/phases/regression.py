@@ -21,7 +21,6 @@ from flows.phases.baseline_rejudge import BaselineRejudge, judge_changes
 from flows.phases.canary import Canary
 from flows.phases.evaluation import JudgedRun, PreparedSet
 from flows.phases.head_to_head import head_to_head, merge_fields
-from flows.preflight.checks import plan_run, set_to_plan
 from flows.preflight.regression import check_gate_metrics
 from flows.run.completeness import with_budget_reason
 from judges.blocks.plain_text import visible
@@ -29,6 +28,7 @@ from judges.catalogue import Registry
 from judges.model.budget import current_budget
 from judges.model.usage import Usage
 from judges.names.metric_fields import RowData, metric_fields, row_data
+from judges.plan import JudgePlan
 from tasks.regression.baseline_rows import BaselineRows
 from tasks.regression.canary import DRIFTED
 from tasks.regression.decide import Context, RunVerdict, decide, not_decided
@@ -179,11 +179,9 @@ class Night:
         return self.rejudge.baseline
 
 
-def check_gates_plan(params: RegressionParams, gates: list, prepared: PreparedSet) -> None:
-    """Refuse, before any call, a gate on a metric this run's plan will not produce."""
-    check_gate_metrics(gates, plan_run(params, set_to_plan(prepared.check, params.candidate
-                                                            is not None)),
-                       params.pairwise, params.gates)
+def check_gates_plan(params: RegressionParams, gates: list, plan: JudgePlan) -> None:
+    """Refuse, before any call, a gate on a metric the run's plan will not produce."""
+    check_gate_metrics(gates, plan, params.pairwise, params.gates)
 
 
 def start_night(location: RunLocation, started_at: datetime) -> list:

@@ -8,26 +8,24 @@ did not pass (an automation alerts on it: docs/deployments.md).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from prefect import get_run_logger
 from prefect.events import emit_event
 
 from flows.params import EvaluateParams
-from flows.phases.evaluation import PreparedSet, publish
+from flows.phases.evaluation import PreparedSet, RunExtras, publish
 from flows.phases.integrity import integrity_section
-from flows.phases.manifest import run_ledger
 from flows.phases.regression import DETECTED_EVENT, INCOMPLETE_EVENT, Night, baseline_check
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.run.common import run_summary
+from flows.run.context import RunContext
 from judges.blocks.plain_text import visible
 from judges.model.ledger import Ledger
 from judges.model.usage import Usage
 from tasks.artifacts import publish_artifacts
 from tasks.mlflow.log import log_if_asked
 from tasks.report.verdict_text import gate_line, verdict_message
-from tasks.storage.outputs import RunLocation
 from tasks.storage.unfinished import mark_finished
 
 
@@ -42,26 +40,26 @@ def regression_integrity(params: EvaluateParams, night: Night) -> dict:
         baseline_pointer=baseline.pointer if baseline is not None else None)
 
 
-def regression_ledger(params: EvaluateParams, night: Night) -> Ledger:
+def regression_ledger(ctx: RunContext[EvaluateParams], night: Night) -> Ledger:
     """The cost ledger of every phase that ran: generation, judging, head-to-head, canary."""
     comparison, canary = night.comparison, night.canary
-    return run_ledger(params, {
-        "generation": night.generation if params.candidate else None,
+    return ctx.ledger({
+        "generation": night.generation if ctx.params.candidate else None,
         "judging": night.judged.usage,
         "head_to_head": comparison.usage if comparison.head_to_head is not None else None,
         "canary": canary.usage if canary and canary.section.get("sample") else None})
 
 
-def publish_night(params: EvaluateParams, location: RunLocation, prepared: PreparedSet,
-                  started_at: datetime, night: Night, section: dict) -> dict:
+def publish_night(ctx: RunContext[EvaluateParams], prepared: PreparedSet, night: Night,
+                  section: dict) -> dict:
     """Publish the run (passed, failed or incomplete alike); returns the flow's summary."""
+    params, location = ctx.params, ctx.location
     extra: dict[str, Any] = {"status": section["outcome"], "regression": section}
     if params.candidate is not None:
         extra["generation_usage"] = night.generation.as_dict()
-    manifest, urls = publish(params, location, prepared, night.judged, started_at, extra,
-                             pairwise=night.comparison.head_to_head, kind="regression",
-                             integrity=regression_integrity(params, night),
-                             ledger=regression_ledger(params, night))
+    manifest, urls = publish(ctx, prepared, night.judged, RunExtras(
+        extra, pairwise=night.comparison.head_to_head,
+        integrity=regression_integrity(params, night), ledger=regression_ledger(ctx, night)))
     mark_finished(location)
     publish_artifacts(manifest, night.judged.metrics, urls)
     tracked = log_if_asked(params, location, urls, artifact_policy())

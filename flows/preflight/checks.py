@@ -22,6 +22,7 @@ from flows.preflight.reach import check_reachable
 from flows.preflight.tracking import check_tracking_server
 from flows.run.calibration import catalogue_of, check_calibration_source, label_judges
 from judges.base import JudgeSpec
+from judges.catalogue import JudgeCatalogue
 from judges.errors import ConfigError
 from judges.plan import JudgePlan, plan_judges
 from judges.planning.set_summary import SetSummary
@@ -75,11 +76,15 @@ def row_source(params: EvaluateParams) -> RowSource:
                      tracking_uri=params.mlflow_tracking_uri, artifacts=artifact_policy())
 
 
-def check_options(params: EvaluateParams) -> CheckOptions:
-    """How the run's set is checked: what may be missing, which labels it may carry."""
+def check_options(params: EvaluateParams, catalogue: JudgeCatalogue | None = None
+                  ) -> CheckOptions:
+    """How the run's set is checked: what may be missing, which labels it may carry.
+
+    `catalogue` is the run's (flows/run/calibration.py `catalogue_of`); None reads it.
+    """
     return CheckOptions(responses_generated=params.candidate is not None,
                         allow_extra_columns=params.allow_extra_columns,
-                        label_judges=label_judges(params))
+                        label_judges=label_judges(params, catalogue))
 
 
 def scan_source(source: RowSource, options: CheckOptions, keep_rows: bool = False) -> SetCheck:
@@ -104,9 +109,10 @@ def refuse_invalid(validated: SetCheck | ValidatedSet, on_invalid: str, source: 
         raise InvalidDatasetError(validated.problems, validated.total, source)
 
 
-def extra_judges(params: EvaluateParams, summary: SetSummary) -> list[JudgeSpec]:
+def extra_judges(params: EvaluateParams, summary: SetSummary,
+                 catalogue: JudgeCatalogue | None = None) -> list[JudgeSpec]:
     """Custom judges (checked against the set's fields before any call) and aspect critics."""
-    return catalogue_of(params).extra(summary.fields_present())
+    return (catalogue or catalogue_of(params)).extra(summary.fields_present())
 
 
 def check_model(model: str, option: str) -> None:
@@ -157,9 +163,13 @@ def set_to_plan(check: SetCheck, responses_generated: bool) -> SetSummary:
     return check.summary.answered() if responses_generated else check.summary
 
 
-def plan_run(params: EvaluateParams, summary: SetSummary) -> JudgePlan:
-    """The judges and metrics that run on the set summarised (see `set_to_plan`)."""
-    return plan_judges(summary, params.judges, extra_judges(params, summary))
+def plan_run(params: EvaluateParams, summary: SetSummary,
+             catalogue: JudgeCatalogue | None = None) -> JudgePlan:
+    """The judges and metrics that run on the set summarised (see `set_to_plan`).
+
+    `catalogue` is the run's (flows/run/calibration.py `catalogue_of`); None reads it.
+    """
+    return plan_judges(summary, params.judges, extra_judges(params, summary, catalogue))
 
 
 def preflight_evaluate(params: EvaluateParams) -> SetCheck:
@@ -176,28 +186,31 @@ def preflight_evaluate(params: EvaluateParams) -> SetCheck:
         One of CONFIG_ERRORS, with a message that names the problem and its fix.
     """
     check_run_options(params)
-    source = row_source(params)
+    source, catalogue = row_source(params), catalogue_of(params)
     # A sharded run's parent holds every row to hand them out: kept from this pass, the flow
     # run does not read and normalise the set a second time (0.06 of its 0.24 ms per row).
-    check = scan_source(source, check_options(params), keep_rows=params.shards > 1)
+    options = check_options(params, catalogue)
+    check = scan_source(source, options, keep_rows=params.shards > 1)
     refuse_invalid(check, params.on_invalid, source.name)
-    plan = plan_run(params, set_to_plan(check, params.candidate is not None))
+    plan = plan_run(params, set_to_plan(check, params.candidate is not None), catalogue)
     check_something_to_judge(plan)
     check_calibration_source(params)
-    check_run_budget(params, source, check, plan)
+    check_run_budget(params, source, check, plan, options)
     return check
 
 
 def check_run_budget(params: EvaluateParams, source: RowSource, check: SetCheck,
-                     plan: JudgePlan) -> Estimate | None:
+                     plan: JudgePlan, options: CheckOptions | None = None) -> Estimate | None:
     """With a budget: every model priced and the run's estimate within it (None: no budget).
+
+    `options` are the set's check options (`check_options`); None makes them again.
 
     Raises:
         BudgetError: a model without a price, or an estimate above the budget.
     """
     if params.max_cost_usd is None:
         return None
-    estimate = estimate_rows(params, valid_rows(source, check, check_options(params)),
+    estimate = estimate_rows(params, valid_rows(source, check, options or check_options(params)),
                              check.valid_count, plan)
     check_budget(params, estimate)
     return estimate

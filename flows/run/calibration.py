@@ -1,6 +1,6 @@
 """A run's judge calibration, as the evaluate and regression flows use it.
 
-`label_judges(params)` is what `human_labels` may name (before any call), `new_accumulator` is
+`label_judges` is what `human_labels` may name (before any call), `new_accumulator` is
 fed every row result beside the metrics, and `calibrate` turns it into metrics and the manifest
 section: this run's own calibration, or an earlier labelled run's (`--calibration RUN_ID`,
 marked stale when the judge changed), and the advisory flags of a calibration floor.
@@ -8,7 +8,7 @@ marked stale when the judge changed), and the advisory flags of a calibration fl
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from judges.base import JudgeSpec
 from judges.calibration.policy import (
@@ -33,32 +33,53 @@ class Calibration(NamedTuple):
     manifest: dict[str, Any]
 
 
-def catalogue_of(params: Any) -> JudgeCatalogue:
-    """The run's judge catalogue, from its custom judges file, aspects and strictness."""
+class CatalogueParams(Protocol):
+    """What a run's parameters say of its own judges."""
+
+    custom_judges: str | None
+    aspects: list[str]
+    strictness: int
+
+
+class CalibrationParams(Protocol):
+    """What a run's parameters say of its calibration (flows/params.py `EvaluateParams`)."""
+
+    judge: Any  # the judge model (flows/params.py `JudgeModel`), as `measured_with` reads it
+    output: str
+    suite: str
+    storage_options: dict
+    calibration: str | None
+    calibration_floor: float | None
+    calibration_seed: int
+    calibration_min_labels: int
+    max_error_share: float
+
+
+def catalogue_of(params: CatalogueParams) -> JudgeCatalogue:
+    """The run's judge catalogue, from its custom judges file, aspects and strictness.
+
+    The one place a run reads its custom judges file: the run context holds what it returns.
+    """
     return JudgeCatalogue.load(params.custom_judges, params.aspects, params.strictness)
 
 
-def known_judges(params: Any) -> list[JudgeSpec]:
-    """Every judge the run could label.
+def label_judges(params: CatalogueParams, catalogue: JudgeCatalogue | None = None
+                 ) -> dict[str, LabelKind]:
+    """The names `human_labels` may use in this run, each labelled per row or per chunk.
 
-    Custom judges are built against the fields they name: which of them the set has is checked
-    once rows are read.
+    Every judge the run could label: custom judges are built against the fields they name
+    (which of them the set has is checked once rows are read).
     """
-    return catalogue_of(params).known()
+    return label_kinds((catalogue or catalogue_of(params)).known())
 
 
-def label_judges(params: Any) -> dict[str, LabelKind]:
-    """The names `human_labels` may use in this run, each labelled per row or per chunk."""
-    return label_kinds(known_judges(params))
-
-
-def new_accumulator(params: Any, plan: JudgePlan) -> CalibrationAccumulator:
+def new_accumulator(catalogue: JudgeCatalogue, plan: JudgePlan, seed: int
+                    ) -> CalibrationAccumulator:
     """The accumulator fed every row result, keyed as validation keyed the labels."""
-    return CalibrationAccumulator(plan, calibration_keys(known_judges(params)),
-                                  seed=params.calibration_seed)
+    return CalibrationAccumulator(plan, calibration_keys(catalogue.known()), seed=seed)
 
 
-def check_calibration_source(params: Any) -> None:
+def check_calibration_source(params: CalibrationParams) -> None:
     """Read the run named by `--calibration`, so that a wrong id fails before any call."""
     if params.calibration:
         read_calibration_run(params.output, params.suite, params.calibration,
@@ -109,10 +130,11 @@ def _flags(key: str, stats: dict, entry: dict, floor: float | None,
     return flags
 
 
-def calibrate(params: Any, plan: JudgePlan, accumulator: CalibrationAccumulator) -> Calibration:
+def calibrate(params: CalibrationParams, catalogue: JudgeCatalogue, plan: JudgePlan,
+              accumulator: CalibrationAccumulator) -> Calibration:
     """This run's calibration metrics and manifest section (see the module docstring)."""
     own, floor = accumulator.result(), params.calibration_floor
-    keys = calibration_keys(known_judges(params))
+    keys = calibration_keys(catalogue.known())
     source = (read_calibration_run(params.output, params.suite, params.calibration,
                                    params.storage_options) if params.calibration else None)
     metrics, entries = dict(own), []

@@ -9,7 +9,7 @@ them (execution.py); the store only keeps what they encode.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, failed_verdict, judge_pairs
 from judges.calls import JudgeContext
@@ -71,6 +71,7 @@ class JudgedRowChunks:
     plan: JudgePlan
     settings: LLMSettings
     name: str = "judge"
+    item: ClassVar[type[EvalRow]] = EvalRow
 
     async def judge(self, ctx: JudgeContext, index: int, items: list[EvalRow]) -> ChunkResult:
         """Every planned judge over the rows, all their calls concurrent."""
@@ -112,6 +113,15 @@ class JudgedRowChunks:
     def missing(self, index: int, items: list[EvalRow], why: str) -> ChunkResult:
         """As a failed chunk, saying why no shard finished it."""
         return self.failed(index, items, why)
+
+    def first_errors(self, result: ChunkResult) -> dict[str, str]:
+        """Each judge's first error in the chunk, by prefix (what a shard reports)."""
+        errors: dict[str, str] = {}
+        for row in result.results:
+            for judged in row.judges:
+                if judged.errored:
+                    errors.setdefault(judged.spec.prefix, judged.verdict.error)
+        return errors
 
 
 @dataclass(frozen=True)
@@ -161,6 +171,7 @@ class JudgedPairChunks:
     options: PairwiseOptions
     settings: LLMSettings
     name: str = "pairs"
+    item: ClassVar[type[Pair]] = Pair
 
     async def judge(self, ctx: JudgeContext, index: int, items: list[Pair]) -> PairChunkResult:
         """Every pass of every pair, concurrent; the verdicts reconciled and recorded."""
@@ -198,6 +209,11 @@ class JudgedPairChunks:
     def failed(self, index: int, items: list[Pair], failure: str) -> PairChunkResult:
         """Every pair is an error verdict carrying the failure."""
         return self.missing(index, items, f"chunk task failed: {failure}")
+
+    def first_errors(self, result: PairChunkResult) -> dict[str, str]:
+        """The chunk's first pair without a verdict, as the pairwise judge's error."""
+        first = next((v.error_message for v in result.verdicts if v.error_message), None)
+        return {"pairwise": first} if first else {}
 
     def missing(self, index: int, items: list[Pair], why: str) -> PairChunkResult:
         """Every pair is an error verdict saying why."""

@@ -18,6 +18,7 @@ from flows.run.completeness import INCOMPLETE
 from flows.run.outcome import kept
 from judges.blocks.plain_text import visible
 from judges.model.batch.broker import BatchOptions, close_batches, current_batches, open_batches
+from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
 
 # The Prefect state of a run that published but judged too little to be read.
@@ -34,6 +35,15 @@ class RunParams(Protocol):
     cache: str | None
     use_cache: bool
     storage_options: dict
+
+
+class BatchParams(Protocol):
+    """The fields of a run's parameters that say whether and how its calls go in batches."""
+
+    batch: bool
+    batch_retry: str
+    batch_max_requests: int
+    batch_poll_max_seconds: float
 
 
 def new_run_id(now: datetime) -> str:
@@ -114,7 +124,7 @@ def final_state(summary: dict):
 
 
 @contextlib.contextmanager
-def batch_mode(params: Any, store: Any) -> Iterator[None]:
+def batch_mode(params: BatchParams, store: ChunkStore) -> Iterator[None]:
     """The run's model calls through batches while inside, when `params.batch` asks for it.
 
     The batches are recorded in the run's chunk `store`, where a rerun of the run finds them. A

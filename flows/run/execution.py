@@ -6,39 +6,25 @@ import asyncio
 import itertools
 import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from prefect.client.schemas.objects import State
 from prefect.utilities.annotations import quote
 
-from flows.run.chunk_kinds import (
-    ChunkResult,
-    GeneratedRowChunks,
-    JudgedPairChunks,
-    JudgedRowChunks,
-    PairChunkResult,
-)
+from flows.run.chunk_kinds import GeneratedRowChunks, JudgedPairChunks, JudgedRowChunks
 from flows.run.progress import ChunkTally, PhaseProgress
 from flows.run.stored_chunks import Persistence, Resumed, StoredChunks
 from flows.run.timeline import mark
-from judges.builtin.pairwise import Pair, PairwiseOptions
-from judges.calibration.rows import CalibrationAccumulator
-from judges.metrics import MetricsAccumulator
 from judges.model.batch.broker import current_batches
-from judges.model.ledger import Phase
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
-from judges.pairwise.reconcile import PairVerdict
-from judges.plan import JudgePlan
-from judges.result_names import row_record
 from judges.rows import EvalRow
 from tasks.dataset.input_limits import MiB, value_bytes
 from tasks.generate import generate_chunk
 from tasks.judge import judge_chunk
-from tasks.report.rows import RowSample
 from tasks.storage.chunk_kinds import ChunkKind
 from tasks.storage.chunk_store import ChunkStore
-from tasks.storage.staging import ResultStaging
 
 CHUNKS_PER_SHARD = 4
 # A shard's chunk is at most this many rows (unless the run has more than TARGET_TASK_RUNS of
@@ -61,6 +47,7 @@ MAX_CHUNKS_IN_FLIGHT = 8
 BATCH_CHUNKS_IN_FLIGHT = 10_000
 T = TypeVar("T")
 R = TypeVar("R")
+JudgedKind = JudgedRowChunks | JudgedPairChunks
 
 
 def auto_chunk_size(row_count: int, shards: int = 1) -> int:
@@ -171,29 +158,43 @@ async def run_chunks(
         raise errors[0]
 
 
+@dataclass(frozen=True)
+class Chunking:
+    """How a phase's chunks run: rows (or pairs) a chunk, calls in flight, what resumes them.
+
+    `max_bytes` (CHUNK_BYTES) also ends a chunk at about that many bytes of items (`chunked`);
+    `cache` and `storage_options` are where a judge task keeps its replies.
+    """
+
+    size: int
+    concurrency: int
+    store: ChunkStore | None = None
+    max_bytes: int | None = None
+    cache: str | None = None
+    storage_options: dict = field(default_factory=dict)
+
+
 async def drive(
     items: Iterable[T],
     kind: ChunkKind[T, R],
     task: Callable[[int, list[T]], Awaitable[State]],
     consume: Callable[[int, list[T], R], None],
-    chunk_size: int,
-    concurrency: int,
-    store: ChunkStore | None = None,
+    chunking: Chunking,
     progress: PhaseProgress | None = None,
-    max_bytes: int | None = None,
 ) -> Usage:
     """The one driver of every kind of chunk: rows to judge or to generate, pairs to judge.
 
-    Each chunk goes to its task through the bounded window of `run_chunks`; with a `store`, a
-    chunk an earlier attempt of this run stored (same fingerprint) is taken from it without a
-    task run or a model call, and a chunk whose task completes is saved as it finishes. A chunk
-    whose task failed for good becomes `kind.failed`'s result, an error per item, so that no
-    item is lost. `consume` gets every chunk's result in turn; `progress` hears of each.
+    Each chunk goes to its task through the bounded window of `run_chunks`; with a store
+    (`chunking.store`), a chunk an earlier attempt of this run stored (same fingerprint) is
+    taken from it without a task run or a model call, and a chunk whose task completes is saved
+    as it finishes. A chunk whose task failed for good becomes `kind.failed`'s result, an error
+    per item, so that no item is lost. `consume` gets every chunk's result in turn; `progress`
+    hears of each.
 
     Returns:
         The calls and tokens of every chunk's result (resumed ones included).
     """
-    usage = Usage()
+    usage, store = Usage(), chunking.store
     persistence = None if store is None else Persistence(
         fingerprint=kind.fingerprint,
         load=lambda index, fingerprint, chunk: store.load(kind, index, fingerprint, chunk),
@@ -216,121 +217,47 @@ async def drive(
     # In batch mode a waiting call holds nothing: every chunk is in flight, so that one batch
     # gathers the whole run instead of one window of chunks after another.
     in_flight = (BATCH_CHUNKS_IN_FLIGHT if current_batches() is not None
-                 else chunks_in_flight(concurrency, chunk_size))
-    await run_chunks(items, chunk_size, in_flight, chunks.submit, finish, max_bytes)
+                 else chunks_in_flight(chunking.concurrency, chunking.size))
+    await run_chunks(items, chunking.size, in_flight, chunks.submit, finish, chunking.max_bytes)
     return usage
 
 
 async def judge_all(
-    rows: Iterable[EvalRow],
-    plan: JudgePlan,
-    settings: LLMSettings,
-    chunk_size: int,
-    cache_url: str | None,
-    storage_options: dict,
-    staging: ResultStaging,
-    accumulator: MetricsAccumulator,
-    calibration: CalibrationAccumulator,
-    report_rows: RowSample | None = None,
-    store: ChunkStore | None = None,
+    items: Iterable[T],
+    kind: JudgedKind,
+    chunking: Chunking,
+    consume: Callable[[int, list[T], R], None],
     progress: PhaseProgress | None = None,
-    max_bytes: int | None = None,
 ) -> Usage:
-    """Judge every chunk of rows, staging each chunk's records and tallying them as it completes.
+    """Judge every chunk of items (rows, or pairs in both orders), giving each result to `consume`.
 
-    `report_rows` keeps the report's bounded drill-down as typed rows, so that publishing
-    never reads the staged records back for it. With `max_bytes` (CHUNK_BYTES), a chunk also
-    ends at about that many bytes of rows (`chunked`).
+    The items are read a chunk at a time: only the chunks in flight are held, and chunks
+    finish in any order (`consume` gets each chunk's index). Each chunk is one `judge_chunk`
+    task run, whatever the kind.
     """
-    def consume(index: int, chunk: list[EvalRow], result: ChunkResult) -> None:
-        staging.write_chunk(index, [row_record(r) | calibration.row_fields(r)
-                                    for r in result.results], result.calls.in_phase("judging"))
-        for row_result in result.results:
-            accumulator.add(row_result)
-            calibration.add(row_result)
-            if report_rows is not None:
-                report_rows.add(row_result, calibration.disagreements(row_result))
-
-    kind = JudgedRowChunks(plan, settings)
     return await drive(
-        rows, kind,
-        lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), cache_url,
-                                         storage_options, return_state=True),
-        consume, chunk_size, settings.window_ceiling, store, progress, max_bytes)
+        items, kind,
+        lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), chunking.cache,
+                                         chunking.storage_options, return_state=True),
+        consume, chunking, progress)
 
 
 async def generate_all(
     rows: Iterable[EvalRow],
     settings: LLMSettings,
-    chunk_size: int,
+    chunking: Chunking,
     keep: Callable[[int, list[EvalRow], list[dict]], None],
-    store: ChunkStore | None = None,
     progress: PhaseProgress | None = None,
-    max_bytes: int | None = None,
 ) -> Usage:
     """Give each chunk of rows, with the candidate's responses, to `keep` as it finishes.
 
     `keep` gets the chunk's index, its rows and its calls' audit entries. A chunk whose task
     fails for good keeps its rows, each marked with the failure as its generation error (so
-    every judge that needed the response counts an error). `max_bytes` as `judge_all`'s.
+    every judge that needed the response counts an error).
     """
     return await drive(
         rows, GeneratedRowChunks(settings),
         lambda index, chunk: generate_chunk(index, quote(chunk), settings, return_state=True),
         lambda index, chunk, result: keep(index, result.rows,
                                           result.calls.in_phase("generation")),
-        chunk_size, settings.window_ceiling, store, progress, max_bytes)
-
-
-async def judge_pair_chunks(
-    pairs: Iterable[Pair],
-    options: PairwiseOptions,
-    settings: LLMSettings,
-    chunk_size: int,
-    cache_url: str | None,
-    storage_options: dict,
-    consume: Callable[[int, list[Pair], PairChunkResult], None],
-    store: ChunkStore | None = None,
-    progress: PhaseProgress | None = None,
-) -> Usage:
-    """Judge every chunk of pairs (both orders of each), giving each result to `consume`.
-
-    `pairs` is read a chunk at a time, as `drive` reads rows: only the chunks in flight are
-    held, and chunks finish in any order (`consume` gets each chunk's index).
-    """
-    kind = JudgedPairChunks(options, settings)
-    return await drive(
-        pairs, kind,
-        lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), cache_url,
-                                         storage_options, return_state=True),
-        consume, chunk_size, settings.window_ceiling, store, progress)
-
-
-async def judge_all_pairs(
-    pairs: list[Pair],
-    options: PairwiseOptions,
-    settings: LLMSettings,
-    chunk_size: int,
-    cache_url: str | None,
-    storage_options: dict,
-    staging: ResultStaging,
-    store: ChunkStore | None = None,
-    progress: PhaseProgress | None = None,
-    phase: Phase = "judging",
-) -> tuple[list[PairVerdict], Usage]:
-    """Judge every chunk of pairs (both orders of each), staging each chunk's records.
-
-    Their audit entries are staged too, each naming its `phase`.
-
-    Returns:
-        One verdict per pair in input order, and the calls and tokens spent.
-    """
-    by_chunk: dict[int, list[PairVerdict]] = {}
-
-    def consume(index: int, chunk: list[Pair], result: PairChunkResult) -> None:
-        staging.write_chunk(index, result.records, result.calls.in_phase(phase))
-        by_chunk[index] = result.verdicts
-
-    usage = await judge_pair_chunks(pairs, options, settings, chunk_size, cache_url,
-                                    storage_options, consume, store, progress)
-    return [v for index in sorted(by_chunk) for v in by_chunk[index]], usage
+        chunking, progress)

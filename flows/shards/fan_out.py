@@ -9,9 +9,9 @@ parent's ordinary judge phase reads every chunk from the run's chunk store throu
 `MergeView` (flows/shards/store.py) and publishes once; what no shard finished is reported as
 errors of the shard that owned it, and makes the run incomplete.
 
-A compare run shards the same way (`pairs_in_shards`): its pairs instead of rows, how pairs
-are judged (`PairSpec`) instead of the judge plan, and shard flow runs of kind "pairs" on the
-same deployment; its judge phase merges through the same `MergeView`.
+A compare run shards the same way, through the same function: its pairs instead of rows, how
+pairs are judged (`PairSpec`) instead of the judge plan, and shard flow runs of kind "pairs" on
+the same deployment; its judge phase merges through the same `MergeView`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any
 
 from prefect import get_client, get_run_logger
 
-from flows.compare_params import CompareParams
-from flows.params import EvaluateParams, RunOptions
-from flows.run.calibration import catalogue_of
-from flows.run.common import cache_url
+from flows.params import RunOptions
+from flows.run.chunk_kinds import JudgedPairChunks
+from flows.run.context import RunContext
+from flows.run.execution import JudgedKind
 from flows.shards.flow import ShardParams
 from flows.shards.launch import shard_names, shard_pool, start_shard
 from flows.shards.limits import limit_name, model_slots
@@ -37,13 +37,13 @@ from flows.shards.store import MergeView
 from flows.shards.watch import ShardWatch, wait_for_end
 from judges.blocks.plain_text import visible
 from judges.builtin.custom import fields_present
-from judges.builtin.pairwise import Pair, PairwiseOptions
+from judges.builtin.pairwise import Pair
+from judges.catalogue import JudgeCatalogue
 from judges.model.pricing import adopt_reported_prices
-from judges.plan import JudgePlan
+from judges.model.settings import LLMSettings
 from judges.rows import EvalRow
 from judges.storage import url_to_fs
 from tasks.storage.chunk_store import ChunkStore
-from tasks.storage.outputs import RunLocation
 from tasks.storage.shard_inputs import (
     PairSpec,
     PlanSpec,
@@ -155,13 +155,12 @@ def absolute_url(url: str, storage_options: dict) -> str:
     return fs.unstrip_protocol(path)
 
 
-def write_inputs(params: RunOptions, location: RunLocation,
-                 rows: Sequence[EvalRow] | Sequence[Pair], spec: PlanSpec | PairSpec,
-                 ranges: list[ShardRange]) -> None:
+def write_inputs(ctx: RunContext, rows: Sequence[EvalRow] | Sequence[Pair],
+                 spec: PlanSpec | PairSpec, ranges: list[ShardRange]) -> None:
     """The plan and each shard's rows under `{run}/.shards/` (anything older removed)."""
-    run_url, options = location.url(), params.storage_options
+    run_url, options = ctx.location.url(), ctx.storage_options
     # No outcome.json of an earlier attempt of this run id may remain.
-    remove_shard_files(run_url, max(params.shards, len(ranges)), options)
+    remove_shard_files(run_url, max(ctx.params.shards, len(ranges)), options)
     write_model(shard_url(run_url, name="plan.json"), spec, options)
     for shard in ranges:
         write_rows(shard_url(run_url, shard.index, "rows.jsonl"),
@@ -169,8 +168,7 @@ def write_inputs(params: RunOptions, location: RunLocation,
 
 
 @asynccontextmanager
-async def _run_slots(params: RunOptions):
-    settings = params.judge.settings()
+async def _run_slots(settings: LLMSettings):
     if settings.is_offline:  # answered in process: no provider to protect
         yield None, settings.window_ceiling
         return
@@ -178,9 +176,10 @@ async def _run_slots(params: RunOptions):
         yield limit_name(settings.model), taken
 
 
-def shard_params(params: RunOptions, location: RunLocation, shard: ShardRange, shards: int,
-                 chunk_size: int, concurrency: int, kind: str = "judge") -> ShardParams:
+def shard_params(ctx: RunContext[RunOptions], shard: ShardRange, shards: int, concurrency: int,
+                 kind: str = "judge") -> ShardParams:
     """One shard's flow parameters: URLs, its chunk range and its share of the budget."""
+    params = ctx.params
     judge = params.judge.model_copy(update={
         # An adaptive run's shards adapt too, each up to its share of the slots taken.
         ("concurrency" if params.judge.concurrency is not None else "max_concurrency"):
@@ -188,11 +187,11 @@ def shard_params(params: RunOptions, location: RunLocation, shard: ShardRange, s
         "rpm": share(params.judge.rpm, shards, shard.index),
         "tpm": share(params.judge.tpm, shards, shard.index),
     })
-    cache = cache_url(params)
+    cache = ctx.cache
     return ShardParams(
-        output=absolute_url(params.output, params.storage_options), suite=location.suite,
-        run_id=location.run_id, shard=shard.index, shards=shards,
-        first_chunk=shard.first_chunk, chunk_size=chunk_size, judge=judge,
+        output=absolute_url(params.output, params.storage_options), suite=ctx.location.suite,
+        run_id=ctx.location.run_id, shard=shard.index, shards=shards,
+        first_chunk=shard.first_chunk, chunk_size=ctx.chunk_size, judge=judge,
         cache=absolute_url(cache, params.storage_options) if cache else None,
         storage_options=params.storage_options, kind=kind,
     )
@@ -212,39 +211,40 @@ async def _run_shard(deployment: str, params: ShardParams, run: ShardRun,
                        visible(ended.state.message))  # the shard's error may quote a reply
 
 
-async def judge_in_shards(params: EvaluateParams, location: RunLocation,
-                          rows: Sequence[EvalRow], plan: JudgePlan,
-                          chunk_size: int) -> ShardedJudging:
+def shard_spec(kind: JudgedKind, catalogue: JudgeCatalogue,
+               items: Sequence[EvalRow] | Sequence[Pair]) -> PlanSpec | PairSpec:
+    """The parent's kind of chunk as data a shard rebuilds it from (flows/shards/flow.py).
+
+    Rows: the plan, the catalogue it came from and the fields the rows have; pairs: how they
+    are judged (rubric, swap, tie rule).
+    """
+    if isinstance(kind, JudgedPairChunks):
+        rubric = kind.options.rubric
+        return PairSpec(rubric=rubric.model_dump() if rubric else None, swap=kind.options.swap,
+                        strict_ties=kind.options.strict_ties)
+    return plan_spec(kind.plan, catalogue, fields_present(items))
+
+
+async def judge_in_shards(ctx: RunContext[RunOptions], items: Sequence[EvalRow] | Sequence[Pair],
+                          kind: JudgedKind) -> ShardedJudging:
     """Run the shards of this run to their end; their chunks are then in the run's store.
 
-    Raises:
-        ShardSetupError: the shards cannot run (budget too small, no deployment, no worker).
-    """
-    spec = plan_spec(plan, catalogue_of(params), fields_present(rows))
-    return await _in_shards(params, location, chunk_size, "judge",
-                            lambda ranges: write_inputs(params, location, rows, spec, ranges),
-                            len(rows))
-
-
-async def pairs_in_shards(params: CompareParams, location: RunLocation, pairs: Sequence[Pair],
-                          options: PairwiseOptions, chunk_size: int) -> ShardedJudging:
-    """`judge_in_shards` for a compare run: the shards judge its pairs into the run's store.
+    The shards judge the items (rows, or pairs in both orders) as `kind` says: its spec
+    (flows/shards/plan.py `shard_spec`) is what they rebuild it from.
 
     Raises:
         ShardSetupError: the shards cannot run (budget too small, no deployment, no worker).
     """
-    spec = PairSpec(rubric=options.rubric.model_dump() if options.rubric else None,
-                    swap=options.swap, strict_ties=options.strict_ties)
-    return await _in_shards(params, location, chunk_size, "pairs",
-                            lambda ranges: write_inputs(params, location, pairs, spec, ranges),
-                            len(pairs))
+    spec = shard_spec(kind, ctx.catalogue, items)
+    return await _in_shards(ctx, kind.name,
+                            lambda ranges: write_inputs(ctx, items, spec, ranges), len(items))
 
 
-async def _in_shards(params: RunOptions, location: RunLocation, chunk_size: int, kind: str,
+async def _in_shards(ctx: RunContext[RunOptions], kind: str,
                      write: Callable[[list[ShardRange]], None], row_count: int
                      ) -> ShardedJudging:
-    started = time.perf_counter()
-    judge = params.judge
+    started, params, chunk_size = time.perf_counter(), ctx.params, ctx.chunk_size
+    judge, location = params.judge, ctx.location
     ranges = split_shards(row_count, chunk_size, params.shards)
     check_budget(len(ranges), judge.concurrency or judge.max_concurrency, judge.rpm, judge.tpm)
     pool = await shard_pool(params.shard_deployment)
@@ -255,15 +255,13 @@ async def _in_shards(params: RunOptions, location: RunLocation, chunk_size: int,
             "judging in %d shard(s), not the %d asked for: %d rows make only %d chunk(s) of %d "
             "rows; a smaller --chunk-size cuts them finer", len(ranges), params.shards,
             row_count, sum(r.chunk_count for r in ranges), chunk_size)
-    async with _run_slots(params) as (limit, slots):
+    async with _run_slots(ctx.judge) as (limit, slots):
         get_run_logger().info("judging in %d shards on work pool %r", len(ranges), pool)
         async with (get_client() as client,
                     ShardWatch(client, shard_names(location.run_id)) as watch):
             await asyncio.gather(*(
                 _run_shard(params.shard_deployment,
-                           shard_params(params, location, run.range, len(ranges), chunk_size,
-                                        slots, kind),
-                           run, watch)
+                           shard_params(ctx, run.range, len(ranges), slots, kind), run, watch)
                 for run in runs))
     for run in (run for run in runs if run.completed):
         run.outcome = read_model(shard_url(location.url(), run.range.index, "outcome.json"),

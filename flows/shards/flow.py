@@ -18,12 +18,10 @@ import os
 import resource
 import socket
 import time
-from collections.abc import Callable
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
-from prefect.utilities.annotations import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.params import (
@@ -35,23 +33,18 @@ from flows.params import (
     locations_of,
 )
 from flows.preflight.trust import guard_parameters
-from flows.run.chunk_kinds import (
-    ChunkResult,
-    JudgedPairChunks,
-    JudgedRowChunks,
-    PairChunkResult,
-)
-from flows.run.execution import drive
+from flows.run.chunk_kinds import JudgedPairChunks, JudgedRowChunks
+from flows.run.execution import Chunking, JudgedKind, judge_all
 from flows.run.heartbeat import sends_heartbeats
 from flows.run.tls_contexts import share_prefect_tls_contexts
 from flows.shards.plan import rebuild_plan
 from flows.shards.store import ShardStoreView
 from flows.shards.warm_start import WARM_STARTED_ENV
-from judges.builtin.pairwise import Pair, PairwiseOptions
+from judges.builtin.pairwise import PairwiseOptions
 from judges.model.local_models import is_local_model
 from judges.model.pricing import map_price_fields
+from judges.model.settings import LLMSettings
 from judges.pairwise.models import Rubric
-from tasks.judge import judge_chunk
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
 from tasks.storage.shard_inputs import (
@@ -65,6 +58,7 @@ from tasks.storage.shard_inputs import (
 )
 
 SHARD_FLOW_NAME = "judge-shard"
+SPECS: dict[str, type[PlanSpec] | type[PairSpec]] = {"judge": PlanSpec, "pairs": PairSpec}
 # A cold shard's later API clients share one TLS context (a warm one's all do).
 share_prefect_tls_contexts()
 
@@ -115,8 +109,7 @@ async def judge_shard(params: ShardParams) -> dict:
     options = params.storage_options
     location = RunLocation(params.output, params.suite, params.run_id, options)
     store = ShardStoreView(ChunkStore.for_run(location), params.first_chunk)
-    judged = _judge_pairs if params.kind == "pairs" else _judge_rows
-    row_count, first_errors = await judged(params, location, store)
+    row_count, first_errors = await _judge(params, location, store)
     chunks = range(params.first_chunk,
                    params.first_chunk + -(-row_count // params.chunk_size))
     outcome = ShardOutcome(
@@ -133,67 +126,42 @@ async def judge_shard(params: ShardParams) -> dict:
     return outcome.model_dump(mode="json")
 
 
-async def _judge_rows(params: ShardParams, location: RunLocation, store: ShardStoreView
-                      ) -> tuple[int, dict[str, str]]:
-    """An evaluate or regression shard: its rows by the parent's plan. Rows, first errors."""
-    options = params.storage_options
-    rows = read_shard_items(shard_url(location.url(), params.shard, "rows.jsonl"), options)
-    spec = read_model(shard_url(location.url(), name="plan.json"), PlanSpec, options)
-    if spec is None:
-        raise FileNotFoundError(f"no plan.json under {shard_url(location.url())}")
-    plan = rebuild_plan(spec)
-    get_run_logger().info("shard %d of %d: %d rows from chunk %d, concurrency %s",
-                          params.shard + 1, params.shards, len(rows), params.first_chunk,
-                          params.judge.concurrency or "adaptive")
-    first_errors: dict[str, str] = {}
+def rebuild_kind(spec: PlanSpec | PairSpec, settings: LLMSettings) -> JudgedKind:
+    """The parent's kind of chunk, rebuilt from its spec (flows/shards/fan_out.py `shard_spec`).
 
-    def note_errors(result: ChunkResult) -> None:
-        for row in result.results:
-            for judged in row.judges:
-                if judged.errored:
-                    first_errors.setdefault(judged.spec.prefix, judged.verdict.error)
-
-    await _into_store(rows, JudgedRowChunks(plan, params.judge.settings()), params, store,
-                      note_errors)
-    return len(rows), first_errors
+    Raises:
+        ShardPlanError: the plan differs from the parent's (flows/shards/plan.py).
+    """
+    if isinstance(spec, PairSpec):
+        rubric = Rubric.model_validate(spec.rubric) if spec.rubric is not None else None
+        return JudgedPairChunks(PairwiseOptions(rubric, spec.swap, spec.strict_ties), settings)
+    return JudgedRowChunks(rebuild_plan(spec), settings)
 
 
-async def _judge_pairs(params: ShardParams, location: RunLocation, store: ShardStoreView
-                       ) -> tuple[int, dict[str, str]]:
-    """A compare shard: its pairs in both orders, as the parent's spec says. Pairs, errors."""
-    options = params.storage_options
-    pairs = read_shard_items(shard_url(location.url(), params.shard, "rows.jsonl"), options, Pair)
-    spec = read_model(shard_url(location.url(), name="plan.json"), PairSpec, options)
-    if spec is None:
-        raise FileNotFoundError(f"no plan.json under {shard_url(location.url())}")
-    rubric = Rubric.model_validate(spec.rubric) if spec.rubric is not None else None
-    pairwise = PairwiseOptions(rubric, spec.swap, spec.strict_ties)
-    get_run_logger().info("shard %d of %d: %d pairs from chunk %d, concurrency %s",
-                          params.shard + 1, params.shards, len(pairs), params.first_chunk,
-                          params.judge.concurrency or "adaptive")
-    first_errors: dict[str, str] = {}
-
-    def note_errors(result: PairChunkResult) -> None:
-        first = next((v.error_message for v in result.verdicts if v.error_message), None)
-        if first:
-            first_errors.setdefault("pairwise", first)
-
-    await _into_store(pairs, JudgedPairChunks(pairwise, params.judge.settings()), params, store,
-                      note_errors)
-    return len(pairs), first_errors
-
-
-async def _into_store(items: list, kind: JudgedRowChunks | JudgedPairChunks,
-                      params: ShardParams, store: ShardStoreView,
-                      note_errors: Callable[[Any], None]) -> None:
-    """Judge every chunk into the run's store, telling `note_errors` of each result.
+async def _judge(params: ShardParams, location: RunLocation, store: ShardStoreView
+                 ) -> tuple[int, dict[str, str]]:
+    """The shard's rows (or pairs) judged as the parent's spec says. Items, first errors.
 
     Nothing is staged or tallied here: the parent builds the run's records and metrics from
     the store, so a shard only judges and saves.
     """
-    await drive(
-        items, kind,
-        lambda index, chunk: judge_chunk(index, quote(chunk), quote(kind), params.cache,
-                                         params.storage_options, return_state=True),
-        lambda index, chunk, result: note_errors(result),
-        params.chunk_size, kind.settings.window_ceiling, store)
+    options, run_url = params.storage_options, location.url()
+    spec = read_model(shard_url(run_url, name="plan.json"), SPECS[params.kind], options)
+    if spec is None:
+        raise FileNotFoundError(f"no plan.json under {shard_url(run_url)}")
+    kind = rebuild_kind(spec, params.judge.settings())
+    items = read_shard_items(shard_url(run_url, params.shard, "rows.jsonl"), options, kind.item)
+    get_run_logger().info("shard %d of %d: %d %s from chunk %d, concurrency %s",
+                          params.shard + 1, params.shards, len(items),
+                          "pairs" if params.kind == "pairs" else "rows", params.first_chunk,
+                          params.judge.concurrency or "adaptive")
+    first_errors: dict[str, str] = {}
+
+    def note_errors(index: int, chunk: list, result: Any) -> None:
+        for key, error in kind.first_errors(result).items():
+            first_errors.setdefault(key, error)
+
+    chunking = Chunking(params.chunk_size, kind.settings.window_ceiling, store,
+                        cache=params.cache, storage_options=options)
+    await judge_all(items, kind, chunking, note_errors)
+    return len(items), first_errors
