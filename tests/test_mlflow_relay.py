@@ -24,7 +24,7 @@ import jinja2
 import pytest
 import yaml
 
-from flows.relay.app import EVENT_NAMESPACE, relay_app
+from flows.relay.app import EVENT_NAMESPACE, RelayOptions, relay_app
 from flows.relay.limits import RunLimits
 from flows.relay.mapping import ALIAS_CREATED, VERSION_CREATED, Mapping, Refused
 from flows.relay.server import server_config
@@ -66,7 +66,8 @@ class InProcess:
         async def record(event: dict) -> None:
             self.emitted.append(event)
 
-        self.app = relay_app(SECRET, mapping, emit or record, limits=limits)
+        self.app = relay_app(SECRET, mapping, emit or record,
+                             RelayOptions(limits=limits or RunLimits()))
 
     def post(self, path: str, content: bytes, headers: dict[str, str]) -> httpx.Response:
         async def send() -> httpx.Response:
@@ -267,7 +268,8 @@ def served_relay():
     async def record(event: dict) -> None:
         emitted.append(event)
 
-    app = relay_app(SECRET, Mapping(model="hosted_vllm/{name}"), record, read_timeout=1.0)
+    app = relay_app(SECRET, Mapping(model="hosted_vllm/{name}"), record,
+                    RelayOptions(read_timeout=1.0))
     port = free_port()
     server = uvicorn.Server(server_config(app, "127.0.0.1", port, read_timeout=1.0,
                                           max_connections=8))

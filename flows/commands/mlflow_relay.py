@@ -63,7 +63,7 @@ def mlflow_relay_command(**options: Any) -> None:
     """Relay MLflow registry webhooks to Prefect as model.deployed events (post-deploy-eval)."""
     import logging
 
-    from flows.relay.app import emit_to_prefect, relay_app
+    from flows.relay.app import RelayOptions, emit_to_prefect, relay_app
     from flows.relay.server import server_config
 
     secret = _secret(options["secret_env"])
@@ -79,8 +79,8 @@ def mlflow_relay_command(**options: Any) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    app = relay_app(secret, mapping, emit_to_prefect, tolerance=options["tolerance"], path=path,
-                    limits=limits, read_timeout=read_timeout)
+    app = relay_app(secret, mapping, emit_to_prefect, RelayOptions(
+        tolerance=options["tolerance"], path=path, limits=limits, read_timeout=read_timeout))
     uvicorn.Server(server_config(app, options["host"], options["port"], read_timeout,
                                  options["max_connections"])).run()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from prefect import get_run_logger
 
@@ -85,12 +85,19 @@ def _baseline_rows(baseline: BaselineRun, judged: JudgedRun, params: RegressionP
     return BaselineRows()
 
 
+class Matched(NamedTuple):
+    """The baseline's rows, and the request ids of those paired with tonight's rows."""
+
+    rows: BaselineRows
+    paired: set[str]
+
+
 async def _judge_head_to_head(params: RegressionParams, prepared: PreparedSet, judged: JudgedRun,
-                              baseline: BaselineRows, paired: set[str], comparison: Comparison,
+                              matched: Matched, comparison: Comparison,
                               store: ChunkStore | None) -> None:
     try:
-        result = await head_to_head(params, prepared.row_stream(), baseline, paired, store,
-                                    judged.report.rows.request_ids())
+        result = await head_to_head(params, prepared.row_stream(), matched.rows, matched.paired,
+                                    store, judged.report.rows.request_ids())
     except Exception as error:  # noqa: BLE001 - the evaluation is still worth publishing
         comparison.head_to_head_error = f"{type(error).__name__}: {error}"
         comparison.head_to_head_unavailable = (
@@ -152,8 +159,8 @@ async def compare_with_baseline(params: RegressionParams, baseline: BaselineRun 
             comparison.head_to_head_unavailable = (
                 "no row pairs with the baseline: nothing to compare")
         else:
-            await _judge_head_to_head(params, prepared, judged, rows, set(join.paired),
-                                      comparison, store)
+            await _judge_head_to_head(params, prepared, judged,
+                                      Matched(rows, set(join.paired)), comparison, store)
     return comparison
 
 

@@ -9,7 +9,7 @@ yes/no verdicts row by row with the drift canary's statistics (tasks/regression/
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -28,6 +28,9 @@ from tasks.storage.baseline import (
 )
 from tasks.storage.run_integrity import VERIFIED
 
+if TYPE_CHECKING:  # the parameter models' import is not needed at run time
+    from flows.params import RejudgeParams
+
 
 class SourceRunRefused(ConfigError):
     """The run to judge again fails its integrity check."""
@@ -37,7 +40,7 @@ class SourceManifestInvalid(ConfigError):
     """A judge setting the source's manifest supplies is not a valid parameter."""
 
 
-def source_run(params: Any) -> BaselineRun:
+def source_run(params: RejudgeParams) -> BaselineRun:
     """The published run `params.source_run` of the suite, checked like a baseline.
 
     Raises:
@@ -56,7 +59,7 @@ def source_run(params: Any) -> BaselineRun:
     return found
 
 
-def with_source(params: Any, source: BaselineRun) -> Any:
+def with_source(params: RejudgeParams, source: BaselineRun) -> RejudgeParams:
     """`params` reading the source's rows, with the source's judges wherever none were named.
 
     What the manifest supplies is validated as the same parameters would be (the parameter
@@ -72,7 +75,8 @@ def with_source(params: Any, source: BaselineRun) -> Any:
     return rebuilt.model_copy(update={"data": f"{source.url}/results.jsonl"})
 
 
-def _validated(params: Any, source: BaselineRun, update: dict[str, Any]) -> Any:
+def _validated(params: RejudgeParams, source: BaselineRun, update: dict[str, Any]
+               ) -> RejudgeParams:
     """`params` with `update`, through the parameter model's validators and the aspects'."""
     try:
         rebuilt = type(params).model_validate({**params.model_dump(), **update})
@@ -112,7 +116,8 @@ def _invalid(source: BaselineRun, field: str, why: str) -> SourceManifestInvalid
         f"({why}): rejudge another run, or name the judges, aspects and strictness yourself")
 
 
-def rejudge_section(params: Any, source: BaselineRun, judged: JudgedRun) -> dict[str, Any]:
+def rejudge_section(params: RejudgeParams, source: BaselineRun, judged: JudgedRun
+                    ) -> dict[str, Any]:
     """The manifest's `rejudge` section: the source, both fingerprints, how verdicts moved."""
     judges = canary_judges(judged.plan.judges)
     before: dict[str, dict[str, Any]] = {}

@@ -23,7 +23,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from judges.base import JudgeSpec
 from judges.blocks.call_token import tokened_prompt
@@ -38,6 +38,9 @@ from judges.plan import JudgePlan
 from judges.rows import EvalRow, as_planned
 from tasks.regression.canary import canary_judges, first_per_judge
 from tasks.regression.gates import GateConfigError, load_gates
+
+if TYPE_CHECKING:  # the parameter models' import is not needed at run time
+    from flows.params import RunOptions
 
 ESTIMATE_ROWS = 200
 
@@ -164,7 +167,7 @@ def canary_rows(rows: Iterable[EvalRow], judges: list[JudgeSpec], size: int,
                            request_id=lambda row: str(row.request_id))
 
 
-def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgePlan,
+def estimate_rows(params: RunOptions, rows: Iterable[EvalRow], total: int, plan: JudgePlan,
                   unpriced: list[str] | None = None) -> Estimate:
     """The estimate of an evaluate or regression run over `total` rows like `rows`.
 
@@ -256,7 +259,7 @@ def estimate_rows(params: Any, rows: Iterable[EvalRow], total: int, plan: JudgeP
                     most_cost_usd=None if uncapped else float(most), uncapped=tuple(uncapped))
 
 
-def _gates_read_head_to_head(params: Any, plan: JudgePlan) -> bool:
+def _gates_read_head_to_head(params: RunOptions, plan: JudgePlan) -> bool:
     """Whether a gate of the run reads a head-to-head figure (its judge is then canaried).
 
     A gates file that cannot be read counts as yes (the estimate stays an upper bound; the
@@ -269,7 +272,7 @@ def _gates_read_head_to_head(params: Any, plan: JudgePlan) -> bool:
     return Registry.of(plan.judges, plan.metrics).pairwise_gated(g.metric for g in gates)
 
 
-def estimate_pairs(params: Any, pairs: Iterable[Any], total: int) -> Estimate:
+def estimate_pairs(params: RunOptions, pairs: Iterable[Any], total: int) -> Estimate:
     """The estimate of a compare run over `total` pairs like `pairs`, both orders unless not."""
     judge = params.judge.settings()
     prices = priced(judge, "--judge-model")
@@ -290,7 +293,7 @@ def estimate_pairs(params: Any, pairs: Iterable[Any], total: int) -> Estimate:
                     uncapped=tuple(cost.uncapped))
 
 
-def check_budget(params: Any, estimate: Estimate) -> None:
+def check_budget(params: RunOptions, estimate: Estimate) -> None:
     """Refuse a budget run that sends no reply cap, or whose estimate is above its budget.
 
     The estimate above the budget starts anyway with --over-estimate (the run then stops at

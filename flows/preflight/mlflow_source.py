@@ -19,7 +19,6 @@ import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlencode
 
 from flows.params import EvaluateParams
@@ -38,7 +37,7 @@ TIMEOUT_SECONDS = 2.0
 SETTLED = (200, 400, 404)  # answers that settle the question; others are left to the reader
 
 
-def check_data_source(params: Any) -> None:
+def check_data_source(params: EvaluateParams) -> None:
     """With an `mlflow:` set: a tracking server, mlflow, and the set there as named.
 
     Raises:
@@ -87,7 +86,7 @@ class RestAPI:
                                       headers=headers)
 
 
-def probe_data_source(params: Any, policy: ArtifactPolicy, rest: RestAPI) -> None:
+def probe_data_source(params: EvaluateParams, policy: ArtifactPolicy, rest: RestAPI) -> None:
     """Ask the (answering) server whether the `mlflow:` set is there; see `check_data_source`.
 
     A traces set's experiment must also keep its artifacts (the traces' spans) where `policy`

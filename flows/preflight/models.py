@@ -25,10 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from judges.errors import ConfigError, did_you_mean
 from judges.model.batch.requests import BATCH_PROVIDERS
+
+if TYPE_CHECKING:  # the parameter models' import is not needed at run time
+    from flows.params import RunOptions
 
 LOCAL_PREFIX = "judgeflow"
 # The variable each provider's key is read from when no api_base/api_key_env says otherwise.
@@ -220,7 +223,7 @@ def check_batch_model(model: str, option: str) -> None:
         "without --batch")
 
 
-def check_model_names(params: Any) -> None:
+def check_model_names(params: RunOptions) -> None:
     """Each model's provider and name, checked in the flow itself.
 
     A deployment run (the UI, a schedule, an event) has had no command-line preflight, and a

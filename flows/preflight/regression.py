@@ -10,7 +10,7 @@ after a full run. The flow checks all of it again: it also runs from deployments
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flows.preflight.checks import (
     CONFIG_ERRORS,
@@ -27,6 +27,9 @@ from tasks.dataset.pairs import read_rubric
 from tasks.dataset.row_stream import SetCheck
 from tasks.regression.gates import Gate, GateConfigError, load_gates
 from tasks.storage.baseline import find_baseline
+
+if TYPE_CHECKING:  # the parameter models' import is not needed at run time
+    from flows.params import RegressionParams
 
 __all__ = ["check_gate_metrics", "preflight"]
 
@@ -56,7 +59,7 @@ def check_gate_metrics(gates: list[Gate], plan: JudgePlan, pairwise: bool,
             "metric names)")
 
 
-def preflight(params: Any) -> SetCheck:
+def preflight(params: RegressionParams) -> SetCheck:
     """Check the evaluation, then the gates, rubric, baseline and the gates' metrics.
 
     Returns:

@@ -16,7 +16,7 @@ import os
 import socket
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from flows.preflight.mlflow_artifacts import artifact_policy, check_experiment_artifacts
@@ -34,6 +34,9 @@ from tasks.mlflow.stores import (
 )
 from tasks.mlflow.target import Target, target_of
 
+if TYPE_CHECKING:  # the parameter models' import is not needed at run time
+    from flows.params import RunOptions
+
 # Each attempt's bound: a running server under load answered /health in more than 2 s.
 TIMEOUTS_SECONDS = (2.0, 8.0, 20.0)
 FIX = "start it, or fix --mlflow-tracking-uri (or MLFLOW_TRACKING_URI)"
@@ -46,7 +49,7 @@ class TrackingServerError(ConfigError):
     """The run asks to be logged to MLflow, and it could not be: no server, or no mlflow."""
 
 
-def check_tracking_server(params: Any) -> None:
+def check_tracking_server(params: RunOptions) -> None:
     """With a tracking URI: mlflow installed, and the store there (tasks/mlflow/stores.py).
 
     A server must answer its health check, a local store's folder must exist, Databricks needs
@@ -175,7 +178,7 @@ def _why(reason: Any, host: str, port: int | None) -> str:
     return f"cannot connect to {where}: {reason}"
 
 
-def check_before_any_call(params: Any) -> None:
+def check_before_any_call(params: RunOptions) -> None:
     """What a flow checks itself (a deployment run has had no command-line preflight).
 
     Raises:

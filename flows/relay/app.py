@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import anyio
@@ -87,19 +88,31 @@ def prefect_event(candidate: Candidate, delivery: Delivery) -> dict:
     }
 
 
-def relay_app(secret: str, mapping: Mapping, emit: Emit,
-              tolerance: float = DEFAULT_TOLERANCE_SECONDS, path: str = "/",
-              limits: RunLimits | None = None,
-              read_timeout: float = READ_TIMEOUT_SECONDS) -> Starlette:
-    """The Starlette app that relays MLflow's deliveries posted to `path` through `emit`.
+@dataclass(frozen=True)
+class RelayOptions:
+    """Where the relay listens and how much it accepts.
 
-    At most `limits` runs are started (flows/relay/limits.py); a body must arrive within
-    `read_timeout` seconds.
+    Attributes:
+        tolerance: how old (seconds) a signed delivery may be.
+        path: the path deliveries are posted to.
+        limits: at most this many runs are started (flows/relay/limits.py).
+        read_timeout: a body must arrive within this many seconds.
     """
+
+    tolerance: float = DEFAULT_TOLERANCE_SECONDS
+    path: str = "/"
+    limits: RunLimits = field(default_factory=RunLimits)
+    read_timeout: float = READ_TIMEOUT_SECONDS
+
+
+def relay_app(secret: str, mapping: Mapping, emit: Emit,
+              options: RelayOptions = RelayOptions()) -> Starlette:
+    """The Starlette app that relays MLflow's deliveries posted to `options.path` via `emit`."""
     if not secret:
         raise ValueError("the webhook secret is empty: the relay never acts on unsigned calls")
+    tolerance, read_timeout = options.tolerance, options.read_timeout
     seen = SeenDeliveries(keep_seconds=2 * tolerance)
-    runs = RunLedger(limits or RunLimits())
+    runs = RunLedger(options.limits)
 
     async def receive(request: Request) -> JSONResponse:
         try:
@@ -149,7 +162,7 @@ def relay_app(secret: str, mapping: Mapping, emit: Emit,
         return JSONResponse({"status": "relayed", "event_id": str(event["id"]),
                              "model": candidate.model}, status_code=202)
 
-    return Starlette(routes=[Route(path, receive, methods=["POST"])])
+    return Starlette(routes=[Route(options.path, receive, methods=["POST"])])
 
 
 async def _read_body(request: Request) -> bytes | None:
