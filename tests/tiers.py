@@ -220,6 +220,9 @@ def _typer_edges(app) -> Iterator[object]:
         yield group.typer_instance
     if app.registered_callback is not None:
         yield _unwrap(app.registered_callback.callback)
+    # Commands built only when they run (flows/commands/lazy.py), and the function each runs.
+    for _, command in getattr(app.info.cls, "listed", ()):
+        yield _unwrap(getattr(command, "__wrapped__", command))
 
 
 def _function_edges(func: types.FunctionType) -> Iterator[object]:

@@ -61,6 +61,8 @@ def lazy_group(commands: list[tuple[str, Any]]) -> type[TyperGroup]:
     """
 
     class LazyGroup(TyperGroup):
+        listed = tuple(commands)  # what the group lists, for whoever follows the command line
+
         def __init__(self, *args: Any, **kwargs: Any):
             super().__init__(*args, **kwargs)
             built = dict(self.commands)

@@ -142,6 +142,7 @@ class ModelCommand:
     def __init__(self, run: Callable[..., Any], model: Callable[[], type],
                  skip: tuple[str, ...] = (), own: Mapping[str, tuple] | None = None):
         self._run, self._model, self._skip, self._own = run, model, skip, own
+        self.__wrapped__ = run  # what it runs, for whoever follows it (tests/tiers.py)
         self.__name__ = self.__qualname__ = run.__name__
         self.__doc__, self.__module__ = run.__doc__, run.__module__
 
