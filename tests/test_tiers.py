@@ -85,7 +85,8 @@ def test_the_fast_tier_spreads_the_cases_of_a_parametrized_test_and_keeps_files_
     from tests.tier_plugin import scheduling_unit
 
     # Monte Carlo checks at four sizes are four units: one file is no longer one worker's load.
-    cases = [f"tests/test_gate_limits.py::test_false_breaches[{n}]" for n in (12, 50, 200, 1000)]
+    cases = [f"tests/tasks/test_gate_limits.py::test_false_breaches[{n}]"
+             for n in (12, 50, 200, 1000)]
     assert len({scheduling_unit(c) for c in cases}) == 4
     # Plain tests and methods stay with their file, in order, beside its module fixtures.
     assert {scheduling_unit("tests/test_x.py::test_a"),
