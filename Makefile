@@ -63,12 +63,17 @@ SERIAL_FILES = $(shell grep -rl --include='test_*.py' 'mark.serial' tests)
 
 # The inner loop: pure tests and in-process flows, no process started but each worker's API.
 test-fast: dev
+	status=0; \
 	$(VENV)/bin/pytest -n $(FAST_WORKERS) --dist loadfile --cases-apart --durations=15 \
-		-m "not process and not serial"
-	$(VENV)/bin/pytest -m "serial and not process" --durations=5 $(SERIAL_FILES)
+		-m "not process and not serial" || status=$$?; \
+	$(VENV)/bin/pytest -m "serial and not process" --durations=5 $(SERIAL_FILES) || status=$$?; \
+	exit $$status
 
-# Every test: the fast tier, then the process tier (its own pass, so nothing runs twice).
-test: test-fast test-process
+# Every test: the fast tier, then the process tier (its own pass, so nothing runs twice),
+# the second even when the first fails.
+test: dev
+	status=0; $(MAKE) --no-print-directory test-fast || status=$$?; \
+	$(MAKE) --no-print-directory test-process || status=$$?; exit $$status
 
 test-process: dev
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 -m "process"
