@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install dev demo test test-fast bench lint clean
+.PHONY: install dev demo test test-fast test-process bench lint clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -49,18 +49,34 @@ demo: install
 		--output ./results --suite demo-agents
 
 # Tests come in tiers derived from what each test uses (tests/tiers.py, docs/testing.md).
-# `make test` runs every test, a file at a time on each of TEST_WORKERS workers (the process
-# tier mostly waits on the servers it starts), then prints the slowest 15 and the time per tier.
-# A pure or flow test that starts a process fails there: the fast tier stays process-free.
-# Tests marked `serial` (timing against an in-process fake provider) then run alone.
+# The fast tier (pure code and in-process flows) is CPU-bound: FAST_WORKERS workers (one per
+# core by default), each with its own Prefect API. The process tier mostly waits on the servers
+# it starts: TEST_WORKERS workers. A file runs whole on one worker, in order (--dist loadfile),
+# but for the fast tier the cases of a parametrized test spread (--cases-apart).
+# Tests marked `serial` (timing against an in-process fake provider, which other busy workers
+# skew) run alone after the parallel pass, from the files that mark them (no second collection
+# of the whole suite). A pure or flow test that starts a process fails: the fast tier stays
+# process-free. Each pass prints its slowest tests and the time per tier.
+FAST_WORKERS ?= auto
 TEST_WORKERS ?= 4
-test: dev
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 -m "not serial"
-	$(VENV)/bin/pytest -m serial --durations=5
+SERIAL_FILES = $(shell grep -rl --include='test_*.py' 'mark.serial' tests)
 
-# The inner loop: pure tests and in-process flows on one Prefect API, no process started.
+# The inner loop: pure tests and in-process flows, no process started but each worker's API.
 test-fast: dev
-	$(VENV)/bin/pytest -m "not process" --durations=15
+	status=0; \
+	$(VENV)/bin/pytest -n $(FAST_WORKERS) --dist loadfile --cases-apart --durations=15 \
+		-m "not process and not serial" || status=$$?; \
+	$(VENV)/bin/pytest -m "serial and not process" --durations=5 $(SERIAL_FILES) || status=$$?; \
+	exit $$status
+
+# Every test: the fast tier, then the process tier (its own pass, so nothing runs twice),
+# the second even when the first fails.
+test: dev
+	status=0; $(MAKE) --no-print-directory test-fast || status=$$?; \
+	$(MAKE) --no-print-directory test-process || status=$$?; exit $$status
+
+test-process: dev
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 -m "process"
 
 lint: dev
 	$(VENV)/bin/ruff check .

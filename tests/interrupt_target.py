@@ -1,4 +1,4 @@
-"""A pytest session for tests/test_interrupts.py to interrupt: named on the command line only
+"""A pytest session for tests/e2e/test_interrupts.py to interrupt: named on the command line only
 (its name does not match test_*.py, so the suite never collects it).
 
 It runs a flow on the session's Prefect API (so the API's server process is up), writes

@@ -3,8 +3,8 @@ cannot pass on them, and a changed ground truth is not a pair."""
 
 from __future__ import annotations
 
+from tests.flows.test_regression import manifest, params, pointer, rows, run, seed
 from tests.planted import PlantedJudge
-from tests.test_regression import manifest, params, pointer, rows, run, seed
 
 RATE = "response/llm_judged/correctness/rating/percentage"
 GATES = f"gates:\n  - metric: {RATE}\n    max_drop: 0.05\n    alpha: 0.05\n"

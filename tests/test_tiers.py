@@ -79,3 +79,15 @@ def test_a_pure_test_that_starts_a_process_fails_and_names_the_marker(tmp_path):
     assert ("tier_targets.py::test_starts_a_process_the_derivation_cannot_see was classified "
             "pure but its body started a process (sleep 0): mark it "
             "@pytest.mark.tier('process')") in done.stdout
+
+
+def test_the_fast_tier_spreads_the_cases_of_a_parametrized_test_and_keeps_files_whole():
+    from tests.tier_plugin import scheduling_unit
+
+    # Monte Carlo checks at four sizes are four units: one file is no longer one worker's load.
+    cases = [f"tests/tasks/test_gate_limits.py::test_false_breaches[{n}]"
+             for n in (12, 50, 200, 1000)]
+    assert len({scheduling_unit(c) for c in cases}) == 4
+    # Plain tests and methods stay with their file, in order, beside its module fixtures.
+    assert {scheduling_unit("tests/test_x.py::test_a"),
+            scheduling_unit("tests/test_x.py::TestGroup::test_b")} == {"tests/test_x.py"}

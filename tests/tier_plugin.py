@@ -151,6 +151,38 @@ def pytest_configure(config):
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--cases-apart", action="store_true",
+                     help="with --dist loadfile: each case of a parametrized test may run on "
+                          "a worker of its own (make test-fast; tests/tier_plugin.py)")
+
+
+def scheduling_unit(nodeid: str) -> str:
+    """What `--cases-apart` keeps on one worker: a parametrized case alone, else its file."""
+    return nodeid if nodeid.endswith("]") else nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile --cases-apart`: each case of a parametrized test is a unit of its own.
+
+    A file stays on one worker, in order, for its module fixtures and its order-dependent
+    tests; but the cases of one parametrized test are independent by construction, and the
+    fast tier's costliest tests are such cases (Monte Carlo checks at several sizes, 40-200
+    CPU-s per file): kept together, one file on one worker is the fast tier's wall clock. The
+    process tier keeps whole files: its cases share module-scoped servers.
+    """
+    if config.getvalue("dist") != "loadfile" or not config.getoption("cases_apart"):
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class CasesApart(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scheduling_unit(nodeid)
+
+    return CasesApart(config, log)
+
+
 def tier_of(item) -> str:
     named = tiers.explicit(item)
     if named:
