@@ -6,7 +6,7 @@ file for the limits in force (the defaults unless JUDGEFLOW_MAX_* are set), runs
 `judgeflow evaluate FILE --judge-model judgeflow/offline --output DIR` on it (the reply cache
 on, in DIR, as for a user; `--no-cache` to leave it out), and prints the file's size, the command's
 exit code and first error line, its peak RSS (the process alone, read from a small parent
-interpreter as tests/test_input_bounds.py does) and the bytes it published.
+interpreter as tests/tasks/test_input_bounds.py does) and the bytes it published.
 
     .venv/bin/python -m bench.input_bomb                       # the defaults' bomb
     .venv/bin/python -m bench.input_bomb --cell 15M --rows 60  # the issue's shape

@@ -108,7 +108,7 @@ def posterior_kappa(matrix: np.ndarray, *, seed: int = 0, draws: int = POSTERIOR
     The cells' probabilities are drawn given the counts, and kappa computed on each draw. Unlike
     the percentile bootstrap, it does not collapse to [1, 1] on a handful of agreeing labels:
     at 10 labels and a true kappa of 0.6 the bootstrap's lower bound is above the truth in 10-13%
-    of sets, this one's in under 2.5% (tests/test_calibration_coverage.py simulates it).
+    of sets, this one's in under 2.5% (tests/judges/test_calibration_coverage.py simulates it).
     """
     counts = np.asarray(matrix, dtype=float).ravel()
     if counts.sum() == 0:

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 # Pairs with a decided judgment below which the fit is not attempted: the sandwich interval
-# under-covers on fewer (tests/test_length_control.py measures its coverage).
+# under-covers on fewer (tests/judges/test_length_control.py measures its coverage).
 MIN_PAIRS = 30
 # Length "explains a large part" of the raw win rate when its effect is significant (the
 # coefficient's interval excludes zero) and controlling for it moves the rate by this much.

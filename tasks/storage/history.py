@@ -296,7 +296,7 @@ def record_in_history(location: RunLocation, manifest: dict, metrics: Any,
     and a local folder always has, and a PUT that answered an error not landing after its
     retry (S3 keeps the latest request). It ends after `MAX_ROUNDS` rounds (a round fails only
     when the listing grew: more runs than that publishing at once); whoever publishes next
-    repairs it. tests/test_history_model.py checks this over every interleaving of the real
+    repairs it. tests/tasks/test_history_model.py checks this over every interleaving of the real
     code (docs/history.md).
 
     Args:

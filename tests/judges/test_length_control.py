@@ -29,7 +29,7 @@ from judges.result_names import LENGTH_CONTROL_FIELDS, pairwise_metric_fields
 from tasks.regression.decide import Context, decide
 from tasks.regression.gates import Gate
 from tasks.report.summary_md import summary_markdown
-from tests.test_regression import GOOD, _offline_params, run
+from tests.flows.test_regression import GOOD, _offline_params, run
 
 rng_seeds = range(200)
 

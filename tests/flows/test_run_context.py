@@ -20,7 +20,7 @@ from flows.compare_params import CompareParams
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OFFLINE = JudgeModel(model="judgeflow/offline")
 
 
