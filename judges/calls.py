@@ -24,7 +24,8 @@ from judges.integrity import signing_key
 from judges.model.call_meter import FINISHED_CALLS
 from judges.model.llm import LLMClient
 from judges.model.usage import LLMCallError, Usage
-from judges.parsing import ReplyParseError, parse_reply, tokened_model, verdict_of
+from judges.parsing import ReplyParseError, parse_reply, tokened_model
+from judges.quotes import verdict_of
 
 REASK = (
     "Your previous reply could not be used: {error}. Reply again with exactly one JSON "

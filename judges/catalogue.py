@@ -26,9 +26,9 @@ from judges.builtin.custom import (
     CustomJudgeDefinition,
     build_custom_judge,
     load_custom_judges,
-    referenced_fields,
 )
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
+from judges.builtin.template_sandbox import referenced_fields
 from judges.result_names import (
     PAIRWISE_JUDGE,
     Declared,

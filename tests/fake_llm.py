@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from judges.base import untrusted_blocks
 from judges.blocks.call_token import TOKEN_FIELD, token_asked
-from judges.parsing import json_objects
+from judges.quotes import json_objects
 
 
 @dataclass

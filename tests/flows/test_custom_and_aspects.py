@@ -9,7 +9,7 @@ import pytest
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
 from judges.builtin.aspect_critic import AspectError, majority, make_aspect
-from judges.builtin.custom import CustomJudgeError
+from judges.builtin.template_sandbox import CustomJudgeError
 from tests.fake_llm import Reply, prompt_text
 from tests.planted import PlantedJudge, verdict
 

@@ -15,13 +15,8 @@ from flows.cli import app
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
 from flows.shards.plan import rebuild_plan
-from judges.builtin.custom import (
-    CustomJudgeDefinition,
-    CustomJudgeError,
-    build_custom_judge,
-    load_custom_judges,
-    template_sandbox,
-)
+from judges.builtin.custom import CustomJudgeDefinition, build_custom_judge, load_custom_judges
+from judges.builtin.template_sandbox import CustomJudgeError, template_sandbox
 from judges.rows import Chunk, EvalRow, Message
 from tasks.storage.shard_inputs import PlanSpec
 

@@ -19,8 +19,9 @@ from flows.cli import app
 from judges.base import UNTRUSTED_BLOCK
 from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.agent.offline_rules import read_steps
-from judges.builtin.custom import CustomJudgeDefinition, CustomJudgeError, build_custom_judge
+from judges.builtin.custom import CustomJudgeDefinition, build_custom_judge
 from judges.builtin.offline import answer
+from judges.builtin.template_sandbox import CustomJudgeError
 from judges.plan import plan_judges
 from tasks.dataset.normalise import normalise
 from tests.fake_llm import Reply, prompt_text

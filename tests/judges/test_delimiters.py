@@ -15,7 +15,8 @@ import pytest
 
 from judges.base import BinaryVerdict, untrusted, untrusted_blocks
 from judges.builtin import BUILTIN_JUDGES
-from judges.parsing import QuotedContent, parse_reply
+from judges.parsing import parse_reply
+from judges.quotes import QuotedContent
 from tasks.dataset.normalise import normalise
 
 SOFT_HYPHEN, INVISIBLE_TIMES, CYRILLIC_E, ZWSP = "\u00ad", "\u2062", "\u0435", "\u200b"
