@@ -17,7 +17,8 @@ from prefect.states import Completed
 from flows.run.completeness import INCOMPLETE
 from flows.run.outcome import kept
 from judges.blocks.plain_text import visible
-from judges.model.batch.broker import BatchOptions, close_batches, current_batches, open_batches
+from judges.model.batch.broker import BatchOptions
+from judges.model.batch.current import close_batches, current_batches, open_batches
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
 

@@ -16,7 +16,7 @@ from flows.run.chunk_kinds import GeneratedRowChunks, JudgedPairChunks, JudgedRo
 from flows.run.progress import ChunkTally, PhaseProgress
 from flows.run.stored_chunks import Persistence, Resumed, StoredChunks
 from flows.run.timeline import mark
-from judges.model.batch.broker import current_batches
+from judges.model.batch.current import current_batches
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
 from judges.rows import EvalRow

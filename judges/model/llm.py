@@ -17,7 +17,8 @@ from fractions import Fraction
 from pydantic import BaseModel
 
 import judges.model.litellm_door as door
-from judges.model.batch.broker import Endpoint, current_batches
+from judges.model.batch.current import current_batches
+from judges.model.batch.provider import Endpoint
 from judges.model.batch.requests import batch_body, batch_line, custom_id_of, who_asks
 from judges.model.budget import Budget, BudgetReached, current_budget
 from judges.model.in_flight import SentCall, send_within_limits

@@ -294,8 +294,9 @@ def test_a_schema_the_batch_refuses_is_dropped_and_the_call_asked_again(provider
 def test_a_steady_trickle_of_calls_is_still_submitted(provider):
     from concurrent.futures import wait
 
-    from judges.model.batch.broker import BatchBroker, BatchOptions, Endpoint
+    from judges.model.batch.broker import BatchBroker, BatchOptions
     from judges.model.batch.ledger import BatchLedger
+    from judges.model.batch.provider import Endpoint
     from judges.model.batch.requests import batch_line
 
     broker = BatchBroker(BatchOptions(gather_seconds=1.0, max_gather_seconds=1.5,
@@ -322,8 +323,9 @@ def test_the_sdk_clients_of_batch_calls_close_on_the_brokers_loop(provider, capl
     import logging
     from concurrent.futures import wait
 
-    from judges.model.batch.broker import BatchBroker, BatchOptions, Endpoint
+    from judges.model.batch.broker import BatchBroker, BatchOptions
     from judges.model.batch.ledger import BatchLedger
+    from judges.model.batch.provider import Endpoint
     from judges.model.batch.requests import batch_line
 
     broker = BatchBroker(BatchOptions(gather_seconds=0.1, first_poll_seconds=0.1),

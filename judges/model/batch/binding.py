@@ -26,6 +26,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from judges.model.batch.ledger import BatchRecord
+from judges.model.batch.provider import Delays, Endpoint, download, retrieve
 from judges.model.batch.requests import custom_id_of
 
 RUN_KEY = "judgeflow_run"
@@ -82,3 +84,19 @@ def stray_answers(answered: Iterable[str], requests: Mapping[str, dict]) -> str 
     if stray:
         return f"its output answers {len(stray)} request(s) it was not given ({stray[0]!r:.60})"
     return None
+
+
+async def problem_at_provider(record: BatchRecord, endpoint: Endpoint, run: str | None,
+                              delays: Delays) -> str | None:
+    """Why the provider's batch is not this run's; None, with its state taken, if it is."""
+    batch = await retrieve(endpoint, record.batch_id, delays)
+    problem = metadata_problem(batch, run, record.input_file_id, record.requests)
+    if problem is not None:
+        return problem
+    data = await download(endpoint, record.input_file_id, delays.first)
+    if data is None:
+        return "its input file could not be read back from the provider"
+    problem = input_problem(data, record.requests)
+    if problem is None:
+        record.observe(batch)  # its state is the provider's, never the ledger's
+    return problem

@@ -17,26 +17,20 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import gc
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import judges.model.litellm_door as door
-from judges.model.batch.binding import (
-    batch_metadata,
-    input_problem,
-    metadata_problem,
-    stray_answers,
-)
+from judges.model.batch import provider
+from judges.model.batch.binding import batch_metadata, problem_at_provider, stray_answers
 from judges.model.batch.ledger import REFUSED, BatchLedger, BatchRecord
-from judges.model.batch.requests import ENDPOINT, BatchAnswer, BatchLine, read_answers
-from judges.model.retry import status_of
+from judges.model.batch.provider import Endpoint, describe
+from judges.model.batch.requests import BatchAnswer, BatchLine, read_answers
 
 logger = logging.getLogger(__name__)
-SUBMIT_ATTEMPTS = 4
 # Each wait between polls is this much longer than the last (up to the cap): a batch's end is
 # noticed at most a quarter of its age late, with a few dozen polls for an hour's batch.
 POLL_GROWTH = 1.25
@@ -56,24 +50,6 @@ class BatchOptions:
     max_bytes: int = 190 * 1024 * 1024
 
 
-class Endpoint(NamedTuple):
-    """Where a batch goes; calls are batched together only for the same one."""
-
-    provider: str
-    model: str  # the litellm model string (the ledger's record of it)
-    model_name: str  # the name the provider knows (the body's "model")
-    api_base: str | None
-    api_key: str | None  # never written anywhere: the ledger keeps model and api_base only
-
-    def access(self) -> dict:
-        """The keyword arguments of litellm's files and batches calls for this endpoint."""
-        # The SDK's own retries off: a create retried blindly could submit a batch twice.
-        found = {"custom_llm_provider": self.provider, "api_key": self.api_key, "max_retries": 0}
-        if self.api_base:
-            found["api_base"] = self.api_base
-        return found
-
-
 @dataclass
 class _Gathering:
     lines: list[BatchLine] = field(default_factory=list)
@@ -88,6 +64,7 @@ class BatchBroker:
     def __init__(self, options: BatchOptions, ledger: BatchLedger,
                  on_progress: Callable[[str], None] | None = None):
         self.options = options
+        self._delays = provider.Delays(options.first_poll_seconds, options.max_poll_seconds)
         self.ledger = ledger
         self._say = on_progress or logger.info
         self._loop = asyncio.new_event_loop()
@@ -126,7 +103,7 @@ class BatchBroker:
             return
 
         async def cancel_all() -> None:
-            await _close_dropped_clients()
+            await provider.close_dropped_clients()
             # litellm's own workers (its logging queue) live on this loop too.
             others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in others:
@@ -144,21 +121,6 @@ class BatchBroker:
                 if not future.done():
                     future.set_result(BatchAnswer(None, "the run stopped waiting for its batch"))
         self._loop.close()
-
-    def progress(self) -> dict[str, int]:
-        """Requests submitted, and how many are in progress, completed and failed."""
-        counts = {"submitted": 0, "in_progress": 0, "completed": 0, "failed": 0}
-        for record in self.ledger.records:
-            if record.status == REFUSED:
-                continue
-            total = len(record.requests)
-            done = record.counts.get("completed", 0)
-            failed = record.counts.get("failed", 0)
-            counts["submitted"] += total
-            counts["completed"] += done
-            counts["failed"] += failed
-            counts["in_progress"] += 0 if record.finished else max(0, total - done - failed)
-        return counts
 
     # -- the broker's loop --
 
@@ -222,30 +184,16 @@ class BatchBroker:
                 future.set_result(answer if position == 0 else _unpaid(answer))
 
     async def _submit(self, endpoint: Endpoint, lines: list[BatchLine]) -> None:
-        llm = door.litellm()
         data = b"".join(line.data for line in lines)
-        delay = self.options.first_poll_seconds
-        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
-            try:
-                uploaded = await _at_provider(
-                    llm.acreate_file,
-                    file=("judgeflow-batch.jsonl", data), purpose="batch", **endpoint.access())
-                created = await _at_provider(
-                    llm.acreate_batch,
-                    completion_window="24h", endpoint=ENDPOINT, input_file_id=uploaded.id,
-                    metadata=batch_metadata(self.ledger.run, [line.custom_id for line in lines]),
-                    **endpoint.access())
-                break
-            except Exception as error:  # noqa: BLE001 - every request gets the reason
-                transient = door.is_transient(error)
-                if transient and attempt < SUBMIT_ATTEMPTS:
-                    await asyncio.sleep(delay)
-                    delay = min(self.options.max_poll_seconds, delay * 2)
-                    continue
-                reason = f"batch submission to {endpoint.model} failed: {_describe(error)}"
-                for line in lines:
-                    self._answer(line.custom_id, BatchAnswer(None, reason, retryable=transient))
-                return
+        metadata = batch_metadata(self.ledger.run, [line.custom_id for line in lines])
+        try:
+            uploaded, created = await provider.submit(endpoint, data, metadata, self._delays)
+        except Exception as error:  # noqa: BLE001 - every request gets the reason
+            reason = f"batch submission to {endpoint.model} failed: {describe(error)}"
+            for line in lines:
+                self._answer(line.custom_id, BatchAnswer(None, reason,
+                                                         retryable=door.is_transient(error)))
+            return
         record = BatchRecord(batch_id=created.id, model=endpoint.model,
                              api_base=endpoint.api_base, input_file_id=uploaded.id,
                              requests={line.custom_id: line.who for line in lines},
@@ -259,9 +207,9 @@ class BatchBroker:
     async def _check(self, record: BatchRecord, endpoint: Endpoint) -> None:
         """Watch a batch named by the ledger if the provider confirms it; else submit anew."""
         try:
-            problem = await self._problem_at_provider(record, endpoint)
+            problem = await problem_at_provider(record, endpoint, self.ledger.run, self._delays)
         except Exception as error:  # noqa: BLE001 - a batch that cannot be confirmed is refused
-            problem = f"it could not be read back from the provider ({_describe(error)})"
+            problem = f"it could not be read back from the provider ({describe(error)})"
         parked = self._checking.pop(record.batch_id, [])
         if problem is None:
             self._vouched.add(record.batch_id)
@@ -270,38 +218,6 @@ class BatchBroker:
         self._refuse(record, problem)
         for waiting_endpoint, line in parked:
             self._gather(waiting_endpoint, line)
-
-    async def _problem_at_provider(self, record: BatchRecord, endpoint: Endpoint) -> str | None:
-        """Why the provider's batch is not this run's; None, with its state taken, if it is."""
-        batch = await self._retrieve(record, endpoint)
-        problem = metadata_problem(batch, self.ledger.run, record.input_file_id, record.requests)
-        if problem is not None:
-            return problem
-        data = await self._download(record.input_file_id, endpoint)
-        if data is None:
-            return "its input file could not be read back from the provider"
-        problem = input_problem(data, record.requests)
-        if problem is None:
-            self._observe(record, batch)  # its state is the provider's, never the ledger's
-        return problem
-
-    async def _retrieve(self, record: BatchRecord, endpoint: Endpoint) -> Any:
-        def retrieve() -> Any:
-            return _at_provider(
-                door.litellm().aretrieve_batch,
-                batch_id=record.batch_id, **endpoint.access(),
-                litellm_metadata={"batch_ignore_default_logging": True})
-
-        delay = self.options.first_poll_seconds
-        for _ in range(SUBMIT_ATTEMPTS - 1):
-            try:
-                return await retrieve()
-            except Exception as error:
-                if not door.is_transient(error):
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(self.options.max_poll_seconds, delay * 2)
-        return await retrieve()
 
     def _refuse(self, record: BatchRecord, problem: str) -> None:
         # The id comes from the ledger, whoever wrote it: quoted and cut.
@@ -325,34 +241,29 @@ class BatchBroker:
             self._polling.discard(record.batch_id)
 
     async def _poll_until_answered(self, record: BatchRecord, endpoint: Endpoint) -> None:
-        llm = door.litellm()
         delay = self.options.first_poll_seconds
         while not record.finished:
             try:
-                # Without the flag litellm downloads a finished batch's files on every
-                # retrieve, in a background task, for its own logging.
-                batch = await _at_provider(
-                    llm.aretrieve_batch, batch_id=record.batch_id, **endpoint.access(),
-                    litellm_metadata={"batch_ignore_default_logging": True})
+                batch = await provider.retrieve_once(endpoint, record.batch_id)
             except Exception as error:  # noqa: BLE001 - a lost batch is asked again
                 if door.is_transient(error):
                     await asyncio.sleep(delay)
                     delay = min(self.options.max_poll_seconds, delay * 1.5)
                     continue
                 self._give_up(record, f"batch {record.batch_id} could not be read: "
-                                      f"{_describe(error)}")
+                                      f"{describe(error)}")
                 return
-            if self._observe(record, batch):
+            if record.observe(batch):
                 self.ledger.update(record)
-                totals = self.progress()
-                self._say(f"{_progress_line(record)} (all batches: {totals['submitted']} "
+                totals = self.ledger.progress()
+                self._say(f"{record.progress_line()} (all batches: {totals['submitted']} "
                           f"submitted, {totals['in_progress']} in progress, "
                           f"{totals['completed']} completed, {totals['failed']} failed)")
             if not record.finished:
                 await asyncio.sleep(delay)
                 delay = min(self.options.max_poll_seconds, delay * POLL_GROWTH)
-        output = await self._download(record.output_file_id, endpoint)
-        errors = await self._download(record.error_file_id, endpoint)
+        output = await self._download_file(record.output_file_id, endpoint)
+        errors = await self._download_file(record.error_file_id, endpoint)
         answers = read_answers(output, errors)
         stray = stray_answers(answers, record.requests)
         if stray is not None:
@@ -363,67 +274,14 @@ class BatchBroker:
         for custom_id in record.requests:
             self._answer(custom_id, answers.get(custom_id, missing))
 
-    def _observe(self, record: BatchRecord, batch: Any) -> bool:
-        """Take the batch's state into the record; whether anything changed."""
-        counts = getattr(batch, "request_counts", None)
-        seen = {
-            "status": str(getattr(batch, "status", None) or record.status),
-            "output_file_id": getattr(batch, "output_file_id", None),
-            "error_file_id": getattr(batch, "error_file_id", None),
-            "counts": {name: int(getattr(counts, name, 0) or 0)
-                       for name in ("total", "completed", "failed")} if counts else {},
-        }
-        changed = any(getattr(record, name) != value for name, value in seen.items())
-        for name, value in seen.items():
-            setattr(record, name, value)
-        return changed
+    async def _download_file(self, file_id: str | None, endpoint: Endpoint) -> bytes | None:
+        return await provider.download(endpoint, file_id, self.options.first_poll_seconds)
 
     def _give_up(self, record: BatchRecord, reason: str) -> None:
         record.status = "failed"
         self.ledger.update(record)
         for custom_id in record.requests:
             self._answer(custom_id, BatchAnswer(None, reason))
-
-    async def _download(self, file_id: str | None, endpoint: Endpoint) -> bytes | None:
-        if not file_id:
-            return None
-        delay = self.options.first_poll_seconds
-        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
-            try:
-                content = await _at_provider(door.litellm().afile_content, file_id=file_id,
-                                             **endpoint.access())
-                return bytes(content.content)
-            except Exception as error:  # noqa: BLE001 - its requests are asked again
-                if not door.is_transient(error) or attempt == SUBMIT_ATTEMPTS:
-                    logger.warning("batch file %s unreadable (%s): its requests are asked again",
-                                   file_id, _describe(error))
-                    return None
-                await asyncio.sleep(delay)
-                delay *= 2
-        return None
-
-
-async def _at_provider(call: Callable[..., Any], **kwargs: Any) -> Any:
-    """One litellm files or batches call; the SDK client it built is closed on this loop."""
-    try:
-        return await call(**kwargs)
-    finally:
-        # litellm builds an OpenAI SDK client for every files and batches call and drops it in
-        # a reference cycle. Freed later by another thread's collection, it schedules its close
-        # on that thread's running loop, where its connections (this loop's) raise "Event loop
-        # is closed": ~140 lines of tracebacks after a run. Collected now, it closes here. The
-        # young generations only (well under a millisecond; a full collection of a run's heap
-        # took 0.9-3.6 s on the 2-core machine): a client already promoted waits for `close`.
-        gc.collect(1)
-
-
-async def _close_dropped_clients() -> None:
-    """Let the SDK clients dropped on this loop finish closing (before the loop stops)."""
-    gc.collect()  # once per run: whatever the young collections left
-    closing = [t for t in asyncio.all_tasks()
-               if getattr(t.get_coro(), "__qualname__", "").endswith(".aclose")]
-    if closing:
-        await asyncio.wait(closing, timeout=5)
 
 
 def _unpaid(answer: BatchAnswer) -> BatchAnswer:
@@ -432,42 +290,3 @@ def _unpaid(answer: BatchAnswer) -> BatchAnswer:
         return answer
     return answer._replace(completion=answer.completion._replace(
         cost_usd=0.0, input_tokens=0, output_tokens=0, cached_input_tokens=0))
-
-
-def _progress_line(record: BatchRecord) -> str:
-    counts = record.counts
-    return (f"batch {record.batch_id}: {record.status}, {counts.get('completed', 0)} of "
-            f"{counts.get('total', len(record.requests))} completed, "
-            f"{counts.get('failed', 0)} failed")
-
-
-def _describe(error: BaseException) -> str:
-    status = status_of(error)
-    text = " ".join(str(error).split())[:200]
-    return f"HTTP {status}: {text}" if status else f"{type(error).__name__}: {text}"
-
-
-_current: BatchBroker | None = None
-
-
-def open_batches(options: BatchOptions | None, store: Any,
-                 on_progress: Callable[[str], None] | None = None) -> BatchBroker | None:
-    """Start this process's broker for a run in batch mode (None: online), with its ledger."""
-    global _current
-    close_batches()
-    _current = (None if options is None
-                else BatchBroker(options, BatchLedger(store), on_progress))
-    return _current
-
-
-def close_batches() -> None:
-    """Stop the running broker, if any."""
-    global _current
-    if _current is not None:
-        _current.close()
-        _current = None
-
-
-def current_batches() -> BatchBroker | None:
-    """The running run's broker, if it judges through batches."""
-    return _current

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -52,6 +52,28 @@ class BatchRecord(BaseModel):
     def finished(self) -> bool:
         """The batch has ended: its answers are all there is."""
         return self.status in TERMINAL
+
+    def observe(self, batch: Any) -> bool:
+        """Take the provider's state of the batch into the record; whether anything changed."""
+        counts = getattr(batch, "request_counts", None)
+        seen = {
+            "status": str(getattr(batch, "status", None) or self.status),
+            "output_file_id": getattr(batch, "output_file_id", None),
+            "error_file_id": getattr(batch, "error_file_id", None),
+            "counts": {name: int(getattr(counts, name, 0) or 0)
+                       for name in ("total", "completed", "failed")} if counts else {},
+        }
+        changed = any(getattr(self, name) != value for name, value in seen.items())
+        for name, value in seen.items():
+            setattr(self, name, value)
+        return changed
+
+    def progress_line(self) -> str:
+        """Its status and counts, as the console shows them."""
+        counts = self.counts
+        return (f"batch {self.batch_id}: {self.status}, {counts.get('completed', 0)} of "
+                f"{counts.get('total', len(self.requests))} completed, "
+                f"{counts.get('failed', 0)} failed")
 
 
 class BatchLedger:
@@ -103,6 +125,21 @@ class BatchLedger:
                     del self._by_request[custom_id]
             record.status = REFUSED
         self._save(position, record)
+
+    def progress(self) -> dict[str, int]:
+        """Requests submitted, and how many are in progress, completed and failed."""
+        counts = {"submitted": 0, "in_progress": 0, "completed": 0, "failed": 0}
+        for record in self.records:
+            if record.status == REFUSED:
+                continue
+            total = len(record.requests)
+            done = record.counts.get("completed", 0)
+            failed = record.counts.get("failed", 0)
+            counts["submitted"] += total
+            counts["completed"] += done
+            counts["failed"] += failed
+            counts["in_progress"] += 0 if record.finished else max(0, total - done - failed)
+        return counts
 
     def batch_of(self, custom_id: str) -> BatchRecord | None:
         """The batch this request was submitted in, if any."""
