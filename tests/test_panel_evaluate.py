@@ -1,0 +1,193 @@
+"""A panel of three loopback judges through `judgeflow evaluate`, checked against what the
+server was asked and answered.
+
+One member is honest, one is biased to pass everything, one fails (HTTP 500) on every fourth
+row. Every published number (each row's verdict, each member's rate and counts, pairwise
+agreement, Fleiss' kappa, the one-vote share, the cost per model) is recomputed here from the
+server's own log of requests and replies, never from what judgeflow computed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+from fractions import Fraction
+from itertools import combinations
+
+import pytest
+from typer.testing import CliRunner
+
+import flows.evaluate  # noqa: F401 - binds Prefect's log handler outside CliRunner (test_cli.py)
+from flows.cli import app
+from tests.fake_llm import Reply, prompt_text
+
+runner = CliRunner()
+MODELS = ("planted-honest", "planted-biased", "planted-failing")
+PANEL = ",".join(f"openai/{m}" for m in MODELS)
+PRICE = (Fraction("0.15"), Fraction("0.6"))  # USD per million input and output tokens
+ROWS = 12
+PREFIX = "response/llm_judged/safety"
+_ROW = re.compile(r"zq(\d+)qz")
+
+
+def truth(row: int) -> str:
+    return "no" if row % 3 == 0 else "yes"
+
+
+class Panel:
+    """The three members on one server; every request and its answer is logged."""
+
+    def __init__(self) -> None:
+        self.log: list[dict] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict) -> Reply:
+        model, text = body["model"], prompt_text(body)
+        row = int(_ROW.search(text).group(1))
+        prompt, completion = 30 + len(text) % 41 + 7 * MODELS.index(model), 4 + row % 5
+        if model == "planted-failing" and row % 4 == 0:
+            reply, rating = Reply(status=500, content="member down"), None
+        else:
+            rating = "yes" if model == "planted-biased" else truth(row)
+            reply = Reply(json.dumps({"rationale": f"{model} says {rating} <b>", "rating": rating}))
+        with self._lock:
+            self.log.append({"model": model, "row": row, "rating": rating,
+                             "prompt": prompt, "completion": completion})
+        return dataclasses.replace(reply, prompt_tokens=prompt, completion_tokens=completion)
+
+    def votes(self) -> list[tuple[str | None, ...]]:
+        """Rows × members: each member's answer as the server gave it (None: a 500)."""
+        by = {(e["model"], e["row"]): e["rating"] for e in self.log}
+        assert len(by) == len(self.log) == ROWS * len(MODELS)  # one request each, no retry
+        return [tuple(by[(m, row)] for m in MODELS) for row in range(ROWS)]
+
+    def cost(self, model: str) -> Fraction:
+        return sum((e["prompt"] * PRICE[0] + e["completion"] * PRICE[1]) / 10**6
+                   for e in self.log if e["model"] == model and e["rating"] is not None)
+
+
+def brute_verdict(votes: tuple[str | None, ...]) -> str | None:
+    """The majority of the members that answered; a tie or fewer than 2 answers: none."""
+    yes, no = votes.count("yes"), votes.count("no")
+    if yes + no < 2 or yes == no:
+        return None
+    return "yes" if yes > no else "no"
+
+
+def fleiss(rows: list[tuple[str, ...]]) -> float:
+    """Fleiss' kappa from its definition, with exact fractions."""
+    n, raters = len(rows), len(rows[0])
+    per_row = [Fraction(sum(r.count(c) ** 2 for c in ("yes", "no")) - raters,
+                        raters * (raters - 1)) for r in rows]
+    shares = [Fraction(sum(r.count(c) for r in rows), n * raters) for c in ("yes", "no")]
+    chance = sum(p * p for p in shares)
+    return float((sum(per_row) / n - chance) / (1 - chance))
+
+
+def _evaluate(tmp_path, run_id: str, *extra: str):
+    rows = [{"request_id": f"r{i}", "request": f"question {i}", "response": f"answer zq{i}qz"}
+            for i in range(ROWS)]
+    data = tmp_path / "set.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return runner.invoke(app, [
+        "evaluate", str(data), "--output", str(tmp_path / "out"), "--suite", "s", "--run-id",
+        run_id, "--judge-model", PANEL, "--api-base", extra[0], "--judges", "safety",
+        "--max-attempts", "1", "--no-cache", "--price-per-mtok", "0.15,0.6", *extra[1:]])
+
+
+def _read(tmp_path, run_id: str, name: str):
+    path = tmp_path / "out" / "s" / run_id / name
+    if name.endswith(".jsonl"):
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    return json.loads(path.read_text())
+
+
+def test_a_panel_s_verdicts_and_figures_equal_a_recomputation_from_the_server(fake_llm,
+                                                                              tmp_path):
+    panel = Panel()
+    fake_llm.script = panel
+    # Row errors (the tied row 0): 1 of 12, under 10%; member 3's: 3 of 12, above it.
+    result = _evaluate(tmp_path, "p", fake_llm.api_base, "--max-error-share", "0.1")
+    votes = panel.votes()
+
+    # every row's verdict is the brute-force majority; a tie the failure left is an error
+    results = sorted(_read(tmp_path, "p", "results.jsonl"), key=lambda r: int(r["request_id"][1:]))
+    expected = [brute_verdict(v) for v in votes]
+    assert [r[f"{PREFIX}/rating"] for r in results] == expected
+    assert expected[0] is None and votes[0] == ("no", "yes", None)  # tied: never a pass
+    assert "tied" in results[0][f"{PREFIX}/error_message"]
+    for row, record in zip(votes, results, strict=True):
+        for number, (model, vote) in enumerate(zip(MODELS, row, strict=True), start=1):
+            assert record[f"{PREFIX}/panel/{number}/model"] == f"openai/{model}"
+            assert record[f"{PREFIX}/panel/{number}/rating"] == vote
+            assert (record[f"{PREFIX}/panel/{number}/error_message"] is None) == (vote is not None)
+
+    metrics = _read(tmp_path, "p", "metrics.json")
+    for number in range(1, len(MODELS) + 1):
+        answers = [v[number - 1] for v in votes if v[number - 1] is not None]
+        base = f"{PREFIX}/panel/{number}"
+        assert metrics[f"{base}/rate"] == answers.count("yes") / len(answers)
+        assert metrics[f"{base}/rated_count"] == len(answers)
+        assert metrics[f"{base}/error_count"] == ROWS - len(answers)
+    for i, j in combinations(range(1, len(MODELS) + 1), 2):
+        both = [(v[i - 1], v[j - 1]) for v in votes if None not in (v[i - 1], v[j - 1])]
+        assert metrics[f"{PREFIX}/panel/{i}-{j}/agreement"] == (
+            sum(x == y for x, y in both) / len(both))
+        assert metrics[f"{PREFIX}/panel/{i}-{j}/agreement_count"] == len(both)
+    complete = [v for v in votes if None not in v]
+    assert metrics[f"{PREFIX}/panel/fleiss_kappa"] == pytest.approx(fleiss(complete), abs=1e-12)
+    assert metrics[f"{PREFIX}/panel/fleiss_kappa_count"] == len(complete) == 9
+    low, high = (metrics[f"{PREFIX}/panel/fleiss_kappa_{e}"] for e in ("lower", "upper"))
+    assert low <= metrics[f"{PREFIX}/panel/fleiss_kappa"] <= high
+    decided = [v for v in votes if brute_verdict(v) is not None]
+    one_vote = [v for v in decided if abs(v.count("yes") - v.count("no")) == 1]
+    assert metrics[f"{PREFIX}/panel/one_vote_share"] == len(one_vote) / len(decided)
+    assert metrics[f"{PREFIX}/rating/average"] == (
+        sum(brute_verdict(v) == "yes" for v in decided) / len(decided))
+
+    # the cost ledger per model, exact from the tokens the server sent
+    ledger = _read(tmp_path, "p", "manifest.json")["ledger"]
+    for model in MODELS:
+        exact = float(panel.cost(f"{model}"))
+        assert metrics[f"cost/model/openai/{model}/usd"] == pytest.approx(exact, rel=1e-12)
+        assert ledger["models"][f"openai/{model}"]["cost_usd"] == pytest.approx(exact, rel=1e-12)
+        assert metrics[f"cost/model/openai/{model}/calls"] == sum(
+            e["model"] == model and e["rating"] is not None for e in panel.log)
+    assert metrics["cost/usd"] == pytest.approx(float(sum(panel.cost(m) for m in MODELS)),
+                                                rel=1e-12)
+    # each member's call in the audit log, with its model
+    calls = _read(tmp_path, "p", "calls.jsonl")
+    assert sorted(c["model"] for c in calls) == sorted(f"openai/{m}" for m in MODELS * ROWS)
+
+    # each member's verdict in the report's drill-down, its rationale escaped
+    report = (tmp_path / "out" / "s" / "p" / "report.html").read_text()
+    assert "member 3 (openai/planted-failing)" in report
+    assert "planted-honest says no &lt;b&gt;" in report
+    assert "says no <b>" not in report
+
+    # the failing member alone makes the run incomplete: exit 3 and the manifest say why
+    assert result.exit_code == 3, result.output
+    manifest = _read(tmp_path, "p", "manifest.json")
+    assert manifest["status"] == "incomplete"
+    assert [r.split(" (judge")[0] for r in manifest["incomplete_reasons"]] == [
+        "safety panel member 3: 3 of 12 panel votes failed"]
+    assert "openai/planted-failing" in manifest["incomplete_reasons"][0]
+    assert [m["model"] for m in manifest["judge"]["members"]] == [f"openai/{m}" for m in MODELS]
+
+
+def test_one_judge_model_publishes_no_panel_names(fake_llm, tmp_path):
+    fake_llm.script = lambda body: Reply('{"rationale": "fine", "rating": "yes"}')
+    rows = tmp_path / "set.jsonl"
+    rows.write_text(json.dumps({"request_id": "a", "request": "q", "response": "r"}) + "\n")
+    result = runner.invoke(app, [
+        "evaluate", str(rows), "--output", str(tmp_path / "out"), "--suite", "s", "--run-id",
+        "one", "--judge-model", "openai/planted", "--api-base", fake_llm.api_base, "--judges",
+        "safety", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    published = [*_read(tmp_path, "one", "metrics.json"), *_read(tmp_path, "one",
+                                                                 "results.jsonl")[0]]
+    assert not [name for name in published if "/panel/" in name or "cost/model/" in name]
+    manifest = _read(tmp_path, "one", "manifest.json")
+    assert "members" not in manifest["judge"] and "models" not in manifest["ledger"]
