@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 import flows.evaluate  # noqa: F401 - binds Prefect's log handler outside CliRunner (test_cli.py)
 from flows.cli import app
+from tests.fake_batch import FakeBatchServer
 from tests.fake_llm import Reply, prompt_text
 
 runner = CliRunner()
@@ -191,3 +192,43 @@ def test_one_judge_model_publishes_no_panel_names(fake_llm, tmp_path):
     assert not [name for name in published if "/panel/" in name or "cost/model/" in name]
     manifest = _read(tmp_path, "one", "manifest.json")
     assert "members" not in manifest["judge"] and "models" not in manifest["ledger"]
+
+
+@pytest.fixture
+def batch_provider():
+    server = FakeBatchServer(Panel())
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_a_panel_in_batch_mode_gives_the_online_verdicts_and_figures(batch_provider, tmp_path):
+    online_panel, batch_panel = Panel(), Panel()
+    batch_provider.reset(online_panel)
+    online = _evaluate(tmp_path, "online", batch_provider.api_base, "--max-error-share", "0.3")
+    assert online.exit_code == 0, online.output
+    batch_provider.reset(batch_panel)
+    batch = _evaluate(tmp_path, "batch", batch_provider.api_base, "--max-error-share", "0.3",
+                      "--batch")
+    assert batch.exit_code == 0, batch.output
+    assert batch_provider.requests == [], "a batch run made an online call"
+    # every member's request went through the batches, once
+    assert sorted(b["model"] for b in batch_provider.batch_requests) == sorted(MODELS * ROWS)
+    assert batch_panel.votes() == online_panel.votes()
+
+    def judged(run_id: str) -> tuple[dict, list[dict]]:
+        metrics = {k: v for k, v in _read(tmp_path, run_id, "metrics.json").items()
+                   if not k.startswith("cost/")}
+        records = sorted(_read(tmp_path, run_id, "results.jsonl"), key=lambda r: r["request_id"])
+        # the failures' wording differs (a batch's error line, an HTTP error): not compared
+        return metrics, [{k: v for k, v in r.items()
+                          if k.startswith(PREFIX) and "error_message" not in k} for r in records]
+
+    assert judged("batch") == judged("online")
+    assert _read(tmp_path, "batch", "metrics.json")[f"{PREFIX}/panel/3/error_count"] == 3
+    # batch prices: half of each member's online price
+    online_cost, batch_cost = (_read(tmp_path, r, "metrics.json") for r in ("online", "batch"))
+    for model in MODELS:
+        name = f"cost/model/openai/{model}/usd"
+        assert online_cost[name] == pytest.approx(float(online_panel.cost(model)), rel=1e-12)
+        assert batch_cost[name] == pytest.approx(float(batch_panel.cost(model)) / 2, rel=1e-12)
