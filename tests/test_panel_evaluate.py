@@ -232,3 +232,64 @@ def test_a_panel_in_batch_mode_gives_the_online_verdicts_and_figures(batch_provi
         name = f"cost/model/openai/{model}/usd"
         assert online_cost[name] == pytest.approx(float(online_panel.cost(model)), rel=1e-12)
         assert batch_cost[name] == pytest.approx(float(batch_panel.cost(model)) / 2, rel=1e-12)
+
+
+CHUNK_PREFIX = "retrieval/llm_judged/chunk_relevance"
+_CHUNK = re.compile(r"ck(\d)kc")
+
+
+class ChunkPanel(Panel):
+    """Per chunk: honest says yes on (row + chunk) even, biased always yes, failing 500s on
+    chunk 1 of every third row."""
+
+    def __call__(self, body: dict) -> Reply:
+        model, text = body["model"], prompt_text(body)
+        row, chunk = int(_ROW.search(text).group(1)), int(_CHUNK.search(text).group(1))
+        if model == "planted-failing" and row % 3 == 0 and chunk == 1:
+            reply, rating = Reply(status=500, content="member down"), None
+        else:
+            rating = "yes" if model == "planted-biased" or (row + chunk) % 2 == 0 else "no"
+            reply = Reply(json.dumps({"rationale": f"{model}: {rating}", "rating": rating}))
+        with self._lock:
+            self.log.append({"model": model, "row": row, "chunk": chunk, "rating": rating})
+        return reply
+
+
+def test_each_chunk_of_a_per_chunk_judge_is_the_panel_s_vote(fake_llm, tmp_path):
+    panel = ChunkPanel()
+    fake_llm.script = panel
+    rows = [{"request_id": f"r{i}", "request": f"question zq{i}qz", "response": f"answer {i}",
+             "retrieved_context": [{"doc_uri": f"d{i}-{k}", "content": f"text ck{k}kc"}
+                                   for k in range(2)]} for i in range(6)]
+    data = tmp_path / "set.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, [
+        "evaluate", str(data), "--output", str(tmp_path / "out"), "--suite", "s", "--run-id",
+        "c", "--judge-model", PANEL, "--api-base", fake_llm.api_base, "--judges",
+        "chunk_relevance", "--max-attempts", "1", "--no-cache", "--max-error-share", "0.5"])
+    assert result.exit_code == 0, result.output
+    asked = {(e["model"], e["row"], e["chunk"]): e["rating"] for e in panel.log}
+    assert len(asked) == len(panel.log) == 6 * 2 * 3
+    ballots = {(i, k): tuple(asked[(m, i, k)] for m in MODELS) for i in range(6) for k in range(2)}
+    records = {r["request_id"]: r for r in _read(tmp_path, "c", "results.jsonl")}
+    for i in range(6):
+        record = records[f"r{i}"]
+        verdicts = [brute_verdict(ballots[(i, k)]) for k in range(2)]
+        assert record[f"{CHUNK_PREFIX}/ratings"] == verdicts
+        for number, model in enumerate(MODELS, start=1):
+            assert record[f"{CHUNK_PREFIX}/panel/{number}/model"] == f"openai/{model}"
+            assert record[f"{CHUNK_PREFIX}/panel/{number}/ratings"] == [
+                ballots[(i, k)][number - 1] for k in range(2)]
+        # a chunk the failing member left tied leaves the row without a precision
+        expected = None if None in verdicts else verdicts.count("yes") / 2
+        assert record[f"{CHUNK_PREFIX}/precision"] == expected
+    metrics = _read(tmp_path, "c", "metrics.json")
+    votes = list(ballots.values())
+    for number in range(1, 4):
+        answers = [v[number - 1] for v in votes if v[number - 1] is not None]
+        assert metrics[f"{CHUNK_PREFIX}/panel/{number}/rate"] == answers.count("yes") / len(
+            answers)
+        assert metrics[f"{CHUNK_PREFIX}/panel/{number}/error_count"] == len(votes) - len(answers)
+    complete = [v for v in votes if None not in v]
+    assert metrics[f"{CHUNK_PREFIX}/panel/fleiss_kappa"] == pytest.approx(fleiss(complete),
+                                                                          abs=1e-12)
