@@ -738,14 +738,14 @@ def panel_declaration(name: str, judges: Mapping[str, JudgeSpec]) -> Declared | 
     if pair := _PANEL_PAIR.match(rest):
         if pair.group(3) == "agreement_count":
             return _count(name, prefix, spec.name, True)
-        return Declared(name, "panel", prefix, spec.name, f"{name}_count", None, "none", True,
-                        share=True)
+        return Declared(name, "panel", prefix, spec.name, f"{name}_count", None, "higher",
+                        True, share=True)
     if rest in (PANEL_KAPPA, f"{PANEL_KAPPA}_lower", f"{PANEL_KAPPA}_upper"):
         return Declared(name, "panel", prefix, spec.name, f"{base}/{PANEL_KAPPA}_count", None,
-                        "none", True)
-    if rest == PANEL_ONE_VOTE:
+                        "higher", True)
+    if rest == PANEL_ONE_VOTE:  # the fewer verdicts rest on one vote, the better
         return Declared(name, "panel", prefix, spec.name, f"{base}/decided_count", None,
-                        "none", True, share=True)
+                        "lower", True, share=True)
     if rest in (f"{PANEL_KAPPA}_count", "one_vote_count", "decided_count"):
         return _count(name, prefix, spec.name, True)
     return None

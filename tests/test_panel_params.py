@@ -126,3 +126,29 @@ def test_a_panel_is_refused_for_head_to_head_pairs_in_one_sentence(fake_llm, tmp
     assert result.exit_code == 2, result.output
     assert "does not judge head-to-head pairs yet: name one --judge-model" in result.output
     assert "Traceback" not in result.output and fake_llm.requests == []
+
+
+def test_every_panel_figure_is_declared_and_read_back_from_a_published_run():
+    from judges.builtin import BUILTIN_JUDGES
+    from judges.catalogue import Registry
+    from judges.panel.agreement import panel_stats
+    from judges.result_names import panel_metrics
+
+    spec = BUILTIN_JUDGES["safety"]
+    members = ("openai/a", "openai/b", "openai/c")
+    votes = [("yes", "yes", None), ("no", "yes", "no"), ("yes", "no", "yes"), ("no", "no", "no")]
+    names = panel_metrics(spec.prefix, members, panel_stats(votes, members, resamples=50))
+    registry = Registry.of([spec])
+    published = Registry.from_published(registry.published(names))
+    for name in names:
+        entry, read = registry.entry(name), published.entry(name)
+        assert entry is not None and entry.judge == spec.prefix and entry.llm, name
+        assert read == entry, name
+        for count in (entry.rated, entry.errors):
+            assert count is None or count in names, (name, count)
+    member = registry.entry(f"{spec.prefix}/panel/3/rate")
+    assert (member.kind, member.unit, member.errors) == (
+        "panel", "panel votes", f"{spec.prefix}/panel/3/error_count")
+    assert names[f"{spec.prefix}/panel/3/error_count"] == 1
+    assert registry.entry(f"{spec.prefix}/panel/one_vote_share").direction == "lower"
+    assert registry.entry("response/llm_judged/nosuch/panel/1/rate") is None
