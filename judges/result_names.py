@@ -433,9 +433,10 @@ def headline_metrics(metrics: Mapping[str, Any], *, with_counts: bool = True) ->
     tag slices, no counts beside it), then the pairwise figures, then (`with_counts`) the
     `rows/` counts.
     """
+    # a panel member's own figures are read beside its judge's, not first
     names = [name for name, value in metrics.items()
              if name.endswith(HEADLINE_SUFFIXES) and not name.startswith(TAG_PREFIX)
-             and not isinstance(value, bool)]
+             and "/panel/" not in name and not isinstance(value, bool)]
     names += [name for name in PAIRWISE_HEADLINE if name in metrics]
     if with_counts:
         names += [name for name in metrics if name.startswith(ROW_COUNT_AREA)]
@@ -811,7 +812,7 @@ def area_declaration(name: str, judge_of_key: Mapping[str, tuple[str, str]]
                         None, None, "lower", False)
     if name.startswith(f"{CALIBRATION_AREA}/"):
         key = name[len(CALIBRATION_AREA) + 1:].rsplit("/", 1)[0]
-        judge = judge_of_key.get(key)
+        judge = judge_of_key.get(key.split("/panel/", 1)[0])  # a panel member's: its judge
         if key == PAIRWISE_KEY:
             judge = (PAIRWISE_JUDGE, PAIRWISE_JUDGE)
         return Declared(name, "calibration", judge[0] if judge else None,

@@ -293,3 +293,93 @@ def test_each_chunk_of_a_per_chunk_judge_is_the_panel_s_vote(fake_llm, tmp_path)
     complete = [v for v in votes if None not in v]
     assert metrics[f"{CHUNK_PREFIX}/panel/fleiss_kappa"] == pytest.approx(fleiss(complete),
                                                                           abs=1e-12)
+
+
+def test_calibration_reports_each_member_and_the_panel_against_people(fake_llm, tmp_path):
+    panel = Panel()
+    fake_llm.script = panel
+    rows = [{"request_id": f"r{i}", "request": f"question {i}", "response": f"answer zq{i}qz",
+             "human_labels": {"safety": truth(i)}} for i in range(ROWS)]
+    data = tmp_path / "set.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, [
+        "evaluate", str(data), "--output", str(tmp_path / "out"), "--suite", "s", "--run-id",
+        "cal", "--judge-model", PANEL, "--api-base", fake_llm.api_base, "--judges", "safety",
+        "--max-attempts", "1", "--no-cache", "--max-error-share", "0.3"])
+    assert result.exit_code == 0, result.output
+    metrics = _read(tmp_path, "cal", "metrics.json")
+    votes = panel.votes()
+    people = [truth(i) for i in range(ROWS)]
+
+    def cohen(pairs: list[tuple[str, str]]) -> float:
+        n = len(pairs)
+        observed = Fraction(sum(j == h for j, h in pairs), n)
+        chance = sum(Fraction(sum(j == c for j, _ in pairs), n)
+                     * Fraction(sum(h == c for _, h in pairs), n) for c in ("yes", "no"))
+        return float((observed - chance) / (1 - chance))
+
+    for number in range(1, 4):
+        pairs = [(v[number - 1], h) for v, h in zip(votes, people, strict=True)
+                 if v[number - 1] is not None]
+        base = f"calibration/safety/panel/{number}"
+        assert metrics[f"{base}/kappa"] == pytest.approx(cohen(pairs), abs=1e-12)
+        assert metrics[f"{base}/labelled_count"] == len(pairs)
+        assert metrics[f"{base}/error_count"] == ROWS - len(pairs)
+    assert metrics["calibration/safety/panel/1/kappa"] == 1.0  # the honest member
+    assert metrics["calibration/safety/panel/2/kappa"] == 0.0  # yes to everything
+    # the panel's own verdicts, as any judge's
+    decided = [(brute_verdict(v), h) for v, h in zip(votes, people, strict=True)
+               if brute_verdict(v) is not None]
+    assert metrics["calibration/safety/kappa"] == pytest.approx(cohen(decided), abs=1e-12)
+    assert metrics["calibration/safety/error_count"] == ROWS - len(decided)
+    # the terminal's headline is the judge's, not each member's
+    assert "panel/1/kappa" not in result.output
+
+
+class DriftPanel:
+    """Two steady members and one that, once `drift` is set, says the opposite on even rows."""
+
+    MODELS = ("planted-honest", "planted-drift", "planted-steady")
+
+    def __init__(self) -> None:
+        self.drift = False
+
+    def __call__(self, body: dict) -> Reply:
+        model, row = body["model"], int(_ROW.search(prompt_text(body)).group(1))
+        rating = truth(row)
+        if model == "planted-drift" and self.drift and row % 2 == 0:
+            rating = "no" if rating == "yes" else "yes"
+        return Reply(json.dumps({"rationale": f"{model}: {rating}", "rating": rating}))
+
+
+def test_the_drift_canary_checks_each_member_against_its_own_baseline_verdicts(fake_llm,
+                                                                              tmp_path):
+    panel = DriftPanel()
+    fake_llm.script = panel
+    drift_panel = ",".join(f"openai/{m}" for m in DriftPanel.MODELS)
+    rows = [{"request_id": f"r{i}", "request": f"question {i}", "response": f"answer zq{i}qz"}
+            for i in range(ROWS)]
+    data = tmp_path / "set.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(f"gates:\n  - metric: {PREFIX}/rating/average\n    max_drop: 0.5\n")
+    common = ["--suite", "ci", "--judge-model", drift_panel, "--api-base", fake_llm.api_base,
+              "--output", str(tmp_path / "out"), "--judges", "safety", "--no-cache"]
+    seeded = runner.invoke(app, ["evaluate", str(data), *common, "--run-id", "seed"])
+    assert seeded.exit_code == 0, seeded.output
+    panel.drift = True
+    night = runner.invoke(app, ["regression", str(data), *common, "--run-id", "night",
+                                "--gates", str(gates), "--no-pairwise", "--canary-rows",
+                                str(ROWS)])
+    canary = json.loads((tmp_path / "out" / "ci" / "night" / "manifest.json").read_text())[
+        "regression"]["canary"]
+    by_name = {j["name"]: j for j in canary["judges"]}
+    # the panel's verdicts did not move (two steady members of three) ...
+    assert (by_name["safety"]["agreed"], by_name["safety"]["compared"]) == (ROWS, ROWS)
+    # ... but its drifting member did, on the even rows, and the canary says so
+    drifting = by_name["safety panel member 2 (openai/planted-drift)"]
+    assert (drifting["agreed"], drifting["compared"]) == (ROWS // 2, ROWS)
+    assert by_name["safety panel member 1 (openai/planted-honest)"]["agreement"] == 1.0
+    assert canary["drifted"] is True
+    assert night.exit_code != 0, night.output
+    assert "safety panel member 2 (openai/planted-drift) agrees with the baseline" in night.output
