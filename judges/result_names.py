@@ -624,6 +624,11 @@ def calibration_row_fields(disagreements: Mapping[str, bool | None]) -> dict[str
     return {disagrees_name(key): value for key, value in disagreements.items()}
 
 
+def member_key(key: str, member: int) -> str:
+    """A panel member's calibration key beside its judge's: `{key}/panel/{n}`."""
+    return f"{key}/panel/{member}"
+
+
 def calibration_stats(key: str, stats: Mapping[str, Any]) -> dict[str, Any]:
     """One judge's calibration statistics under `calibration/{key}/`."""
     return {stat_name(key, stat): value for stat, value in stats.items()}

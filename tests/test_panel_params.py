@@ -152,3 +152,33 @@ def test_every_panel_figure_is_declared_and_read_back_from_a_published_run():
     assert names[f"{spec.prefix}/panel/3/error_count"] == 1
     assert registry.entry(f"{spec.prefix}/panel/one_vote_share").direction == "lower"
     assert registry.entry("response/llm_judged/nosuch/panel/1/rate") is None
+
+
+def test_a_stored_chunk_keeps_each_member_s_verdict_and_spend():
+    """A resumed or sharded run publishes the members' verdicts and costs it stored."""
+    from judges.builtin import BUILTIN_JUDGES
+    from judges.model.usage import Spend, Usage
+    from judges.plan import JudgePlan
+    from judges.results import JudgeResult, RowResult, Verdict
+    from tasks.dataset.normalise import normalise
+    from tasks.storage.row_codec import (
+        decode_row_result,
+        decode_usage,
+        encode_row_result,
+        encode_usage,
+    )
+
+    spec = BUILTIN_JUDGES["safety"]
+    plan = JudgePlan((spec,), (), ())
+    row = normalise(0, {"request": "q", "response": "a"}, "r")
+    ballot = (Verdict("yes", "fine", model="openai/a"), Verdict(error="HTTP 500", model="openai/b"),
+              Verdict("yes", "ok", model="openai/c"))
+    result = RowResult(row, (JudgeResult(spec, Verdict("yes", "fine"), samples=("yes",),
+                                         ballots=(ballot,)),), ())
+    stored = json.loads(json.dumps(encode_row_result(result)))
+    assert decode_row_result(stored, plan, row).judges[0].ballots == (ballot,)
+    one = RowResult(row, (JudgeResult(spec, Verdict("yes", "fine"), samples=("yes",)),), ())
+    assert "ballots" not in json.dumps(encode_row_result(one))  # one model: as it was stored
+    usage = Usage(calls=2, by_model={"openai/a": Spend(calls=2, cost_usd=0.5)})
+    assert decode_usage(json.loads(json.dumps(encode_usage(usage)))) == usage
+    assert "by_model" not in encode_usage(Usage(calls=1))

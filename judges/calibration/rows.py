@@ -30,6 +30,7 @@ from judges.result_names import (
     calibration_keys,
     calibration_row_fields,
     calibration_stats,
+    member_key,
 )
 from judges.results import JudgeResult, RowResult
 from judges.rows import LABELS_COLUMN, PREFERENCE_COLUMN
@@ -88,7 +89,7 @@ def member_outcomes(key: str, judged: JudgeResult, label: Any) -> list[tuple[str
     """
     if judged.spec.mode != "answer" or len(judged.ballots) != 1:
         return []
-    return [(f"{key}/panel/{number}",
+    return [(member_key(key, number),
              RowOutcome([(vote.rating, label)]) if vote.rating else RowOutcome([], errored=True))
             for number, vote in enumerate(judged.ballots[0], start=1)]
 

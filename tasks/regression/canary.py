@@ -38,7 +38,8 @@ import numpy as np
 
 from judges.base import JudgeSpec
 from judges.calibration.stats import cohen_kappa
-from judges.names.metric_fields import unit_verdicts
+from judges.names.metric_fields import member_verdict, unit_verdicts
+from judges.result_names import panel_base
 from tasks.regression.paired_stats import mcnemar
 
 T = TypeVar("T")
@@ -234,16 +235,16 @@ def member_agreements(judge: JudgeSpec, records: Sequence[Mapping[str, Any]],
         if now is None or not now.applied or judge.mode != "answer" or len(now.ballots) != 1:
             continue
         for number, vote in enumerate(now.ballots[0], start=1):
-            base = f"{judge.prefix}/panel/{number}"
-            if record.get(f"{base}/model") != vote.model:
+            model, before = member_verdict(record, judge.prefix, number)
+            if model != vote.model:
                 continue
             pairs.setdefault((number, vote.model or ""), []).extend(
-                unit_pairs([record.get(f"{base}/rating")], [vote.rating]))
+                unit_pairs([before], [vote.rating]))
     out = []
     for (number, model), found in sorted(pairs.items()):
         agreement = agreement_of(judge, found)
         out.append(dataclass_replace(agreement, name=f"{judge.name} panel member {number} "
-                                     f"({model})", prefix=f"{judge.prefix}/panel/{number}"))
+                                     f"({model})", prefix=panel_base(judge.prefix, number)))
     return out
 
 
