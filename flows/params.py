@@ -15,6 +15,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
     model_validator,
 )
 
@@ -184,6 +186,14 @@ class JudgeModel(ModelKnobs):
         # The canonical spelling: recorded, fingerprinted and cached the same however typed.
         self.__dict__["model"] = ",".join(names)
         return self
+
+    @model_serializer(mode="wrap")
+    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # One judge model is recorded (manifest's config, flow parameters) as it always was.
+        dumped = handler(self)
+        if isinstance(dumped, dict) and not dumped.get("members", True):
+            del dumped["members"]
+        return dumped
 
     def panel_members(self) -> list[JudgeModel]:
         """Each member as a judge model of its own (one model: this one).

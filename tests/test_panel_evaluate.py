@@ -192,6 +192,7 @@ def test_one_judge_model_publishes_no_panel_names(fake_llm, tmp_path):
     assert not [name for name in published if "/panel/" in name or "cost/model/" in name]
     manifest = _read(tmp_path, "one", "manifest.json")
     assert "members" not in manifest["judge"] and "models" not in manifest["ledger"]
+    assert "members" not in manifest["config"]["judge"]  # the parameters as recorded before
 
 
 @pytest.fixture
