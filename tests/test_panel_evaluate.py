@@ -384,3 +384,37 @@ def test_the_drift_canary_checks_each_member_against_its_own_baseline_verdicts(f
     assert canary["drifted"] is True
     assert night.exit_code != 0, night.output
     assert "safety panel member 2 (openai/planted-drift) agrees with the baseline" in night.output
+
+
+def test_each_sample_of_an_aspect_critic_asks_every_member(fake_llm, tmp_path):
+    panel = Panel()
+    fake_llm.script = panel
+    rows = [{"request_id": f"r{i}", "request": f"question {i}", "response": f"answer zq{i}qz"}
+            for i in range(ROWS)]
+    data = tmp_path / "set.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, [
+        "evaluate", str(data), "--output", str(tmp_path / "out"), "--suite", "s", "--run-id",
+        "asp", "--judge-model", PANEL, "--api-base", fake_llm.api_base, "--judges", "safety",
+        "--aspect", "concise=Is the answer concise?", "--strictness", "3", "--max-attempts",
+        "1", "--no-cache", "--max-error-share", "0.3"])
+    assert result.exit_code == 0, result.output
+    # safety once and the aspect 3 times a row, each asking every member
+    assert len(fake_llm.requests) == ROWS * 4 * len(MODELS)
+    records = {r["request_id"]: r for r in _read(tmp_path, "asp", "results.jsonl")}
+    (prefix,) = {k.rsplit("/", 1)[0] for k in records["r1"] if k.endswith("concise/verdicts")}
+    by = {}
+    for entry in panel.log:
+        by.setdefault((entry["model"], entry["row"]), []).append(entry["rating"])
+    for i in range(ROWS):
+        record = records[f"r{i}"]
+        samples = [tuple(by[(m, i)][0] for m in MODELS)] * 3  # each member answers alike
+        for number, model in enumerate(MODELS):
+            assert record[f"{prefix}/panel/{number + 1}/ratings"] == by[(model, i)][:3]
+        votes = [brute_verdict(s) for s in samples]
+        assert record[f"{prefix}/verdicts"] == votes
+        majority = max(("yes", "no"), key=votes.count)
+        assert record[f"{prefix}/rating"] == (majority if votes.count(majority) >= 2 else None)
+    metrics = _read(tmp_path, "asp", "metrics.json")
+    assert metrics[f"{prefix}/panel/3/error_count"] == 3 * 3  # every sample of 3 rows
+    assert metrics[f"{prefix}/panel/fleiss_kappa_count"] == 9 * 3
