@@ -14,9 +14,15 @@ Every key a run publishes is written here, from typed values:
 - Pairwise: a pair's `pairwise/...` fields (`pair_fields`), the Nova and reconciled blocks
   (`pairwise_metric_fields`, `NOVA_FIELDS`), the length-controlled win rate
   (`LENGTH_CONTROL_FIELDS`), a regression row's head-to-head fields.
-- Calibration: `calibration/{key}/{stat}` and the per-row `calibration/{key}/disagrees`.
+- A panel of judge models: per row `{prefix}/panel/{n}/model|rating|rationale|error_message`
+  (or `…/ratings|rationales|error_messages`, one per prompt asked); per run
+  `{prefix}/panel/{n}/rate|rated_count|error_count`, `{prefix}/panel/{i}-{j}/agreement`,
+  `{prefix}/panel/fleiss_kappa…` and `{prefix}/panel/one_vote_share` (`panel_metrics`).
+- Calibration: `calibration/{key}/{stat}` and the per-row `calibration/{key}/disagrees`; a
+  panel member's `calibration/{key}/panel/{n}/{stat}`.
 - Per tag: `tag/{tag}/{name}`.
-- The cost ledger: `cost/{stat}`, `cost/phase/{phase}/{stat}`, `cost/judge/{judge}/{stat}`.
+- The cost ledger: `cost/{stat}`, `cost/phase/{phase}/{stat}`, `cost/judge/{judge}/{stat}`,
+  a panel's `cost/model/{model}/{stat}`.
 
 Reading a published run back (as a regression baseline, or a calibration source) is
 judges/names/metric_fields.py's job, the one reader.
