@@ -15,6 +15,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
     model_validator,
 )
 
@@ -29,7 +31,7 @@ from flows.flags import (
     price,
     turned_off_by,
 )
-from judges.model.settings import LLMSettings, ModelKnobs
+from judges.model.settings import API_KEY_ENV_PATTERN, LLMSettings, ModelKnobs, Price
 from judges.storage import check_storage_options, check_url
 from tasks.mlflow.source import is_mlflow_source, pinned
 from tasks.mlflow.stores import UnsupportedTrackingURI, store_of
@@ -115,17 +117,125 @@ def tracking_uri(value: str | None, options: Mapping[str, Any]) -> str | None:
     return uri or None
 
 
+class PanelMember(BaseModel):
+    """What one member of a panel of judge models does not share with the judge's knobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="The member's model, one of the judge's comma list")
+    api_base: str | None = Field(
+        None, description="The member's endpoint (default: the judge's). A member with an "
+        "endpoint of its own never gets the judge's key variable: name its own")
+    api_key_env: str | None = Field(
+        None, pattern=API_KEY_ENV_PATTERN,
+        description="Environment variable (NAME_API_KEY) holding the member's key")
+    price_per_mtok: Price | None = Field(
+        None, description="The member's USD per million input and output tokens")
+
+
+def panel_names(model: str) -> list[str]:
+    """The judge's models: "a, b,c" as ["a", "b", "c"] (one model: a list of one)."""
+    return [part.strip() for part in model.split(",")]
+
+
+def no_panel_for_pairs(judge: JudgeModel, fix: str) -> None:
+    """Refuse a panel where pairs are judged head to head.
+
+    Its members' pair verdicts are not yet voted on, and a failing member must not hide
+    behind the others (issue 51).
+
+    Raises:
+        ValueError: naming the panel and `fix`.
+    """
+    if len(panel_names(judge.model)) > 1:
+        raise ValueError(f"a panel of judge models ({judge.model}) does not judge head-to-head "
+                         f"pairs yet: {fix}")
+
+
 class JudgeModel(ModelKnobs):
-    """The judge model and how to call it."""
+    """The judge model and how to call it; a comma list of models is a panel (judges/panel/)."""
 
     model: str = Field(
         description="litellm model string, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-sonnet-"
-        "20241022, hosted_vllm/llama-3; 'judgeflow/offline' for the offline heuristic judge",
+        "20241022, hosted_vllm/llama-3; 'judgeflow/offline' for the offline heuristic judge; "
+        "several, comma-separated, for a panel whose majority decides each verdict",
     )
+    members: list[PanelMember] = Field(
+        default_factory=list, description="A panel's members that do not share the judge's "
+        "endpoint, key variable or price: each names one of the models and its own")
+
+    @model_validator(mode="after")
+    def _panel(self) -> JudgeModel:
+        names = panel_names(self.model)
+        if len(names) == 1:
+            if self.members:
+                raise ValueError("judge.members is for a panel: name its models as a comma "
+                                 f"list in judge.model (now {self.model!r})")
+            return self
+        if any(not name for name in names):
+            raise ValueError(f"judge model {self.model!r} has an empty name in its comma list")
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"judge model {repeated[0]!r} is named twice in {self.model!r}: "
+                             "each member of a panel once")
+        given = [member.model for member in self.members]
+        for name in given:
+            if name not in names or given.count(name) > 1:
+                raise ValueError(f"judge.members names {name!r}, "
+                                 + ("twice" if name in names else f"not one of {self.model!r}"))
+        # The canonical spelling: recorded, fingerprinted and cached the same however typed.
+        self.__dict__["model"] = ",".join(names)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # One judge model is recorded (manifest's config, flow parameters) as it always was.
+        dumped = handler(self)
+        if isinstance(dumped, dict) and not dumped.get("members", True):
+            del dumped["members"]
+        return dumped
+
+    def panel_members(self) -> list[JudgeModel]:
+        """Each member as a judge model of its own (one model: this one).
+
+        A member shares the judge's knobs unless it names its own; one with its own endpoint
+        has only its own key variable.
+        """
+        names = panel_names(self.model)
+        if len(names) == 1:
+            return [self]
+        own = {member.model: member for member in self.members}
+        knobs = self.model_dump(exclude={"members"})
+        out = []
+        for name in names:
+            update: dict[str, Any] = {"model": name}
+            if name in own:
+                member = own[name]
+                if member.api_base is not None:
+                    update |= {"api_base": member.api_base, "api_key_env": member.api_key_env}
+                elif member.api_key_env is not None:
+                    update["api_key_env"] = member.api_key_env
+                if member.price_per_mtok is not None:
+                    update["price_per_mtok"] = member.price_per_mtok
+            out.append(JudgeModel(**{**knobs, **update}))
+        return out
+
+    def with_members(self, members: list[JudgeModel]) -> JudgeModel:
+        """This panel with its members as given (e.g. paired by the operator's rules)."""
+        if len(members) == 1:
+            return members[0]
+        return self.model_copy(update={"members": [
+            PanelMember(model=m.model, api_base=m.api_base, api_key_env=m.api_key_env,
+                        price_per_mtok=m.price_per_mtok) for m in members]})
 
     def settings(self) -> LLMSettings:
         """These parameters as the LLMSettings of the judge's calls."""
-        return LLMSettings(**self.model_dump())
+        knobs = self.model_dump(exclude={"members"})
+        if len(panel_names(self.model)) == 1:
+            return LLMSettings(**knobs)
+        return LLMSettings(**knobs, members=tuple(
+            LLMSettings(**member.model_dump(exclude={"members"}))
+            for member in self.panel_members()))
 
 
 class CandidateModel(ModelKnobs):
@@ -145,7 +255,8 @@ JUDGE_FLAGS = Nested(
     "judge", {"model": Flag("judge_model", default=REQUIRED),
               "max_tokens": Flag("judge_max_tokens", min=1),
               "price_per_mtok": Flag(kind=str | None, to_field=price("--price-per-mtok")),
-              "timeout_seconds": FORM_ONLY, "backoff_seconds": FORM_ONLY},
+              "timeout_seconds": FORM_ONLY, "backoff_seconds": FORM_ONLY,
+              "members": FORM_ONLY},
 )
 CANDIDATE_FLAGS = Nested(
     "candidate", {"model": Flag("candidate_model", kind=str | None, default=None),
@@ -429,6 +540,8 @@ class RegressionParams(EvaluateParams):
     def _candidate_is_named(self) -> RegressionParams:
         if self.candidate is not None and not self.candidate.model.strip():
             raise ValueError(NO_CANDIDATE_MODEL)
+        if self.pairwise:
+            no_panel_for_pairs(self.judge, "pass --no-pairwise, or name one --judge-model")
         return self
 
 

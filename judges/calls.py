@@ -44,13 +44,25 @@ class JudgeContext:
     cache: ReplyCache | None
     usage: Usage
     calls: list[dict] = field(default_factory=list)
+    # A panel (judges/panel/): each member's context, asked every judgment; () for one model.
+    panel: tuple[JudgeContext, ...] = field(default=(), init=False)
+    member: bool = False  # a panel member's: its calls are tallied by model too
+
+    def __post_init__(self) -> None:
+        members = self.client.settings.members
+        self.panel = tuple(JudgeContext(LLMClient(m), self.cache, self.usage, self.calls,
+                                        member=True) for m in members)
 
     def sampling(self, min_temperature: float) -> JudgeContext:
         """The same context, sampling at least this hot (same limits, cache, tally and log)."""
         settings = self.client.settings
-        if settings.temperature >= min_temperature:
+        if all(m.temperature >= min_temperature for m in settings.panel):
             return self
-        hotter = settings.model_copy(update={"temperature": min_temperature})
+        hotter = settings.model_copy(update={
+            "temperature": max(settings.temperature, min_temperature),
+            "members": tuple(m.model_copy(update={"temperature": min_temperature})
+                             if m.temperature < min_temperature else m
+                             for m in settings.members)})
         return JudgeContext(LLMClient(hotter), self.cache, self.usage, self.calls)
 
 
@@ -102,7 +114,7 @@ async def judged_call(
         exchange = await _ask_with_one_reask(ctx, spent, messages, output_model, token, metadata)
         if exchange.verdict is not None and ctx.cache is not None:
             await asyncio.to_thread(ctx.cache.put, key, exchange.replies[-1])
-    _tally(ctx.usage, spent, provenance)
+    _tally(ctx.usage, spent, provenance, settings.model if ctx.member else None)
     ctx.calls.append({
         **(provenance or {}),
         "sample_index": sample_index,
@@ -132,12 +144,14 @@ def call_metadata(provenance: dict | None, sample_index: int) -> dict[str, str]:
             if who.get(key) is not None}
 
 
-def _tally(usage: Usage, spent: Usage, provenance: dict | None) -> None:
-    """Add one judgment's calls to the chunk's tally, and to its judge's spend there."""
+def _tally(usage: Usage, spent: Usage, provenance: dict | None, member: str | None) -> None:
+    """Add one judgment's calls to the chunk's tally, its judge's spend and its member's."""
     usage.add(spent)
     judge = (provenance or {}).get("output_prefix") or (provenance or {}).get("judge")
     if judge and spent.calls:
         usage.add_judge(judge, spent.spend())
+    if member:  # a member whose calls all failed is in the ledger too, at zero
+        usage.add_model(member, spent.spend())
 
 
 async def _cached(

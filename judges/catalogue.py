@@ -39,6 +39,7 @@ from judges.result_names import (
     judge_declarations,
     metric_declarations,
     pairwise_declaration,
+    panel_declaration,
     untagged,
 )
 
@@ -145,7 +146,8 @@ class Registry:
         """What `name` (or `tag/{tag}/{name}`) is; None: no judge or metric of the run writes it."""
         _, name = untagged(name)
         return (self.entries.get(name) or pairwise_declaration(name)
-                or area_declaration(name, self.judge_of_key))
+                or area_declaration(name, self.judge_of_key)
+                or panel_declaration(name, self.judges))
 
     def judge_of(self, name: str) -> JudgeSpec | None:
         """The judge that decided `name`, if one did (the pairwise judge has no spec here)."""

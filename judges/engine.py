@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import jinja2
 
@@ -19,6 +20,7 @@ from judges.base import JudgeSpec
 from judges.builtin.aspect_critic import majority
 from judges.builtin.sessions.specs import TurnJudgeSpec
 from judges.calls import JudgeContext, judged_call
+from judges.panel.votes import panel_vote
 from judges.plan import JudgePlan
 from judges.results import JudgeResult, RowResult, Verdict, failed, not_applied
 from judges.rows import Chunk, EvalRow, as_planned, generation_failure
@@ -56,11 +58,40 @@ def provenance(spec: JudgeSpec, row: EvalRow, chunk_index: int | None = None,
 async def _ask(
     ctx: JudgeContext, spec: JudgeSpec, messages: list[dict], who: dict, sample: int = 0
 ) -> Verdict:
+    if ctx.panel:
+        return await _ask_panel(ctx, spec, messages, who, sample)
     outcome = await judged_call(ctx, messages, spec.prompt_hash, sample_index=sample,
                                 provenance=who)
     if outcome.verdict is None:
         return Verdict(error=outcome.error)
     return Verdict(outcome.verdict.rating, outcome.verdict.rationale)
+
+
+async def _ask_panel(
+    ctx: JudgeContext, spec: JudgeSpec, messages: list[dict], who: dict, sample: int
+) -> Verdict:
+    """Every member's verdict (each its own call, cache key and audit entry), and their vote.
+
+    The rationale is that of the first member, in panel order, who voted with the majority;
+    an undecided prompt's error says why (judges/panel/votes.py) and what each failure was.
+    """
+    answers = await asyncio.gather(*(_ask(member, spec, messages, who, sample)
+                                     for member in ctx.panel))
+    models = [member.client.settings.model for member in ctx.panel]
+    members = tuple(replace(answer, model=model) for answer, model in zip(answers, models,
+                                                                           strict=True))
+    vote = panel_vote([m.rating for m in members], models)
+    if vote.rating is None:
+        failures = "; ".join(f"{m.model}: {m.error}" for m in members if m.error)
+        return Verdict(error=vote.error + (f" ({failures})" if failures else ""),
+                       members=members)
+    rationale = next(m.rationale for m in members if m.rating == vote.rating)
+    return Verdict(vote.rating, rationale, members=members)
+
+
+def _ballots(verdicts: Sequence[Verdict]) -> tuple[tuple[Verdict, ...], ...]:
+    """A panel's member verdicts on each prompt it was asked (none for one judge model)."""
+    return tuple(v.members for v in verdicts if v.members)
 
 
 async def _judge_answer(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> JudgeResult:
@@ -72,7 +103,8 @@ async def _judge_answer(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> Jud
     who = provenance(spec, row)
     if spec.samples == 1:
         verdict = await _ask(ctx, spec, messages, who)
-        return JudgeResult(spec, verdict, samples=(verdict.rating,))
+        return JudgeResult(spec, verdict, samples=(verdict.rating,),
+                           ballots=_ballots([verdict]))
     # At temperature 0 the N samples would be N copies of one answer: a vote needs variety.
     sampler = ctx.sampling(VOTE_MIN_TEMPERATURE)
     verdicts = await asyncio.gather(*(
@@ -85,7 +117,8 @@ async def _judge_answer(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> Jud
     else:
         rationale = next(v.rationale for v in verdicts if v.rating == vote.winner)
         verdict = Verdict(vote.winner, rationale)
-    return JudgeResult(spec, verdict, samples=tuple(v.rating for v in verdicts))
+    return JudgeResult(spec, verdict, samples=tuple(v.rating for v in verdicts),
+                       ballots=_ballots(verdicts))
 
 
 async def _judge_part(
@@ -139,7 +172,7 @@ async def _judge_per_chunk(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> 
     # Chunks without content cannot be judged at all: they are left out and counted.
     return JudgeResult(
         spec, Verdict(error=parts.error), chunks=tuple(verdicts), precision=parts.rate,
-        unjudged_chunks=sum(not c.content for c in chunks),
+        unjudged_chunks=sum(not c.content for c in chunks), ballots=_ballots(verdicts),
     )
 
 
@@ -170,6 +203,7 @@ async def _judge_per_turn(ctx: JudgeContext, spec: JudgeSpec, row: EvalRow) -> J
         spec, _turn_verdict(parts, turns, verdicts), chunks=tuple(verdicts),
         precision=parts.rate,
         unjudged_chunks=sum(spec.unjudged_reason(t) is not None for t in turns),
+        ballots=_ballots(verdicts),
     )
 
 

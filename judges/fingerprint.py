@@ -22,16 +22,19 @@ from judges.model.settings import LLMSettings
 PARTS = (("model", "model"), ("api_base", "endpoint"), ("temperature", "temperature"),
          ("max_tokens", "reply cap"), ("samples", "samples per verdict"),
          ("version", "judge version"), ("prompt_hash", "prompt"),
-         ("answered_by", "model the provider says answered"))
+         ("answered_by", "model the provider says answered"), ("members", "panel members"))
 
 
 def judge_identity(spec: JudgeSpec, settings: LLMSettings,
                    answered_by: Iterable[str] = ()) -> dict[str, Any]:
-    """What identifies one judge's verdicts in this run."""
-    return {"name": spec.name, "model": settings.model, "api_base": settings.api_base,
-            "temperature": settings.temperature, "max_tokens": settings.max_tokens,
-            "samples": spec.samples, "version": spec.version, "prompt_hash": spec.prompt_hash,
-            "answered_by": sorted(answered_by)}
+    """What identifies one judge's verdicts in this run (a panel's: each member's too)."""
+    identity = {"name": spec.name, "model": settings.model, "api_base": settings.api_base,
+                "temperature": settings.temperature, "max_tokens": settings.max_tokens,
+                "samples": spec.samples, "version": spec.version,
+                "prompt_hash": spec.prompt_hash, "answered_by": sorted(answered_by)}
+    if settings.members:  # one judge model's identity stays as it was
+        identity["members"] = [member.call_identity() for member in settings.members]
+    return identity
 
 
 # Recorded, compared by `differences`, but not part of the digest: a run whose replies all came

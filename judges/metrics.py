@@ -14,8 +14,14 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from judges.base import JudgeSpec, MetricSpec
+from judges.panel.agreement import panel_stats
 from judges.plan import JudgePlan
-from judges.result_names import GENERATION_ERROR_COUNT, row_count_names, run_metrics
+from judges.result_names import (
+    GENERATION_ERROR_COUNT,
+    panel_base,
+    row_count_names,
+    run_metrics,
+)
 from judges.results import JudgeResult, RowResult
 from judges.rows import generation_failure
 
@@ -54,6 +60,14 @@ class JudgeAggregate(NamedTuple):
     unjudged_chunks: int = 0  # per-turn judges: unjudged turns
     turns: Tally | None = None  # per-turn judges: every turn of every session, pooled
     turn_pass_rates: Tally | None = None  # per-turn judges: each session's share of turns
+    panel: PanelFigures | None = None  # a panel's judge: its members' figures
+
+
+class PanelFigures(NamedTuple):
+    """A panel's figures for one judge (judges/panel/agreement.py `panel_stats`)."""
+
+    members: tuple[str, ...]  # the member models, in panel order
+    stats: dict
 
 
 class MetricAggregate(NamedTuple):
@@ -84,11 +98,16 @@ class MetricsAccumulator:
                                  if j.per_chunk or j.mode == "per_turn"}
         self._turns = {j.prefix: (Tally(), Tally()) for j in plan.judges if j.mode == "per_turn"}
         self.first_errors: dict[str, str] = {}  # by prefix: the example shown when many fail
+        # A panel's: each judge's member votes by (row, prompt), and its member models.
+        self._ballots: dict[str, dict[tuple[int, int], tuple[str | None, ...]]] = {}
+        self._members: dict[str, tuple[str, ...]] = {}
 
     def add(self, result: RowResult) -> None:
         """Count one row's judge and metric results."""
         for judged in result.judges:
             self._add_judge(judged)
+            if judged.ballots:
+                self._add_ballots(judged, result.row.row_index)
         failed = generation_failure(result.row) is not None
         for metric, value in result.metrics:
             reason = metric.error(result.row) if value is None and metric.error else None
@@ -110,12 +129,32 @@ class MetricsAccumulator:
                 turns.add(turn.rating, turn.error is not None)
             rates.add(judged.precision, judged.errored)
 
+    def _add_ballots(self, judged: JudgeResult, row_index: int) -> None:
+        """Keep a panel's member votes by row (the figures must not depend on chunk order)."""
+        prefix = judged.spec.prefix
+        models = tuple(v.model or "" for v in judged.ballots[0])
+        self._members.setdefault(prefix, models)
+        votes = self._ballots.setdefault(prefix, {})
+        for position, ballot in enumerate(judged.ballots):
+            votes[(row_index, position)] = tuple(v.rating for v in ballot)
+            for number, vote in enumerate(ballot, start=1):
+                if vote.error:  # the example a member above max_error_share is shown with
+                    self.first_errors.setdefault(panel_base(prefix, number),
+                                                 f"{vote.model}: {vote.error}")
+
+    def _panel(self, prefix: str) -> PanelFigures | None:
+        if prefix not in self._members:
+            return None
+        votes = [v for _, v in sorted(self._ballots[prefix].items())]
+        members = self._members[prefix]
+        return PanelFigures(members, panel_stats(votes, members))
+
     def summary(self) -> RunSummary:
         """The typed aggregates: each judge's and each metric's mean and counts."""
         judges = tuple(
             JudgeAggregate(j, self._judges[j.prefix].mean, self._judges[j.prefix].rated,
                            self._judges[j.prefix].errors, self._unjudged_chunks.get(j.prefix, 0),
-                           *self._turns.get(j.prefix, (None, None)))
+                           *self._turns.get(j.prefix, (None, None)), self._panel(j.prefix))
             for j in self._plan.judges
         )
         metrics = tuple(

@@ -14,9 +14,15 @@ Every key a run publishes is written here, from typed values:
 - Pairwise: a pair's `pairwise/...` fields (`pair_fields`), the Nova and reconciled blocks
   (`pairwise_metric_fields`, `NOVA_FIELDS`), the length-controlled win rate
   (`LENGTH_CONTROL_FIELDS`), a regression row's head-to-head fields.
-- Calibration: `calibration/{key}/{stat}` and the per-row `calibration/{key}/disagrees`.
+- A panel of judge models: per row `{prefix}/panel/{n}/model|rating|rationale|error_message`
+  (or `…/ratings|rationales|error_messages`, one per prompt asked); per run
+  `{prefix}/panel/{n}/rate|rated_count|error_count`, `{prefix}/panel/{i}-{j}/agreement`,
+  `{prefix}/panel/fleiss_kappa…` and `{prefix}/panel/one_vote_share` (`panel_metrics`).
+- Calibration: `calibration/{key}/{stat}` and the per-row `calibration/{key}/disagrees`; a
+  panel member's `calibration/{key}/panel/{n}/{stat}`.
 - Per tag: `tag/{tag}/{name}`.
-- The cost ledger: `cost/{stat}`, `cost/phase/{phase}/{stat}`, `cost/judge/{judge}/{stat}`.
+- The cost ledger: `cost/{stat}`, `cost/phase/{phase}/{stat}`, `cost/judge/{judge}/{stat}`,
+  a panel's `cost/model/{model}/{stat}`.
 
 Reading a published run back (as a regression baseline, or a calibration source) is
 judges/names/metric_fields.py's job, the one reader.
@@ -24,8 +30,10 @@ judges/names/metric_fields.py's job, the one reader.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from itertools import combinations
 from typing import Any, Literal, NamedTuple, Protocol
 
 from judges.base import JudgeSpec, MetricSpec
@@ -83,7 +91,42 @@ def _chunks(chunks: list[Chunk] | None) -> list[dict] | None:
 
 
 def judge_fields(result: JudgeResult) -> dict:
-    """One judge's per-row fields under its prefix."""
+    """One judge's per-row fields under its prefix (and a panel's members' beneath it)."""
+    fields = _judge_fields(result)
+    if result.ballots:
+        fields |= panel_row_fields(result)
+    return fields
+
+
+def panel_base(prefix: str, member: int) -> str:
+    """Where a panel's member (numbered from 1, in the judge model's comma list) is published."""
+    return f"{prefix}/panel/{member}"
+
+
+def panel_row_fields(result: JudgeResult) -> dict:
+    """Each panel member's model and verdict on the row.
+
+    An answer judge asked once: `{prefix}/panel/{n}/model|rating|rationale|error_message`.
+    Asked several times (samples, chunks, turns): `…/ratings|rationales|error_messages`, one
+    per prompt the panel was asked, in `ballots` order.
+    """
+    out: dict = {}
+    single = len(result.ballots) == 1 and result.spec.mode == "answer"
+    for index, model in enumerate((v.model for v in result.ballots[0]), start=1):
+        base = panel_base(result.spec.prefix, index)
+        votes = [ballot[index - 1] for ballot in result.ballots]
+        out[f"{base}/model"] = model
+        if single:
+            out |= {f"{base}/rating": votes[0].rating, f"{base}/rationale": votes[0].rationale,
+                    f"{base}/error_message": votes[0].error}
+        else:
+            out |= {f"{base}/ratings": [v.rating for v in votes],
+                    f"{base}/rationales": [v.rationale for v in votes],
+                    f"{base}/error_messages": [v.error for v in votes]}
+    return out
+
+
+def _judge_fields(result: JudgeResult) -> dict:
     prefix, verdict = result.spec.prefix, result.verdict
     if result.spec.mode == "per_turn":
         return _turn_fields(result)
@@ -226,6 +269,7 @@ class JudgeTally(Protocol):
     unjudged_chunks: int
     turns: PartTally | None
     turn_pass_rates: PartTally | None
+    panel: Any  # judges/metrics.py PanelFigures: members and panel_stats; None for one model
 
 
 class MetricTally(Protocol):
@@ -248,11 +292,45 @@ def run_metrics(judges: Iterable[JudgeTally], metrics: Iterable[MetricTally]) ->
         if judge.turns is not None and judge.turn_pass_rates is not None:
             out |= _turn_metrics(judge.spec.prefix, judge.turns, judge.turn_pass_rates,
                                  judge.unjudged_chunks)
+        if judge.panel is not None:
+            out |= panel_metrics(judge.spec.prefix, judge.panel.members, judge.panel.stats)
     for metric in metrics:
         rated, errors = count_names(metric.spec.field)
         out |= {metric_average_name(metric.spec): metric.mean, rated: metric.rated}
         if metric.spec.from_response or metric.spec.error:  # rows it should have measured
             out[errors] = metric.errors
+    return out
+
+
+# A panel's figures beside its judge's (judges/panel/agreement.py `panel_stats`); member n is
+# the n-th model of the judge's comma list (the manifest's judge.members names them). Over the
+# panel's votes: one per prompt asked (the row, each sample, chunk or turn).
+PANEL_KAPPA = "fleiss_kappa"
+PANEL_ONE_VOTE = "one_vote_share"
+
+
+def panel_metrics(prefix: str, members: tuple[str, ...], stats: Mapping[str, Any]) -> dict:
+    """A panel's figures under `{prefix}/panel/`.
+
+    Each member's yes rate and counts, each pair's agreement, Fleiss' kappa with its 95%
+    interval and row count, and the share of decided votes won by one vote.
+    """
+    out: dict[str, float | int | None] = {}
+    for number, model in enumerate(members, start=1):
+        base, figures = panel_base(prefix, number), stats["members"][model]
+        rated, errors = count_names(base)
+        out |= {f"{base}/rate": figures["rate"], rated: figures["rated"],
+                errors: figures["errors"]}
+    for (i, a), (j, b) in combinations(enumerate(members, start=1), 2):
+        pair = stats["agreement"][f"{a}|{b}"]
+        out |= {f"{prefix}/panel/{i}-{j}/agreement": pair["agreement"],
+                f"{prefix}/panel/{i}-{j}/agreement_count": pair["rows"]}
+    kappa = f"{prefix}/panel/{PANEL_KAPPA}"
+    out |= {kappa: stats["kappa"], f"{kappa}_lower": stats["kappa_lower"],
+            f"{kappa}_upper": stats["kappa_upper"], f"{kappa}_count": stats["kappa_rows"],
+            f"{prefix}/panel/{PANEL_ONE_VOTE}": stats["one_vote_share"],
+            f"{prefix}/panel/one_vote_count": stats["one_vote_rows"],
+            f"{prefix}/panel/decided_count": stats["decided_rows"]}
     return out
 
 
@@ -290,6 +368,8 @@ def cost_metric_fields(ledger: Ledger) -> dict[str, float | int | None]:
         out |= _spend_fields(f"{COST_AREA}phase/{entry.phase}/", entry.usage.spend())
     for judge, spend in ledger.judges().items():
         out |= _spend_fields(f"{COST_AREA}judge/{judge}/", spend)
+    for model, spend in ledger.models().items():  # a panel's members
+        out |= _spend_fields(f"{COST_AREA}model/{model}/", spend)
     return out
 
 
@@ -361,9 +441,10 @@ def headline_metrics(metrics: Mapping[str, Any], *, with_counts: bool = True) ->
     tag slices, no counts beside it), then the pairwise figures, then (`with_counts`) the
     `rows/` counts.
     """
+    # a panel member's own figures are read beside its judge's, not first
     names = [name for name, value in metrics.items()
              if name.endswith(HEADLINE_SUFFIXES) and not name.startswith(TAG_PREFIX)
-             and not isinstance(value, bool)]
+             and "/panel/" not in name and not isinstance(value, bool)]
     names += [name for name in PAIRWISE_HEADLINE if name in metrics]
     if with_counts:
         names += [name for name in metrics if name.startswith(ROW_COUNT_AREA)]
@@ -551,6 +632,11 @@ def calibration_row_fields(disagreements: Mapping[str, bool | None]) -> dict[str
     return {disagrees_name(key): value for key, value in disagreements.items()}
 
 
+def member_key(key: str, member: int) -> str:
+    """A panel member's calibration key beside its judge's: `{key}/panel/{n}`."""
+    return f"{key}/panel/{member}"
+
+
 def calibration_stats(key: str, stats: Mapping[str, Any]) -> dict[str, Any]:
     """One judge's calibration statistics under `calibration/{key}/`."""
     return {stat_name(key, stat): value for stat, value in stats.items()}
@@ -562,7 +648,7 @@ def calibration_stats(key: str, stats: Mapping[str, Any]) -> dict[str, Any]:
 # metrics where it names them and no reader derives a judge or a denominator from a name.
 
 MetricKind = Literal["rate", "average", "per_chunk", "per_turn", "tool_call", "cost", "latency",
-                     "count", "pairwise", "calibration"]
+                     "count", "pairwise", "calibration", "panel"]
 Direction = Literal["higher", "lower", "none"]
 
 
@@ -572,7 +658,8 @@ class Declared(NamedTuple):
     Attributes:
         name: the metric's name in metrics.json.
         kind: rate, average, per_chunk, per_turn, tool_call, cost, latency; count (a
-            denominator or a tally), pairwise, calibration.
+            denominator or a tally), pairwise, calibration; panel (a panel member's rate, a
+            pair's agreement, Fleiss' kappa, the one-vote share).
         judge: the prefix of the judge that decided it; None for metrics no judge decides.
         judge_name: that judge's name.
         rated: the metric counting the units it was computed over, if any.
@@ -640,6 +727,44 @@ def judge_declarations(spec: JudgeSpec) -> list[Declared]:
     return out
 
 
+_PANEL_MEMBER = re.compile(r"^(\d+)/(rate|rated_count|error_count)$")
+_PANEL_PAIR = re.compile(r"^(\d+)-(\d+)/(agreement|agreement_count)$")
+
+
+def panel_declaration(name: str, judges: Mapping[str, JudgeSpec]) -> Declared | None:
+    """A panel's figure (`panel_metrics`) of one of `judges` (by prefix), declared.
+
+    A member's rate counts its votes: `unit` "panel votes", so a member whose error share
+    is above max_error_share makes the run incomplete (flows/run/completeness.py).
+    """
+    prefix, marker, rest = name.rpartition("/panel/")
+    spec = judges.get(prefix) if marker else None
+    if spec is None:
+        return None
+    base = f"{prefix}/panel"
+    if member := _PANEL_MEMBER.match(rest):
+        number, stat = member.groups()
+        if stat != "rate":
+            return _count(name, prefix, spec.name, True)
+        rated, errors = count_names(panel_base(prefix, int(number)))
+        return Declared(name, "panel", prefix, spec.name, rated, errors, "none", True,
+                        unit="panel votes", share=True)
+    if pair := _PANEL_PAIR.match(rest):
+        if pair.group(3) == "agreement_count":
+            return _count(name, prefix, spec.name, True)
+        return Declared(name, "panel", prefix, spec.name, f"{name}_count", None, "higher",
+                        True, share=True)
+    if rest in (PANEL_KAPPA, f"{PANEL_KAPPA}_lower", f"{PANEL_KAPPA}_upper"):
+        return Declared(name, "panel", prefix, spec.name, f"{base}/{PANEL_KAPPA}_count", None,
+                        "higher", True)
+    if rest == PANEL_ONE_VOTE:  # the fewer verdicts rest on one vote, the better
+        return Declared(name, "panel", prefix, spec.name, f"{base}/decided_count", None,
+                        "lower", True, share=True)
+    if rest in (f"{PANEL_KAPPA}_count", "one_vote_count", "decided_count"):
+        return _count(name, prefix, spec.name, True)
+    return None
+
+
 def metric_declarations(metric: MetricSpec) -> list[Declared]:
     """Every run-level metric a deterministic metric publishes (`run_metrics`), declared.
 
@@ -700,7 +825,7 @@ def area_declaration(name: str, judge_of_key: Mapping[str, tuple[str, str]]
                         None, None, "lower", False)
     if name.startswith(f"{CALIBRATION_AREA}/"):
         key = name[len(CALIBRATION_AREA) + 1:].rsplit("/", 1)[0]
-        judge = judge_of_key.get(key)
+        judge = judge_of_key.get(key.split("/panel/", 1)[0])  # a panel member's: its judge
         if key == PAIRWISE_KEY:
             judge = (PAIRWISE_JUDGE, PAIRWISE_JUDGE)
         return Declared(name, "calibration", judge[0] if judge else None,

@@ -10,7 +10,7 @@ would close a cycle); the report and the tool-call summary share it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from judges.base import JudgeSpec, MetricSpec
 from judges.rows import EvalRow
@@ -23,6 +23,10 @@ class Verdict:
     rating: str | None = None
     rationale: str | None = None
     error: str | None = None
+    model: str | None = None  # a panel member's verdict: the member
+    # A panel's verdict: each member's, in panel order (the engine gathers them into
+    # JudgeResult.ballots, which is what is kept).
+    members: tuple[Verdict, ...] = field(default=(), compare=False, repr=False)
 
 
 NOT_APPLIED = Verdict()
@@ -46,6 +50,9 @@ class JudgeResult:
         unjudged_chunks: per-chunk judges: chunks without content, which cannot be judged;
             per-turn judges: turns the judge cannot judge (no retrieval, for groundedness).
         samples: voting judges: each sample's rating (None where the sample failed).
+        ballots: a panel's judge: each member's verdict (with its model) on each prompt the
+            panel was asked about the row: the row, each sample, or each chunk or turn
+            judged; empty for one judge model.
     """
 
     spec: JudgeSpec
@@ -55,6 +62,7 @@ class JudgeResult:
     precision: float | None = None
     unjudged_chunks: int = 0
     samples: tuple[str | None, ...] = ()
+    ballots: tuple[tuple[Verdict, ...], ...] = ()
 
     @property
     def errored(self) -> bool:

@@ -151,6 +151,7 @@ DOORS: dict[str, tuple[str, ...]] = {
     "judges.model.batch": ("judges.model",),
     "judges.names": ("judges", "judges.builtin"),
     "judges.pairwise": ("judges", "judges.model"),
+    "judges.panel": (),
     "judges.planning": ("judges", "judges.builtin"),
     "judges.toolcalls": ("judges",),
     "judges.trajectory": ("judges",),

@@ -43,6 +43,7 @@ from tasks.regression.canary import (
     choose_pairs,
     choose_rows,
     drift_reasons,
+    member_agreements,
     pair_agreement,
     unchecked_reasons,
     unit_pairs,
@@ -166,6 +167,7 @@ async def run_canary(params: RegressionParams, baseline: BaselineRun | None, jud
                        else [now.verdict.rating])
             then_and_now += unit_pairs(baseline_verdicts(record, judge), tonight)
         agreements.append(agreement_of(judge, then_and_now))
+        agreements += member_agreements(judge, records, results)  # a panel's, each member
     if isinstance(head_to_head, JudgeAgreement):
         agreements.append(head_to_head)
     reasons = drift_reasons(agreements, params.canary_min_agreement, params.max_error_share)

@@ -29,8 +29,12 @@ def package_versions() -> dict[str, str | None]:
 
 
 def judge_section(settings: LLMSettings) -> dict:
-    """The judge model as recorded: never the key, only the name of its variable."""
-    return {
+    """The judge model as recorded: never the key, only the name of its variable.
+
+    A panel's members (numbered from 1 in the run's names, judges/result_names.py) follow,
+    each with its endpoint and key variable.
+    """
+    section = {
         "model": settings.model,
         "api_base": settings.api_base,
         "api_key_env": settings.api_key_env,
@@ -41,6 +45,10 @@ def judge_section(settings: LLMSettings) -> dict:
         "rpm": settings.rpm,
         "max_attempts": settings.max_attempts,
     }
+    if settings.members:
+        section["members"] = [{"model": m.model, "api_base": m.api_base,
+                               "api_key_env": m.api_key_env} for m in settings.members]
+    return section
 
 
 def build_manifest(ctx: RunContext, dataset: dict, judged: JudgedRun) -> dict:

@@ -129,6 +129,25 @@ def priced(settings: LLMSettings, option: str, unpriced: list[str] | None = None
     return prices
 
 
+class _Panel:
+    """The judge's models with their prices: one, or each member of a panel."""
+
+    def __init__(self, judge: LLMSettings, unpriced: list[str] | None):
+        self.members = [(member, priced(member, "--judge-model", unpriced))
+                        for member in judge.panel]
+        self.size = len(self.members)
+
+    def add(self, cost: _Cost, input_tokens: int, output_tokens: int) -> None:
+        """Calls every member makes, each at its own price."""
+        for _, prices in self.members:
+            cost.add(prices, input_tokens, output_tokens)
+
+    def add_most(self, cost: _Cost, prompts: list[list[dict]]) -> None:
+        """The most these prompts can cost, asked of every member."""
+        for member, prices in self.members:
+            cost.add_most(prices, member, "--judge-max-tokens", prompts)
+
+
 def _tokens(messages: list[dict]) -> int:
     return sum(len(str(m.get("content", ""))) for m in messages) // CHARS_PER_TOKEN
 
@@ -180,7 +199,8 @@ def estimate_rows(params: RunOptions, rows: Iterable[EvalRow], total: int, plan:
         unpriced: collects models without a price (then counted at $0) instead of refusing.
     """
     judge = params.judge.settings()
-    judge_prices = priced(judge, "--judge-model", unpriced)
+    # A panel asks each member every judgment: each member's calls at its own price.
+    panel = _Panel(judge, unpriced)
     reply = judge.max_tokens or ESTIMATED_REPLY_TOKENS
     stream = iter(rows)
     sample = list(itertools.islice(stream, ESTIMATE_ROWS))
@@ -198,20 +218,21 @@ def estimate_rows(params: RunOptions, rows: Iterable[EvalRow], total: int, plan:
             first_prompts.append(messages)
     scale = total / len(sample) if sample else 0.0
     calls_total, prompt_total = round(calls * scale), round(prompt * scale)
-    cost.add(judge_prices, prompt_total, calls_total * reply)
+    panel.add(cost, prompt_total, calls_total * reply)
+    calls_total, prompt_total = calls_total * panel.size, prompt_total * panel.size
     judge_most = _Cost()
-    judge_most.add_most(judge_prices, judge, "--judge-max-tokens",
-                        [*first_prompts, *(_reasked(m, reply) for m in first_prompts)])
+    panel.add_most(judge_most, [*first_prompts, *(_reasked(m, reply) for m in first_prompts)])
     most = judge_most.most * Fraction(scale)
     # one judge call at the mean first-row prompt's bound, re-asked
-    judge_most_per_call = judge_most.most / max(calls, 1)
+    judge_most_per_call = judge_most.most / max(calls * panel.size, 1)
     if getattr(params, "pairwise", False):  # a regression's head-to-head: both orders per row
-        pair_calls = 2 * total
+        pair_calls = 2 * total * panel.size
         pair_prompt = 2 * round(prompt / max(calls, 1) * total)
-        calls_total, prompt_total = calls_total + pair_calls, prompt_total + pair_prompt
-        cost.add(judge_prices, pair_prompt, pair_calls * reply)
+        panel.add(cost, pair_prompt, 2 * total * reply)
+        calls_total += pair_calls
+        prompt_total += pair_prompt * panel.size
         # each order at the mean judge prompt's bound, re-asked
-        most += judge_most.most / max(2 * calls, 1) * 2 * pair_calls
+        most += judge_most.most / max(2 * calls, 1) * 2 * 2 * total
     judge_calls = calls_total
     size = min(getattr(params, "canary_rows", 0) or 0, total)
     judges = canary_judges(plan.judges)
@@ -220,23 +241,24 @@ def estimate_rows(params: RunOptions, rows: Iterable[EvalRow], total: int, plan:
                             getattr(params, "canary_seed", 0))
         canary_prompts = [m for row in drawn for m in _prompts(judges, row)]
         canary_prompt = sum(_tokens(m) for m in canary_prompts)
-        calls_total += len(canary_prompts)
-        judge_calls += len(canary_prompts)
-        prompt_total += canary_prompt
-        cost.add(judge_prices, canary_prompt, len(canary_prompts) * reply)
+        calls_total += len(canary_prompts) * panel.size
+        judge_calls += len(canary_prompts) * panel.size
+        prompt_total += canary_prompt * panel.size
+        panel.add(cost, canary_prompt, len(canary_prompts) * reply)
         judge_most.most = Fraction(0)
-        judge_most.add_most(judge_prices, judge, "--judge-max-tokens",
-                            [*canary_prompts, *(_reasked(m, reply) for m in canary_prompts)])
+        panel.add_most(judge_most,
+                       [*canary_prompts, *(_reasked(m, reply) for m in canary_prompts)])
         most += judge_most.most
     if size and getattr(params, "pairwise", False) and _gates_read_head_to_head(params, plan):
         # The canary re-judges the baseline's head-to-head pairs too, both orders: at most
         # `size` of them (the set stands in for the baseline's rows, as above).
         canary_pairs = 2 * size
         pair_prompt = canary_pairs * round(prompt / max(calls, 1))
-        calls_total, judge_calls = calls_total + canary_pairs, judge_calls + canary_pairs
-        prompt_total += pair_prompt
-        cost.add(judge_prices, pair_prompt, canary_pairs * reply)
-        most += judge_most_per_call * canary_pairs
+        asked = canary_pairs * panel.size
+        calls_total, judge_calls = calls_total + asked, judge_calls + asked
+        prompt_total += pair_prompt * panel.size
+        panel.add(cost, pair_prompt, canary_pairs * reply)
+        most += judge_most_per_call * asked
     output_total = calls_total * reply
     uncapped = list(judge_most.uncapped) if judge_calls else []
     if params.candidate is not None and generations:

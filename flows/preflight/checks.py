@@ -130,7 +130,8 @@ def check_models(params) -> None:
     Raises:
         PreflightError, ModelConfigError or UnreachableModel: naming the option and the fix.
     """
-    models = [(params.judge, "--judge-model", "--api-base")]
+    # A panel's members are each checked as the judge is (flows/params.py JudgeModel).
+    models = [(member, "--judge-model", "--api-base") for member in params.judge.panel_members()]
     if getattr(params, "candidate", None) is not None:
         models.append((params.candidate, "--candidate-model", "--candidate-api-base"))
     for model, option, base_option in models:

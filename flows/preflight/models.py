@@ -233,7 +233,9 @@ def check_model_names(params: RunOptions) -> None:
     Raises:
         ModelConfigError: naming the option, the model and the closest known names.
     """
-    models = [(getattr(params, "judge", None), "--judge-model"),
+    judge = getattr(params, "judge", None)
+    judges = judge.panel_members() if hasattr(judge, "panel_members") else [judge]
+    models = [*((member, "--judge-model") for member in judges),
               (getattr(params, "candidate", None), "--candidate-model")]
     for model, option in models:
         # compare's `candidate` is a set's URL, not a model: only model settings are checked

@@ -310,6 +310,12 @@ def guard_parameters(params: P) -> P:
     updates = {}
     for field in ("judge", "candidate"):
         model = getattr(params, field, None)
-        if isinstance(model, BaseModel):
+        if isinstance(model, BaseModel) and hasattr(model, "panel_members") and \
+                len(members := model.panel_members()) > 1:
+            # A panel: each member's endpoint and key under the same rule as a lone judge's.
+            paired = [policy.paired_model(f"{field}.members[{member.model}]", member)
+                      for member in members]
+            updates[field] = policy.paired_model(field, model).with_members(paired)
+        elif isinstance(model, BaseModel):
             updates[field] = policy.paired_model(field, model)
     return params.model_copy(update=updates)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
+from judges.base import JudgeSpec
 from judges.blocks.plain_text import visible
 from judges.catalogue import Registry
 from judges.model.budget import BUDGET_REASON, current_budget
@@ -64,6 +65,7 @@ def error_shares(plan: JudgePlan, metrics: Mapping, examples: Mapping[str, str]
                 rated, errors = (metrics.get(name) or 0 for name in (entry.rated, entry.errors))
                 shares.append(ErrorShare(judge.name, errors, errors + rated, entry.unit,
                                          examples.get(judge.prefix)))
+        shares += _panel_shares(judge, registry, metrics, examples)
     for metric in plan.metrics:  # rows a metric should have measured but could not
         if metric.error is not None:
             rated, errors = (metrics.get(name) or 0 for name in count_names(metric.field))
@@ -75,6 +77,26 @@ def error_shares(plan: JudgePlan, metrics: Mapping, examples: Mapping[str, str]
         if errors:
             shares.append(ErrorShare("tokens and latency", errors, errors + rated,
                                      example=examples.get(generated[0].field)))
+    return shares
+
+
+def _panel_shares(judge: JudgeSpec, registry: Registry, metrics: Mapping,
+                  examples: Mapping[str, str]) -> list[ErrorShare]:
+    """Each panel member's failed votes: a panel does not hide a failing member.
+
+    Its members' rates are declared with their counts (judges/result_names.py
+    `panel_declaration`), found among the published names.
+    """
+    shares = []
+    for name in metrics:
+        entry = registry.entry(name)
+        if (entry is None or entry.kind != "panel" or entry.judge != judge.prefix
+                or entry.errors is None):
+            continue
+        rated, errors = (metrics.get(n) or 0 for n in (entry.rated, entry.errors))
+        member = entry.rated.rsplit("/", 1)[0]  # {prefix}/panel/{n}
+        shares.append(ErrorShare(f"{judge.name} panel member {member.rsplit('/', 1)[-1]}",
+                                 errors, errors + rated, entry.unit, examples.get(member)))
     return shares
 
 

@@ -30,6 +30,7 @@ from judges.result_names import (
     calibration_keys,
     calibration_row_fields,
     calibration_stats,
+    member_key,
 )
 from judges.results import JudgeResult, RowResult
 from judges.rows import LABELS_COLUMN, PREFERENCE_COLUMN
@@ -80,6 +81,19 @@ def outcome(judged: JudgeResult, label: Any) -> RowOutcome:
     return RowOutcome(units, unjudged=unjudged)
 
 
+def member_outcomes(key: str, judged: JudgeResult, label: Any) -> list[tuple[str, RowOutcome]]:
+    """Each panel member's own verdict on a labelled row, under `{key}/panel/{n}`.
+
+    Only where the member gave the row one verdict (an answer judge asked once); a member's
+    error is its error, whatever the panel decided.
+    """
+    if judged.spec.mode != "answer" or len(judged.ballots) != 1:
+        return []
+    return [(member_key(key, number),
+             RowOutcome([(vote.rating, label)]) if vote.rating else RowOutcome([], errored=True))
+            for number, vote in enumerate(judged.ballots[0], start=1)]
+
+
 class _Tally:
     """One judge's labelled rows so far: a 2 × 2 matrix per judged row, and the rest counted."""
 
@@ -127,9 +141,15 @@ class CalibrationAccumulator:
         return found
 
     def add(self, result: RowResult) -> None:
-        """Count one row's labelled judgments."""
+        """Count one row's labelled judgments (and a panel's members' on their own)."""
         for key, row in self._outcomes(result):
             self._tallies[key].add(row)
+        labels = result.row.extra.get(LABELS_COLUMN) or {}
+        for judged in result.judges:
+            key = self._keys.get(judged.spec.prefix)
+            if key is not None and is_labelled(labels.get(key)):
+                for member_key, row in member_outcomes(key, judged, labels[key]):
+                    self._tallies.setdefault(member_key, _Tally()).add(row)
 
     def disagreements(self, result: RowResult) -> dict[str, bool | None]:
         """Calibration key → whether judge and person differ on the row (labelled judges only)."""
@@ -142,7 +162,8 @@ class CalibrationAccumulator:
     def result(self) -> dict[str, float | int | None]:
         """Every labelled judge's calibration metrics (judges without labels have none)."""
         out: dict[str, float | int | None] = {}
-        for key, tally in self._tallies.items():
+        members = sorted(key for key in self._tallies if key not in self._keys.values())
+        for key, tally in [(k, self._tallies[k]) for k in [*self._keys.values(), *members]]:
             if tally.empty:
                 continue
             rows = np.stack(tally.rows) if tally.rows else np.zeros((0, 2, 2), dtype=np.int64)

@@ -38,6 +38,8 @@ class PhaseSpend(NamedTuple):
 def phase_spend(phase: Phase, settings: LLMSettings, usage: Usage,
                 batch: bool = False) -> PhaseSpend:
     """A phase's entry: its model, its tally and the prices its calls were priced at."""
+    if settings.members:  # a panel: each member at its own price (the ledger's `models`)
+        return PhaseSpend(phase, settings.model, usage, None, "each panel member's", batch)
     prices = model_prices(settings)
     if settings.price_per_mtok is not None:
         source = "--candidate-price-per-mtok" if phase == "generation" else "--price-per-mtok"
@@ -91,22 +93,35 @@ class Ledger:
         keys = judge_keys(list(by_prefix))
         return {keys[prefix]: spend for prefix, spend in by_prefix.items()}
 
+    def models(self) -> dict[str, Spend]:
+        """A panel's calls over every phase by member model (empty for one judge model)."""
+        by_model: dict[str, Spend] = {}
+        for entry in self.phases:
+            for model, spend in entry.usage.by_model.items():
+                by_model.setdefault(model, Spend()).add(spend)
+        return by_model
+
     def unknown(self) -> list[str]:
         """One sentence per model that answered a call without a known price."""
         seen = {}
         for entry in self.phases:
-            if entry.usage.unpriced_calls:
-                seen.setdefault(entry.model, unknown_cost(entry.model, entry.phase))
+            models = entry.usage.by_model or {entry.model: entry.usage}
+            for model, spend in models.items():
+                if spend.unpriced_calls:
+                    seen.setdefault(model, unknown_cost(model, entry.phase))
         return list(seen.values())
 
     def section(self) -> dict:
         """The manifest's `ledger`: totals (cost null when unknown), phases, judges."""
-        return {
+        section = {
             "total": self.total().as_dict(),
             "cost_unknown": self.unknown(),
             "phases": {entry.phase: _phase_section(entry) for entry in self.phases},
             "judges": {key: spend.as_dict() for key, spend in self.judges().items()},
         }
+        if models := self.models():
+            section["models"] = {model: spend.as_dict() for model, spend in models.items()}
+        return section
 
 
 def _phase_section(entry: PhaseSpend) -> dict:

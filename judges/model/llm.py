@@ -56,8 +56,12 @@ _PREPARED_MODELS: set[str] = set()
 def prepare_model(settings: LLMSettings) -> None:
     """Import litellm and look the model up now, so that no call pays for it on the event loop.
 
-    Cheap after the first time; a local model needs nothing.
+    Cheap after the first time; a local model needs nothing; a panel prepares each member.
     """
+    if settings.members:
+        for member in settings.members:
+            prepare_model(member)
+        return
     if is_local_model(settings.model) or settings.model in _PREPARED_MODELS:
         return
     door.prepare(settings.model)

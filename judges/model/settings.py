@@ -67,6 +67,14 @@ class LLMSettings(ModelKnobs):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_backoff_seconds: float = Field(30.0, ge=0, description="Cap on one retry delay")
+    # A panel of judge models (judges/panel/): each member's own settings; `model` is then the
+    # members' names joined by commas and is never called itself. Empty: one judge model.
+    members: tuple[LLMSettings, ...] = ()
+
+    @property
+    def panel(self) -> tuple[LLMSettings, ...]:
+        """The models every judgment asks: the members, or this model alone."""
+        return self.members or (self,)
 
     @property
     def window_ceiling(self) -> int:
@@ -76,13 +84,16 @@ class LLMSettings(ModelKnobs):
     @property
     def is_offline(self) -> bool:
         """Answered in process by a local model (the offline judge): no LLM judges."""
-        return is_local_model(self.model)
+        return all(is_local_model(member.model) for member in self.panel)
 
     def call_identity(self) -> dict:
         """What identifies the model and its sampling, for cache keys and manifests."""
-        return {
+        identity = {
             "model": self.model,
             "api_base": self.api_base,
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
         }
+        if self.members:  # a panel: every member's own (one model keeps its identity as it was)
+            identity["members"] = [member.call_identity() for member in self.members]
+        return identity

@@ -83,6 +83,8 @@ class Usage:
     unpriced_calls: int = 0  # answered calls without a known price: their cost is unknown
     # The judge calls' spend by the judge's output prefix (judges/calls.py tallies it).
     by_judge: dict[str, Spend] = field(default_factory=dict)
+    # A panel's calls' spend by member model (judges/calls.py tallies it; empty for one model).
+    by_model: dict[str, Spend] = field(default_factory=dict)
 
     def add(self, other: Usage) -> None:
         """Add another tally to this one."""
@@ -93,12 +95,19 @@ class Usage:
             elif name == "by_judge":
                 for judge, spend in other.by_judge.items():
                     self.add_judge(judge, spend)
+            elif name == "by_model":
+                for model, spend in other.by_model.items():
+                    self.add_model(model, spend)
             else:
                 setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def add_judge(self, judge: str, spend: Spend) -> None:
         """Count `spend` as the judge's (keyed by its output prefix)."""
         self.by_judge.setdefault(judge, Spend()).add(spend)
+
+    def add_model(self, model: str, spend: Spend) -> None:
+        """Count `spend` as a panel member's (keyed by its model)."""
+        self.by_model.setdefault(model, Spend()).add(spend)
 
     def spend(self) -> Spend:
         """The answered calls' number, tokens and cost."""
@@ -118,7 +127,9 @@ class Usage:
         out = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
-            if name == "by_judge":
+            if name == "by_model" and not value:
+                continue  # one judge model: the tally as it always was
+            if name in ("by_judge", "by_model"):
                 value = {judge: {n: getattr(s, n) for n in _SPEND_FIELDS}
                          for judge, s in value.items()}
             out[name] = dict(value) if isinstance(value, dict) else value

@@ -32,6 +32,7 @@ from judges.result_names import (
     WINRATE_FIELDS,
     Declared,
     count_names,
+    panel_base,
     qualified,
     stat_name,
 )
@@ -41,7 +42,7 @@ __all__ = [
     "length_control_fields",
     "is_pairwise", "judge_failed", "metric_field", "metric_fields", "record_inputs", "row_data",
     "row_tags", "same_value_key", "stats_of", "yes_no_verdict", "PublishedVerdict",
-    "published_verdict", "published_trace_id", "unit_verdicts",
+    "published_verdict", "published_trace_id", "unit_verdicts", "member_verdict",
 ]
 
 # One empty set shared by every row without an error (most rows; a regression keeps them all).
@@ -222,6 +223,18 @@ def yes_no_verdict(record: Mapping[str, Any], prefix: str) -> str | None:
     """A judge's yes/no verdict on a published row (`{prefix}/rating`); None without one."""
     rating = record.get(f"{prefix}/rating")
     return rating if rating in ("yes", "no") else None
+
+
+def member_verdict(record: Mapping[str, Any], prefix: str, member: int
+                   ) -> tuple[Any, str | None]:
+    """A panel member's model and yes/no verdict on a published row.
+
+    An answer judge's, asked once (`panel_row_fields`); the verdict is None where the member
+    failed or is absent.
+    """
+    base = panel_base(prefix, member)
+    rating = record.get(f"{base}/rating")
+    return record.get(f"{base}/model"), rating if rating in ("yes", "no") else None
 
 
 def unit_verdicts(record: Mapping[str, Any], prefix: str, per_unit: bool

@@ -31,13 +31,15 @@ import hashlib
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as dataclass_replace
 from typing import Any, TypeVar
 
 import numpy as np
 
 from judges.base import JudgeSpec
 from judges.calibration.stats import cohen_kappa
-from judges.names.metric_fields import unit_verdicts
+from judges.names.metric_fields import member_verdict, unit_verdicts
+from judges.result_names import panel_base
 from tasks.regression.paired_stats import mcnemar
 
 T = TypeVar("T")
@@ -212,6 +214,38 @@ def agreement_of(judge: JudgeSpec, pairs: Sequence[tuple[str, str | None]]) -> J
         sum(b and not n for b, n in zip(before, now, strict=True)),
         sum(n and not b for b, n in zip(before, now, strict=True)), errors,
         cohen_kappa(matrix) if compared else None, test.p_two_sided)
+
+
+def member_agreements(judge: JudgeSpec, records: Sequence[Mapping[str, Any]],
+                      results: Sequence[Any]) -> list[JudgeAgreement]:
+    """A panel's members, each against its own verdicts in the baseline.
+
+    So that one member drifting cannot hide behind a steady majority. For an answer judge
+    asked once a row; a member is compared only where the baseline's member of the same number
+    was the same model (judges/result_names.py `panel_row_fields`).
+
+    Args:
+        judge: the judge.
+        records: the baseline's sampled rows (results.jsonl records).
+        results: tonight's RowResults of those rows, in the same order.
+    """
+    pairs: dict[tuple[int, str], list[tuple[str, str | None]]] = {}
+    for record, result in zip(records, results, strict=True):
+        now = next((r for r in result.judges if r.spec.prefix == judge.prefix), None)
+        if now is None or not now.applied or judge.mode != "answer" or len(now.ballots) != 1:
+            continue
+        for number, vote in enumerate(now.ballots[0], start=1):
+            model, before = member_verdict(record, judge.prefix, number)
+            if model != vote.model:
+                continue
+            pairs.setdefault((number, vote.model or ""), []).extend(
+                unit_pairs([before], [vote.rating]))
+    out = []
+    for (number, model), found in sorted(pairs.items()):
+        agreement = agreement_of(judge, found)
+        out.append(dataclass_replace(agreement, name=f"{judge.name} panel member {number} "
+                                     f"({model})", prefix=panel_base(judge.prefix, number)))
+    return out
 
 
 def drift_reasons(agreements: Sequence[JudgeAgreement], min_agreement: float,

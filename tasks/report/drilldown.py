@@ -180,7 +180,30 @@ def _row_verdicts(result: RowResult, labels: Mapping[str, Any]) -> list[VerdictV
         person = None if judged.spec.per_chunk else _text(_person(labels, judged))
         verdicts.append(VerdictView(_label(judged), judged.spec.prefix, verdict.rating,
                                 _text(verdict.rationale), _text(verdict.error), person))
+        verdicts += _member_verdicts(judged)
     return verdicts
+
+
+def _member_verdicts(judged: JudgeResult) -> list[VerdictView]:
+    """A panel's members under its verdict: each one's own, with its rationale or error.
+
+    A member asked several times about the row (samples, chunks, turns) shows each rating.
+    """
+    if not judged.ballots:
+        return []
+    views = []
+    for number, first in enumerate(judged.ballots[0]):
+        votes = [ballot[number] for ballot in judged.ballots]
+        label = f"{_label(judged)} · member {number + 1} ({first.model})"
+        if len(votes) == 1:
+            views.append(VerdictView(label, judged.spec.prefix, first.rating,
+                                     _text(first.rationale), _text(first.error), None))
+            continue
+        ratings = ", ".join(v.rating or "error" for v in votes)
+        errors = "; ".join(dict.fromkeys(v.error for v in votes if v.error))
+        views.append(VerdictView(label, judged.spec.prefix, None, _text(ratings),
+                                 _text(errors), None))
+    return views
 
 
 def _chunks(result: RowResult, labels: Mapping[str, Any], expected: set[str]) -> list[ChunkView]:

@@ -40,11 +40,14 @@ def row_json(row: EvalRow) -> dict:
 
 
 def _verdict(verdict: Verdict) -> dict:
-    return {"rating": verdict.rating, "rationale": verdict.rationale, "error": verdict.error}
+    out = {"rating": verdict.rating, "rationale": verdict.rationale, "error": verdict.error}
+    if verdict.model is not None:  # a panel member's
+        out["model"] = verdict.model
+    return out
 
 
 def _judge_result(result: JudgeResult) -> dict:
-    return {
+    out = {
         "judge": result.spec.name,
         "verdict": _verdict(result.verdict),
         "applied": result.applied,
@@ -53,6 +56,9 @@ def _judge_result(result: JudgeResult) -> dict:
         "unjudged_chunks": result.unjudged_chunks,
         "samples": list(result.samples),
     }
+    if result.ballots:  # a panel's: absent for one judge model, as before
+        out["ballots"] = [[_verdict(v) for v in ballot] for ballot in result.ballots]
+    return out
 
 
 def encode_row_result(result: RowResult) -> dict:
@@ -76,7 +82,8 @@ def _optional_text(value: object, what: str) -> str | None:
 def _decode_verdict(data: dict) -> Verdict:
     return Verdict(_optional_text(data["rating"], "rating"),
                    _optional_text(data["rationale"], "rationale"),
-                   _optional_text(data["error"], "error"))
+                   _optional_text(data["error"], "error"),
+                   _optional_text(data.get("model"), "model"))
 
 
 def _optional_number(value: object, what: str) -> float | None:
@@ -94,6 +101,8 @@ def _decode_judge_result(data: dict, spec: JudgeSpec) -> JudgeResult:
         precision=_optional_number(data["precision"], "precision"),
         unjudged_chunks=int(data["unjudged_chunks"]),
         samples=tuple(_optional_text(s, "sample") for s in data["samples"]),
+        ballots=tuple(tuple(_decode_verdict(v) for v in ballot)
+                      for ballot in data.get("ballots", ())),
     )
 
 
@@ -147,11 +156,15 @@ def decode_usage(data: dict) -> Usage:
             for k, v in answered.items()):
         raise ResultCodecError(f"malformed stored usage: {data!r}")
     by_judge = data.get("by_judge") or {}
-    if not isinstance(by_judge, dict) or not all(isinstance(k, str) for k in by_judge):
+    by_model = data.get("by_model") or {}
+    if not all(isinstance(spends, dict) and all(isinstance(k, str) for k in spends)
+               for spends in (by_judge, by_model)):
         raise ResultCodecError(f"malformed stored usage: {data!r}")
     return Usage(**{name: _optional_number(value, name) or 0 for name, value in data.items()
-                    if name not in ("answered_by", "by_judge")}, answered_by=dict(answered),
-                 by_judge={judge: _decode_spend(spend) for judge, spend in by_judge.items()})
+                    if name not in ("answered_by", "by_judge", "by_model")},
+                 answered_by=dict(answered),
+                 by_judge={judge: _decode_spend(spend) for judge, spend in by_judge.items()},
+                 by_model={model: _decode_spend(spend) for model, spend in by_model.items()})
 
 
 def _decode_spend(data: object) -> Spend:

@@ -1,0 +1,124 @@
+"""How far a panel's members agree over a run, and how each of them rates.
+
+A run's votes are a rows × members matrix of "yes", "no" or None (no answer). Fleiss' kappa
+needs every row rated by the same number of members, so it is computed over the rows every member
+answered; pairwise agreement over the rows both members of a pair answered. The interval of kappa
+is a 95% percentile bootstrap over those rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import combinations
+
+import numpy as np
+
+from judges.panel.votes import NO, YES, panel_vote
+
+RESAMPLES = 1000
+_CATEGORIES = (YES, NO)
+# Resampled rows drawn per block: bounds the memory of one block to a few tens of MB.
+_DRAWS_PER_BLOCK = 1_000_000
+
+
+def category_counts(votes: Sequence[Sequence[str | None]]) -> np.ndarray:
+    """Rows × (yes, no) counts of the members' answers (errors not counted)."""
+    return np.array([[sum(v == c for v in row) for c in _CATEGORIES] for row in votes],
+                    dtype=np.int64).reshape(-1, len(_CATEGORIES))
+
+
+def _fleiss(counts: np.ndarray) -> np.ndarray:
+    """Fleiss' kappa of each rows × categories table in a (..., rows, k) stack; NaN if undefined.
+
+    With N rows, n raters a row and p_j the share of all ratings in category j:
+    P_i = (Σ_j n_ij² − n) / (n(n − 1)), P̄ the mean of P_i, P_e = Σ_j p_j²,
+    kappa = (P̄ − P_e) / (1 − P_e), undefined when P_e = 1 (every rating in one category).
+    """
+    counts = np.asarray(counts, dtype=float)
+    rows = counts.shape[-2]
+    raters = counts[..., 0, :].sum(axis=-1)  # the same in every row
+    per_row = ((counts ** 2).sum(axis=-1) - raters[..., None]) / (
+        raters[..., None] * (raters[..., None] - 1))
+    observed = per_row.mean(axis=-1)
+    shares = counts.sum(axis=-2) / (rows * raters[..., None])
+    chance = (shares ** 2).sum(axis=-1)
+    undefined = np.isclose(chance, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kappa = (observed - chance) / np.where(undefined, 1.0, 1.0 - chance)
+    return np.where(undefined, np.nan, kappa)
+
+
+def fleiss_kappa(counts: np.ndarray) -> float | None:
+    """Fleiss' kappa of a rows × categories count table, every row with the same total ≥ 2.
+
+    Returns:
+        Kappa; None for no rows, or when every rating fell in one category.
+    """
+    counts = np.asarray(counts)
+    if len(counts) == 0:
+        return None
+    totals = counts.sum(axis=1)
+    if totals.min() != totals.max() or totals[0] < 2:
+        raise ValueError("Fleiss' kappa needs the same number (at least 2) of ratings a row")
+    value = float(_fleiss(counts))
+    return None if np.isnan(value) else value
+
+
+def fleiss_interval(counts: np.ndarray, *, seed: int = 0, resamples: int = RESAMPLES
+                    ) -> tuple[float | None, float | None]:
+    """The 95% percentile bootstrap interval of Fleiss' kappa, resampling rows."""
+    counts = np.asarray(counts)
+    n = len(counts)
+    if n == 0:
+        return None, None
+    rng = np.random.default_rng(seed)
+    block = max(1, _DRAWS_PER_BLOCK // n)
+    kappas = []
+    for start in range(0, resamples, block):
+        draws = rng.integers(0, n, size=(min(block, resamples - start), n))
+        kappas.append(_fleiss(counts[draws]))
+    values = np.concatenate(kappas)
+    values = values[~np.isnan(values)]
+    if len(values) == 0:
+        return None, None
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def panel_stats(votes: Sequence[Sequence[str | None]], members: Sequence[str], *,
+                seed: int = 0, resamples: int = RESAMPLES) -> dict:
+    """A panel's figures over a run.
+
+    Returns:
+        members: per member, its yes rate over the rows it answered, rated and error counts;
+        agreement: per pair of members ("a|b"), the share of rows both answered on which they
+            agree, and how many rows that is;
+        kappa, kappa_lower, kappa_upper, kappa_rows: Fleiss' kappa over the rows every member
+            answered, its interval, and that row count;
+        decided_rows, one_vote_rows, one_vote_share: rows the panel decided, those decided by a
+            single vote, and their share of the decided rows.
+    """
+    votes = [list(row) for row in votes]
+    per_member = {}
+    for index, member in enumerate(members):
+        answers = [row[index] for row in votes if row[index] is not None]
+        yes = sum(a == YES for a in answers)
+        per_member[member] = {"rate": yes / len(answers) if answers else None,
+                              "rated": len(answers), "errors": len(votes) - len(answers)}
+    agreement = {}
+    for (i, a), (j, b) in combinations(enumerate(members), 2):
+        both = [(row[i], row[j]) for row in votes if row[i] is not None and row[j] is not None]
+        agreement[f"{a}|{b}"] = {"agreement": (sum(x == y for x, y in both) / len(both)
+                                               if both else None), "rows": len(both)}
+    complete = [row for row in votes if all(v is not None for v in row)]
+    counts = category_counts(complete)
+    kappa = fleiss_kappa(counts) if len(members) >= 2 and complete else None
+    low, high = (fleiss_interval(counts, seed=seed, resamples=resamples)
+                 if kappa is not None else (None, None))
+    decided = [vote for vote in (panel_vote(row, members) for row in votes)
+               if vote.rating is not None]
+    one_vote = sum(vote.by_one_vote for vote in decided)
+    return {"members": per_member, "agreement": agreement, "kappa": kappa,
+            "kappa_lower": low, "kappa_upper": high, "kappa_rows": len(complete),
+            "decided_rows": len(decided), "one_vote_rows": one_vote,
+            "one_vote_share": one_vote / len(decided) if decided else None}
