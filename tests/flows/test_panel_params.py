@@ -15,9 +15,9 @@ from flows.preflight.models import ModelConfigError, check_model_names
 from flows.preflight.trust import ParameterRefused, guard_parameters
 from judges.fingerprint import fingerprint
 from judges.model.settings import LLMSettings
+from tests.flows.test_trust import _params, untrusted  # noqa: F401 - the fixture
+from tests.judges.test_budget import _set
 from tests.planted import PlantedJudge
-from tests.test_budget import _set
-from tests.test_trust import _params, untrusted  # noqa: F401 - the fixture
 
 runner = CliRunner()
 MEMBERS = "openai/gpt-4o-mini,openai/gpt-4o"
