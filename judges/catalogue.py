@@ -6,7 +6,7 @@ disagree on a name, a prefix or a prompt.
 
 The registry (`Registry`) says, for each run-level metric, its judge (or none), its kind, its
 rated and error counts, its direction and whether an LLM decided it. It is built from the
-judges and metrics of a run and the declarations judges/result_names.py writes beside the
+judges and metrics of a run and the declarations judges/result_names/ writes beside the
 names, so a new kind of judge declares its metrics in one place. The drift canary, the
 judge-change rule, the calibration floor, the error-share rule and gate directions read it;
 none derives a judge or a denominator from the shape of a name.
@@ -29,13 +29,13 @@ from judges.builtin.custom import (
 )
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.builtin.template_sandbox import referenced_fields
-from judges.result_names import (
+from judges.result_names.calibration import calibration_keys
+from judges.result_names.registry import (
     PAIRWISE_JUDGE,
     Declared,
     Direction,
     MetricKind,
     area_declaration,
-    calibration_keys,
     judge_declarations,
     metric_declarations,
     pairwise_declaration,

@@ -2,7 +2,7 @@
 
 Rows a judge errored on are left out of its denominator and counted apart; rows it did not
 judge (missing inputs) are in neither. `summary()` is the typed outcome (the report reads it);
-`result()` gives it its published names through judges/result_names.py.
+`result()` gives it its published names through judges/result_names/.
 """
 
 from __future__ import annotations
@@ -16,12 +16,8 @@ from typing import Any, NamedTuple
 from judges.base import JudgeSpec, MetricSpec
 from judges.panel.agreement import panel_stats
 from judges.plan import JudgePlan
-from judges.result_names import (
-    GENERATION_ERROR_COUNT,
-    panel_base,
-    row_count_names,
-    run_metrics,
-)
+from judges.result_names.panel import panel_base
+from judges.result_names.rows import GENERATION_ERROR_COUNT, row_count_names, run_metrics
 from judges.results import JudgeResult, RowResult
 from judges.rows import generation_failure
 
@@ -175,7 +171,7 @@ class RunMetrics(Mapping[str, Any]):
     """A run's metrics.json as typed sections, read as the flat mapping it publishes.
 
     Each section is set whole when it is known (`with_slices`, `with_pairwise`), never edited
-    key by key; the names inside come from judges/result_names.py. Published in this order:
+    key by key; the names inside come from judges/result_names/. Published in this order:
     the judges' (or the pairwise judge's) aggregates, calibration, row counts, failed
     generations, tag slices, the head-to-head, the cost ledger.
     """
@@ -217,5 +213,5 @@ class RunMetrics(Mapping[str, Any]):
         return replace(self, pairwise=dict(pairwise))
 
     def with_cost(self, cost: Mapping[str, Any]) -> RunMetrics:
-        """These metrics with the cost ledger's (judges/result_names.py `cost_metric_fields`)."""
+        """These metrics with the cost ledger's (judges/result_names/ `cost_metric_fields`)."""
         return replace(self, cost=dict(cost))

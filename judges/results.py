@@ -1,7 +1,7 @@
 """Typed judge outcomes: what judges produce inside a run, before any output name exists.
 
 A run's rows travel as `RowResult`s from the engine to aggregation; the Databricks field names
-are produced from them in one place (judges/result_names.py) when records are staged.
+are produced from them in one place (judges/result_names/) when records are staged.
 The Wilson interval of a rate of verdicts lives here too, the lowest module that every judge may
 import (judges/metrics.py reaches the plan and the built-in judges, so a judge importing it
 would close a cycle); the report and the tool-call summary share it.

@@ -5,7 +5,7 @@ import functools
 from pathlib import Path
 
 from judges.pairwise.metrics import pairwise_summary
-from judges.result_names import (
+from judges.result_names.pairwise import (
     LC_NOTE,
     LENGTH_CONTROL_NAMES,
     NOVA_FIELDS,
@@ -143,16 +143,18 @@ DOORS: dict[str, tuple[str, ...]] = {
     # call_token.py reads the signing key (judges/integrity.py, which imports no judgeflow).
     "judges.blocks": ("judges",),
     "judges.builtin": ("judges", "judges.blocks", "judges.model", "judges.trajectory",
-                       "judges.pairwise", "judges.toolcalls"),
+                       "judges.pairwise", "judges.toolcalls", "judges.result_names"),
     "judges.builtin.agent": ("judges", "judges.trajectory", "judges.builtin"),
     "judges.builtin.sessions": ("judges", "judges.trajectory", "judges.builtin"),
-    "judges.calibration": ("judges", "judges.pairwise"),
+    "judges.calibration": ("judges", "judges.pairwise", "judges.result_names"),
     "judges.model": (),
     "judges.model.batch": ("judges.model",),
-    "judges.names": ("judges", "judges.builtin"),
+    "judges.names": ("judges", "judges.builtin", "judges.result_names"),
     "judges.pairwise": ("judges", "judges.model"),
     "judges.panel": (),
     "judges.planning": ("judges", "judges.builtin"),
+    # The one name writer, one module per family of names (judges/result_names/__init__.py).
+    "judges.result_names": ("judges", "judges.model", "judges.pairwise"),
     "judges.toolcalls": ("judges",),
     "judges.trajectory": ("judges",),
 }
@@ -313,10 +315,10 @@ def _all_imports(path: Path) -> set[str]:
     return names
 
 
-# Published names are written by judges/result_names.py and read back by
-# judges/names/metric_fields.py; every other module works on typed values and asks those two for
-# any name it needs.
-WRITER, READER = "judges.result_names", "judges.names.metric_fields"
+# Published names are written by the package judges/result_names/ (one module per family of
+# names) and read back by the package judges/names/ (metric fields, calibration, head-to-head);
+# every other module works on typed values and asks those for any name it needs.
+WRITER, READER = "judges.result_names", "judges.names"
 DATABRICKS_PARTS = ("/rating", "/rationale", "/error_message", "/precision", "/rated_count",
                     "/error_count", "/unjudged_chunk_count", "/verdicts", "/average",
                     "/percentage")
@@ -360,7 +362,9 @@ def _literals(path: Path) -> Literals:
 
 
 def _modules_where(found) -> list[str]:
-    return sorted(name for name, path in _modules().items() if found(_literals(path)))
+    """The modules whose literals `found` accepts; the writer's and the reader's modules as one."""
+    return sorted({next((p for p in (WRITER, READER) if name.startswith(p + ".")), name)
+                   for name, path in _modules().items() if found(_literals(path))})
 
 
 def test_databricks_names_are_written_in_one_module_and_read_in_one():

@@ -127,7 +127,7 @@ def print_run_summary(summary: dict, title: str, notices: list[str]) -> None:
     """The run's headline figures as a table, its notices, then where its files are."""
     from rich.table import Table
 
-    from judges.result_names import headline_metrics
+    from judges.result_names.pairwise import headline_metrics
     from tasks.report.cost_text import cost_line
 
     # At least as wide as its title: a narrow table (a compare run's few short names) would

@@ -25,7 +25,7 @@ from judges.fingerprint import fingerprint, recorded_judges
 from judges.model.usage import Usage
 from judges.names.metric_fields import record_inputs
 from judges.plan import JudgePlan
-from judges.result_names import BASELINE_RESPONSE, PAIR_PREFIX
+from judges.result_names.pairwise import BASELINE_RESPONSE, PAIR_PREFIX
 from judges.trajectory.render import render_for_judge
 from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context

@@ -40,7 +40,8 @@ from judges.model.usage import Usage
 from judges.pairwise.models import Rubric
 from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
-from judges.result_names import cost_metric_fields, pairwise_metric_fields
+from judges.result_names.cost import cost_metric_fields
+from judges.result_names.pairwise import pairwise_metric_fields
 from tasks.dataset.pairs import PairSet, load_pairs, load_rubric
 from tasks.dataset.validation import InvalidDatasetError
 from tasks.publish import publish_run

@@ -44,7 +44,8 @@ from judges.model.budget import open_budget
 from judges.model.ledger import Ledger
 from judges.model.usage import Usage
 from judges.planning.set_summary import SetSummary
-from judges.result_names import cost_metric_fields, row_record
+from judges.result_names.cost import cost_metric_fields
+from judges.result_names.rows import row_record
 from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.dataset.row_spool import RowSpool
 from tasks.dataset.row_stream import RowSource, SetCheck, rejected_rows, valid_rows

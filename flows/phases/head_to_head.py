@@ -34,7 +34,7 @@ from judges.builtin.pairwise import (
 )
 from judges.model.usage import Usage
 from judges.pairwise.metrics import PairTally, PairwiseSummary
-from judges.result_names import head_to_head_fields, pairwise_metric_fields
+from judges.result_names.pairwise import head_to_head_fields, pairwise_metric_fields
 from judges.rows import EvalRow
 from judges.trajectory.model import Trajectory
 from judges.trajectory.render import render_for_judge

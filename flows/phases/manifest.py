@@ -31,7 +31,7 @@ def package_versions() -> dict[str, str | None]:
 def judge_section(settings: LLMSettings) -> dict:
     """The judge model as recorded: never the key, only the name of its variable.
 
-    A panel's members (numbered from 1 in the run's names, judges/result_names.py) follow,
+    A panel's members (numbered from 1 in the run's names, judges/result_names/) follow,
     each with its endpoint and key variable.
     """
     section = {

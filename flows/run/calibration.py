@@ -20,9 +20,9 @@ from judges.calibration.policy import (
 )
 from judges.calibration.rows import CalibrationAccumulator
 from judges.catalogue import JudgeCatalogue
-from judges.names.metric_fields import stats_of
+from judges.names.calibration_fields import stats_of
 from judges.plan import JudgePlan
-from judges.result_names import LabelKind, calibration_keys, label_kinds, stat_name
+from judges.result_names.calibration import LabelKind, calibration_keys, label_kinds, stat_name
 from tasks.dataset.labels import CalibrationSource, read_calibration_run
 
 

@@ -18,7 +18,7 @@ from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
 from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
-from judges.result_names import pair_fields
+from judges.result_names.pairwise import pair_fields
 from judges.results import RowResult
 from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.call_log import CallLog, CallLogError

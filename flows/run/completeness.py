@@ -16,9 +16,9 @@ from judges.base import JudgeSpec
 from judges.blocks.plain_text import visible
 from judges.catalogue import Registry
 from judges.model.budget import BUDGET_REASON, current_budget
-from judges.names.metric_fields import pair_counts
+from judges.names.pairwise_fields import pair_counts
 from judges.plan import JudgePlan
-from judges.result_names import count_names
+from judges.result_names.counts import count_names
 
 COMPLETE, INCOMPLETE = "complete", "incomplete"
 EXAMPLE_MAX_CHARS = 240
@@ -84,7 +84,7 @@ def _panel_shares(judge: JudgeSpec, registry: Registry, metrics: Mapping,
                   examples: Mapping[str, str]) -> list[ErrorShare]:
     """Each panel member's failed votes: a panel does not hide a failing member.
 
-    Its members' rates are declared with their counts (judges/result_names.py
+    Its members' rates are declared with their counts (judges/result_names/
     `panel_declaration`), found among the published names.
     """
     shares = []

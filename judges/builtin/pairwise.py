@@ -29,7 +29,8 @@ from judges.pairwise.metrics import (
 )
 from judges.pairwise.models import PairwiseJudgment, Rubric, check_rubric
 from judges.pairwise.reconcile import PREFERENCES, Order, PairVerdict, Pass, reconcile, to_sides
-from judges.result_names import PAIR_PREFIX, PAIRWISE_KEY, pairwise_metric_fields
+from judges.result_names.calibration import PAIRWISE_KEY
+from judges.result_names.pairwise import PAIR_PREFIX, pairwise_metric_fields
 from judges.rows import PREFERENCE_COLUMN
 
 SWAP_DISABLED = "not run: position swap disabled (forward-only diagnosis run)"

@@ -25,7 +25,7 @@ from judges.calibration.stats import (
 )
 from judges.pairwise.reconcile import PREFERENCES, PairVerdict
 from judges.plan import JudgePlan
-from judges.result_names import (
+from judges.result_names.calibration import (
     PAIRWISE_KEY,
     calibration_keys,
     calibration_row_fields,
@@ -118,7 +118,7 @@ class CalibrationAccumulator:
 
     Args:
         plan: the judges that run.
-        keys: each judge's label key by output prefix (judges/result_names.py); default:
+        keys: each judge's label key by output prefix (judges/result_names/); default:
             keys decided over the plan's judges alone.
         seed: seed of the kappa bootstrap.
         resamples: bootstrap resamples.

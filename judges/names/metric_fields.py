@@ -1,4 +1,4 @@
-"""The one place that reads published names back (judges/result_names.py writes them).
+"""The one place that reads published names back (judges/result_names/ writes them).
 
 Regression compares runs row by row, and a baseline is a published run, so its aggregates
 (`…/rating/percentage`) must be traced back to the per-row fields they were computed from
@@ -23,26 +23,17 @@ from typing import Any, Literal, NamedTuple
 from judges.builtin import BUILTIN_JUDGES
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.catalogue import Registry
-from judges.result_names import (
-    CALIBRATION_AREA,
-    LENGTH_CONTROL_NAMES,
-    TAG_PREFIX,
-    TRACE_ID,
-    TURN_PASS_RATE,
-    WINRATE_FIELDS,
-    Declared,
-    count_names,
-    panel_base,
-    qualified,
-    stat_name,
-)
+from judges.result_names.counts import count_names
+from judges.result_names.panel import panel_base
+from judges.result_names.registry import Declared
+from judges.result_names.rows import TRACE_ID, TURN_PASS_RATE
+from judges.result_names.tags import TAG_PREFIX
 
 __all__ = [
-    "MetricField", "RowData", "advisory_key", "calibrated_keys", "is_calibration",
-    "length_control_fields",
-    "is_pairwise", "judge_failed", "metric_field", "metric_fields", "record_inputs", "row_data",
-    "row_tags", "same_value_key", "stats_of", "yes_no_verdict", "PublishedVerdict",
-    "published_verdict", "published_trace_id", "unit_verdicts", "member_verdict",
+    "MetricField", "RowData", "is_pairwise", "judge_failed", "metric_field", "metric_fields",
+    "record_inputs", "row_data", "row_tags", "same_value_key", "yes_no_verdict",
+    "PublishedVerdict", "published_verdict", "published_trace_id", "unit_verdicts",
+    "member_verdict",
 ]
 
 # One empty set shared by every row without an error (most rows; a regression keeps them all).
@@ -150,28 +141,6 @@ def metric_fields(metrics: Iterable[str], registry: Registry | None = None
                   ) -> list[MetricField]:
     """Every aggregate among `metrics` that is an average of a per-row field."""
     return [f for f in (metric_field(m, registry) for m in metrics) if f is not None]
-
-
-def length_control_fields(metrics: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A published run's length-controlled win rate, by `LengthControl` field; None if absent.
-
-    Read as untrusted: a field of the wrong type reads as absent (None; `large` as False), so
-    a tampered file cannot make a sentence claim more than its numbers.
-    """
-    if not any(name in metrics for name in LENGTH_CONTROL_NAMES):
-        return None
-    out: dict[str, Any] = {}
-    for name, field in LENGTH_CONTROL_NAMES.items():
-        value = metrics.get(name)
-        if field == "large":
-            out[field] = value is True
-        elif field == "reason":
-            out[field] = value if isinstance(value, str) else None
-        elif isinstance(value, int | float) and not isinstance(value, bool) and value == value:
-            out[field] = int(value) if field == "pairs" else float(value)
-        else:
-            out[field] = 0 if field == "pairs" else None
-    return out
 
 
 def is_pairwise(metric: str) -> bool:
@@ -300,71 +269,3 @@ def counts_of(metrics: Mapping[str, Any], base: str) -> tuple[Any, Any]:
     """The `rated_count` and `error_count` published beside the aggregate under `base`."""
     rated, errors = count_names(base)
     return metrics.get(rated), metrics.get(errors)
-
-
-# --------------------------------------------------------------------------- calibration
-
-
-def calibrated_keys(metrics: Mapping[str, Any]) -> list[str]:
-    """Keys with a calibration in `metrics` (a labelled_count), in order."""
-    head, tail = f"{CALIBRATION_AREA}/", "/labelled_count"
-    return [name[len(head):-len(tail)] for name in metrics
-            if name.startswith(head) and name.endswith(tail)]
-
-
-def stats_of(metrics: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """Every `calibration/{key}/*` metric, by stat name."""
-    head = f"{CALIBRATION_AREA}/{key}/"
-    return {name[len(head):]: value for name, value in metrics.items()
-            if name.startswith(head) and "/" not in name[len(head):]}
-
-
-def is_calibration(name: str) -> bool:
-    """Whether a metric or field name is a calibration one."""
-    return name.startswith(f"{CALIBRATION_AREA}/")
-
-
-def advisory_key(prefix: str, metrics: Mapping[str, Any]) -> str | None:
-    """The key of the judge under `prefix` if the run marked it advisory, else None.
-
-    The gate knows the judge by its prefix; its key is its name or, when shared, its
-    qualified name, and only one of the two is ever written in a run's metrics.
-    """
-    for key in (prefix.rsplit("/", 1)[-1], qualified(prefix)):
-        if metrics.get(stat_name(key, "advisory")) is True:
-            return key
-    return None
-
-
-class PairCounts(NamedTuple):
-    """A head-to-head's reconciled pairs by outcome, as a published run states them."""
-
-    total: int
-    a: int
-    b: int
-    tie: int
-    error: int
-
-
-def pair_counts(pairwise: Mapping[str, Any]) -> PairCounts:
-    """The `pairs_*` counts of a published pairwise block (a missing or null count is 0)."""
-    return PairCounts(*(int(pairwise.get(f"pairs_{outcome}") or 0)
-                        for outcome in PairCounts._fields))
-
-
-class JudgmentCounts(NamedTuple):
-    """A head-to-head's judgments (both passes of every pair) preferring A, B, or neither."""
-
-    a: float
-    b: float
-    ties: float
-
-
-def judgment_counts(pairwise: Mapping[str, Any]) -> JudgmentCounts:
-    """Nova's judgment counts of a published pairwise block (a missing or null count is 0)."""
-    return JudgmentCounts(*(pairwise.get(name) or 0 for name in ("a_scores", "b_scores", "ties")))
-
-
-def win_rate(pairwise: Mapping[str, Any]) -> Any:
-    """The published head-to-head win rate of B (untrusted: may be anything, or missing)."""
-    return pairwise.get(WINRATE_FIELDS[0])

@@ -1,4 +1,4 @@
-"""Aggregates of the pairwise rubric judge, as typed values (names: judges/result_names.py).
+"""Aggregates of the pairwise rubric judge, as typed values (names: judges/result_names/).
 
 Two blocks, as DESIGN.md defines them. The Nova block counts judgments (both passes of every
 pair, mapped back to A/B); the reconciled block counts pairs (one verdict each). Undefined
@@ -191,7 +191,7 @@ class PairBlock(NamedTuple):
 
 
 class PairwiseSummary(NamedTuple):
-    """Every pairwise aggregate, typed; judges/result_names.py gives them their names.
+    """Every pairwise aggregate, typed; judges/result_names/ gives them their names.
 
     Attributes:
         judgments: the Nova block.

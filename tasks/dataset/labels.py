@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from judges.errors import ConfigError
 from judges.integrity import signing_key
-from judges.names.metric_fields import calibrated_keys
+from judges.names.calibration_fields import calibrated_keys
 from judges.rows import LABELS_COLUMN, PREFERENCE_COLUMN
 from tasks.dataset.normalise import stable_request_id
 from tasks.dataset.sources import read_table

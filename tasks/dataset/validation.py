@@ -17,7 +17,7 @@ from pandera.errors import SchemaErrors
 
 from judges.builtin import BUILTIN_JUDGES
 from judges.errors import ConfigError, shown
-from judges.result_names import LabelKind, label_kinds
+from judges.result_names.calibration import LabelKind, label_kinds
 from judges.rows import LABELS_COLUMN, PREFERENCE_COLUMN, EvalRow
 from tasks.agents.errors import too_deep
 from tasks.agents.read import trajectory_problem

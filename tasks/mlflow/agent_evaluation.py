@@ -2,7 +2,7 @@
 
 From Databricks' judge reference (reference/000, 001): a run's metric, and the per-row
 assessment a trace carries (`mlflow.evaluate(..., model_type="databricks-agent")` names each
-after its judge). judgeflow publishes the same metric names (judges/result_names.py) and
+after its judge). judgeflow publishes the same metric names (judges/result_names/) and
 attaches its row-level verdicts under the judge's name (assessments.py), so a judgeflow run
 reads next to a Databricks evaluation run. tests/e2e/test_mlflow_local_stores.py checks a logged
 run against this table; docs/mlflow.md shows it.

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from judges.names.metric_fields import published_trace_id, published_verdict
-from judges.result_names import calibration_keys
+from judges.result_names.calibration import calibration_keys
 from tasks.agents.mlflow_trace import TRACE_ID_RE
 from tasks.mlflow.record import RUN_ID_TAG, SUITE_TAG
 

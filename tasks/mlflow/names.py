@@ -3,7 +3,7 @@
 MLflow accepts letters, digits, `_ - . /` and spaces in a metric name (a colon too, except on a
 Windows server: judgeflow maps it, so a run logs the same everywhere), at most 250 characters,
 and no name that a path would normalise to another (`a//b`, `a/./b`, a leading or trailing
-`/`, a `..` segment). Published names (judges/result_names.py) already are; a custom judge's,
+`/`, a `..` segment). Published names (judges/result_names/) already are; a custom judge's,
 an aspect's or a tag's slice name may not be. Each other character becomes `_`, an empty, `.`
 or `..` segment becomes `_`, and a mapped name that is too long or would collide with another
 name gets `-` and the first 8 hex digits of the sha256 of the original name.

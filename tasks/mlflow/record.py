@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from judges.result_names import COST_AREA
+from judges.result_names.cost import COST_AREA
 from tasks.mlflow.names import mlflow_names
 
 # MLflow's limits on one value (mlflow/utils/validation.py): longer values are refused.

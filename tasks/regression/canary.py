@@ -39,7 +39,7 @@ import numpy as np
 from judges.base import JudgeSpec
 from judges.calibration.stats import cohen_kappa
 from judges.names.metric_fields import member_verdict, unit_verdicts
-from judges.result_names import panel_base
+from judges.result_names.panel import panel_base
 from tasks.regression.paired_stats import mcnemar
 
 T = TypeVar("T")
@@ -222,7 +222,7 @@ def member_agreements(judge: JudgeSpec, records: Sequence[Mapping[str, Any]],
 
     So that one member drifting cannot hide behind a steady majority. For an answer judge
     asked once a row; a member is compared only where the baseline's member of the same number
-    was the same model (judges/result_names.py `panel_row_fields`).
+    was the same model (judges/result_names/ `panel_row_fields`).
 
     Args:
         judge: the judge.

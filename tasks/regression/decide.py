@@ -25,25 +25,20 @@ from typing import Any, Literal, NamedTuple
 
 from judges.calibration.policy import MIN_LABELS, advisory_reason
 from judges.catalogue import Registry
-from judges.names.metric_fields import (
-    is_pairwise,
-    judgment_counts,
-    metric_field,
-    pair_counts,
-    stats_of,
-    win_rate,
-)
-from judges.result_names import (
+from judges.names.calibration_fields import stats_of
+from judges.names.metric_fields import is_pairwise, metric_field
+from judges.names.pairwise_fields import judgment_counts, pair_counts, win_rate
+from judges.result_names.calibration import PAIRWISE_KEY
+from judges.result_names.counts import count_names
+from judges.result_names.pairwise import (
     LC_NOTE,
     LC_WINRATE_FIELDS,
     LENGTH_CONTROL_FIELDS,
-    PAIRWISE_KEY,
     RATE_INTERVALS,
     WINRATE_FIELDS,
     WINRATE_NOTE,
-    count_names,
-    tag_metric,
 )
+from judges.result_names.tags import tag_metric
 from tasks.regression.deltas import DeltaLine
 from tasks.regression.gates import Gate, gate_advisory
 from tasks.regression.limit_tests import PairedData, beyond_p, change_bounds

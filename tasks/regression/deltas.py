@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from judges.names.metric_fields import MetricField, RowData
-from judges.result_names import tag_metric
+from judges.result_names.tags import tag_metric
 from tasks.regression.limit_tests import PairedData
 from tasks.regression.paired_stats import (
     PairedTest,

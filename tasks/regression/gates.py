@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from judges.blocks.plain_text import visible, visible_lines
 from judges.errors import ConfigError
-from judges.names.metric_fields import advisory_key, is_pairwise, metric_field, stats_of
+from judges.names.calibration_fields import advisory_key, stats_of
+from judges.names.metric_fields import is_pairwise, metric_field
 from judges.storage import open_url
 
 

@@ -15,7 +15,9 @@ from typing import Any
 from judges.catalogue import Registry
 from judges.metrics import RunMetrics
 from judges.names.metric_fields import MetricField, RowData, metric_fields, row_data
-from judges.result_names import count_names, row_count_names, tag_metric
+from judges.result_names.counts import count_names
+from judges.result_names.rows import row_count_names
+from judges.result_names.tags import tag_metric
 
 
 def slice_metrics(rows: Iterable[RowData], specs: list[MetricField]) -> dict[str, Any]:

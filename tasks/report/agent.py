@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from judges.builtin.tool_calls import compare_calls
-from judges.result_names import judge_fields
+from judges.result_names.rows import judge_fields
 from judges.results import RowResult
 from judges.rows import EvalRow
 from judges.toolcalls.metrics import ToolCallVerdict

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from judges.calibration.policy import MIN_LABELS, band
-from judges.names.metric_fields import calibrated_keys, stats_of
+from judges.names.calibration_fields import calibrated_keys, stats_of
 from judges.pairwise.reconcile import PREFERENCES
-from judges.result_names import PAIRWISE_KEY
+from judges.result_names.calibration import PAIRWISE_KEY
 
 # The kappa scale of the interval strip, in SVG user units: -1 at 0, +1 at STRIP_WIDTH.
 STRIP_WIDTH = 300

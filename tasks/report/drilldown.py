@@ -15,13 +15,9 @@ from typing import Any, NamedTuple
 
 from judges.builtin.pairwise import PairResult
 from judges.pairwise.reconcile import Pass, position_to_side
-from judges.result_names import (
-    PAIR_PREFIX,
-    head_to_head_fields,
-    precision_name,
-    qualified,
-    unjudged_name,
-)
+from judges.result_names.calibration import qualified
+from judges.result_names.pairwise import PAIR_PREFIX, head_to_head_fields
+from judges.result_names.rows import precision_name, unjudged_name
 from judges.results import JudgeResult, RowResult
 from judges.rows import LABELS_COLUMN
 from tasks.report.agent import AgentView, VerdictView, agent_view

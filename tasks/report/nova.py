@@ -2,7 +2,7 @@
 
 Notebooks written for Nova read `nova_results.json` unchanged: the same three top-level keys,
 the same task key and every Nova field (reference/004). judgeflow's names for the Nova block
-are already Nova's (judges/result_names.py's NOVA_FIELDS), so this is a reshaping, not a
+are already Nova's (judges/result_names/'s NOVA_FIELDS), so this is a reshaping, not a
 recomputation.
 """
 
@@ -12,7 +12,7 @@ import hashlib
 from datetime import datetime
 
 from judges.builtin.pairwise import PAIRWISE_JUDGE
-from judges.result_names import NOVA_FIELDS
+from judges.result_names.pairwise import NOVA_FIELDS
 
 __all__ = ["NOVA_TASK", "nova_job_id", "nova_results"]
 

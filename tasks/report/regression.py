@@ -11,7 +11,9 @@ from typing import Any, NamedTuple
 
 from judges.catalogue import Registry
 from judges.names.metric_fields import declared_field, metric_field
-from judges.result_names import count_names, tag_metric, untagged
+from judges.result_names.counts import count_names
+from judges.result_names.registry import untagged
+from judges.result_names.tags import tag_metric
 from tasks.report.verdict_text import (
     canary_line,
     fmt_delta,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from judges.names.metric_fields import length_control_fields, win_rate
+from judges.names.pairwise_fields import length_control_fields, win_rate
 from judges.pairwise.length import LengthControl, length_sentence
-from judges.result_names import headline_metrics
+from judges.result_names.pairwise import headline_metrics
 from tasks.report.cost_text import cost_line, cost_rows
 from tasks.report.markdown_text import cell, code, inline
 from tasks.report.verdict_text import canary_line, gate_cells, headline, unfinished_sentence

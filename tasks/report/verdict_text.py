@@ -17,7 +17,7 @@ from typing import Any
 
 from judges.blocks.plain_text import visible
 from judges.names.metric_fields import metric_field
-from judges.result_names import WINRATE_FIELDS
+from judges.result_names.pairwise import WINRATE_FIELDS
 from tasks.report.cost_text import usage_cost
 
 MINUS = "−"

@@ -5,7 +5,7 @@ bars, the pairwise bar (from the typed pairwise summary, judges/pairwise/metrics
 formatters the template uses as filters. The drill-down's rows are in tasks/report/drilldown.py.
 No jinja2, no files, no network: tasks/report/page.py renders these through an autoescaping
 Environment, so every string here is plain text, never markup. Metric names shown beside the
-numbers come from judges/result_names.py, the one writer; nothing here parses a name.
+numbers come from judges/result_names/, the one writer; nothing here parses a name.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Literal, NamedTuple
 from judges.metrics import JudgeAggregate, MetricAggregate, RunSummary
 from judges.pairwise.length import length_sentence
 from judges.pairwise.metrics import PairwiseSummary
-from judges.result_names import (
+from judges.result_names.rows import (
     GENERATION_ERROR_COUNT,
     aggregate_name,
     metric_average_name,

@@ -26,7 +26,9 @@ from pydantic import (
 
 from judges.catalogue import Registry
 from judges.names.metric_fields import counts_of, declared_field, metric_fields
-from judges.result_names import GENERATION_ERROR_COUNT, headline_metrics, tag_metric
+from judges.result_names.pairwise import headline_metrics
+from judges.result_names.rows import GENERATION_ERROR_COUNT
+from judges.result_names.tags import tag_metric
 from tasks.storage.baseline_rules import SAFE_RUN_ID, becomes_baseline
 
 ENTRY_BUDGET_BYTES = 6 * 1024  # an entry's JSON, whatever its manifest held

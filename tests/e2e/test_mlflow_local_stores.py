@@ -204,7 +204,7 @@ def test_a_dataset_is_read_from_a_sqlite_store(tmp_path):
 def test_logged_metric_names_are_the_ones_databricks_agent_evaluation_shows(tmp_path):
     """Every judge of AGENT_EVALUATION_NAMES runs on the example; its metric is logged as named.
 
-    The names come from Databricks' reference, not from judges/result_names.py: a renamed
+    The names come from Databricks' reference, not from judges/result_names/: a renamed
     metric there fails here.
     """
     data = Path(__file__).resolve().parents[2] / "examples" / "rag_eval.jsonl"

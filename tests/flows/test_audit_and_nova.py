@@ -8,7 +8,7 @@ from flows.compare import compare
 from flows.compare_params import CompareParams
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from judges.result_names import NOVA_FIELDS
+from judges.result_names.pairwise import NOVA_FIELDS
 from tasks.report.nova import NOVA_TASK
 from tests.planted import PlantedJudge
 

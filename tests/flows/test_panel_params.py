@@ -132,7 +132,7 @@ def test_every_panel_figure_is_declared_and_read_back_from_a_published_run():
     from judges.builtin import BUILTIN_JUDGES
     from judges.catalogue import Registry
     from judges.panel.agreement import panel_stats
-    from judges.result_names import panel_metrics
+    from judges.result_names.panel import panel_metrics
 
     spec = BUILTIN_JUDGES["safety"]
     members = ("openai/a", "openai/b", "openai/c")

@@ -25,7 +25,7 @@ from judges.pairwise.length import LARGE_SHIFT, MIN_PAIRS, length_control, lengt
 from judges.pairwise.metrics import PairTally, pairwise_summary
 from judges.pairwise.models import PairwiseJudgment
 from judges.pairwise.reconcile import Pass, reconcile, side_to_position
-from judges.result_names import LENGTH_CONTROL_FIELDS, pairwise_metric_fields
+from judges.result_names.pairwise import LENGTH_CONTROL_FIELDS, pairwise_metric_fields
 from tasks.regression.decide import Context, decide
 from tasks.regression.gates import Gate
 from tasks.report.summary_md import summary_markdown

@@ -18,12 +18,12 @@ from judges.pairwise.reconcile import (
     to_sides,
     weighted_scores,
 )
-from judges.result_names import pair_verdict_fields as pair_record
-from judges.result_names import pairwise_metric_fields
+from judges.result_names.pairwise import pair_verdict_fields as pair_record
+from judges.result_names.pairwise import pairwise_metric_fields
 
 
 def pairwise_metrics(verdicts, **kwargs) -> dict:
-    """The published pairwise aggregates: typed summary, then names (judges/result_names.py)."""
+    """The published pairwise aggregates: typed summary, then names (judges/result_names/)."""
     return pairwise_metric_fields(pairwise_summary(verdicts, **kwargs))
 
 

@@ -30,7 +30,7 @@ from judges.pairwise.metrics import (
 )
 from judges.pairwise.models import PairwiseJudgment
 from judges.pairwise.reconcile import Pass, reconcile
-from judges.result_names import row_count_names, run_metrics
+from judges.result_names.rows import row_count_names, run_metrics
 from judges.results import JudgeResult, RowResult, Verdict, wilson_interval
 from judges.rows import Chunk, EvalRow
 from tasks.report.drilldown import message_views

@@ -15,7 +15,7 @@ import tasks.report.agent as agent_module
 from judges.builtin.tool_calls import METRICS as TOOL_METRICS
 from judges.builtin.tool_calls import TOOL_ARGUMENTS_MATCH, TOOL_SEQUENCE_MATCH
 from judges.metrics import JudgeAggregate, MetricAggregate, RunSummary
-from judges.result_names import judge_fields
+from judges.result_names.rows import judge_fields
 from judges.results import JudgeResult, RowResult
 from judges.rows import EvalRow
 from judges.trajectory.expected import ExpectedToolCalls

@@ -22,7 +22,7 @@ from judges.builtin.pairwise import PairwiseOptions
 from judges.engine import judge_rows
 from judges.model.settings import LLMSettings
 from judges.plan import plan_judges
-from judges.result_names import row_record
+from judges.result_names.rows import row_record
 from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context
 from tasks.dataset.pairs import validate_nova

@@ -26,7 +26,7 @@ from judges.engine import judge_rows
 from judges.model.settings import LLMSettings
 from judges.names.metric_fields import metric_fields, row_data
 from judges.plan import plan_judges
-from judges.result_names import row_record
+from judges.result_names.rows import row_record
 from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context
 from tasks.dataset.sources import table_from_rows

@@ -16,7 +16,8 @@ from judges.model.usage import Usage
 from judges.pairwise.models import PairwiseJudgment
 from judges.pairwise.reconcile import Pass, reconcile
 from judges.plan import JudgeSelectionError, plan_judges
-from judges.result_names import head_to_head_fields, judge_fields, pair_fields, row_record
+from judges.result_names.pairwise import head_to_head_fields, pair_fields
+from judges.result_names.rows import judge_fields, row_record
 from judges.results import JudgeResult, RowResult, Verdict, failed, not_applied
 from judges.rows import Chunk, EvalRow
 from tasks.report.rows import row_failed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from judges.names.metric_fields import RowData, metric_fields, row_data
-from judges.result_names import tag_metric
+from judges.result_names.tags import tag_metric
 from tasks.regression.decide import Context, decide
 from tasks.regression.deltas import DeltaLine, paired_deltas
 from tasks.regression.gates import Gate, GateConfigError, load_gates

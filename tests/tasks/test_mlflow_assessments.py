@@ -211,7 +211,7 @@ def test_a_row_keeps_the_id_its_trace_names(info, expected):
     rows, problems = normalise_rows({0: {"request": "q", "trace": _trace_json(info)}})
     assert problems == []
     assert rows[0].trace_id == expected
-    from judges.result_names import row_record
+    from judges.result_names.rows import row_record
     from judges.results import RowResult
 
     record = row_record(RowResult(row=rows[0], judges=(), metrics=()))

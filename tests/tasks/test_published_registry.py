@@ -23,7 +23,9 @@ from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.catalogue import JudgeCatalogue, Registry
 from judges.names.metric_fields import metric_field
 from judges.plan import JudgePlan
-from judges.result_names import stat_name, tag_metric, untagged
+from judges.result_names.calibration import stat_name
+from judges.result_names.registry import untagged
+from judges.result_names.tags import tag_metric
 from tasks.regression.canary import canary_judges
 from tasks.regression.decide import Context, decide
 from tasks.regression.deltas import DeltaLine

@@ -1,0 +1,74 @@
+"""A panel's names: each member's verdicts on a row and the panel's figures over a run.
+
+Member n is the n-th model of the judge's comma list (the manifest's judge.members names them),
+published under `{prefix}/panel/{n}/`; the panel's own figures under `{prefix}/panel/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import combinations
+from typing import Any
+
+from judges.result_names.counts import count_names
+from judges.results import JudgeResult
+
+
+def panel_base(prefix: str, member: int) -> str:
+    """Where a panel's member (numbered from 1, in the judge model's comma list) is published."""
+    return f"{prefix}/panel/{member}"
+
+
+def panel_row_fields(result: JudgeResult) -> dict:
+    """Each panel member's model and verdict on the row.
+
+    An answer judge asked once: `{prefix}/panel/{n}/model|rating|rationale|error_message`.
+    Asked several times (samples, chunks, turns): `…/ratings|rationales|error_messages`, one
+    per prompt the panel was asked, in `ballots` order.
+    """
+    out: dict = {}
+    single = len(result.ballots) == 1 and result.spec.mode == "answer"
+    for index, model in enumerate((v.model for v in result.ballots[0]), start=1):
+        base = panel_base(result.spec.prefix, index)
+        votes = [ballot[index - 1] for ballot in result.ballots]
+        out[f"{base}/model"] = model
+        if single:
+            out |= {f"{base}/rating": votes[0].rating, f"{base}/rationale": votes[0].rationale,
+                    f"{base}/error_message": votes[0].error}
+        else:
+            out |= {f"{base}/ratings": [v.rating for v in votes],
+                    f"{base}/rationales": [v.rationale for v in votes],
+                    f"{base}/error_messages": [v.error for v in votes]}
+    return out
+
+
+# A panel's figures beside its judge's (judges/panel/agreement.py `panel_stats`); member n is
+# the n-th model of the judge's comma list (the manifest's judge.members names them). Over the
+# panel's votes: one per prompt asked (the row, each sample, chunk or turn).
+PANEL_KAPPA = "fleiss_kappa"
+PANEL_ONE_VOTE = "one_vote_share"
+
+
+def panel_metrics(prefix: str, members: tuple[str, ...], stats: Mapping[str, Any]) -> dict:
+    """A panel's figures under `{prefix}/panel/`.
+
+    Each member's yes rate and counts, each pair's agreement, Fleiss' kappa with its 95%
+    interval and row count, and the share of decided votes won by one vote.
+    """
+    out: dict[str, float | int | None] = {}
+    for number, model in enumerate(members, start=1):
+        base, figures = panel_base(prefix, number), stats["members"][model]
+        rated, errors = count_names(base)
+        out |= {f"{base}/rate": figures["rate"], rated: figures["rated"],
+                errors: figures["errors"]}
+    for (i, a), (j, b) in combinations(enumerate(members, start=1), 2):
+        pair = stats["agreement"][f"{a}|{b}"]
+        out |= {f"{prefix}/panel/{i}-{j}/agreement": pair["agreement"],
+                f"{prefix}/panel/{i}-{j}/agreement_count": pair["rows"]}
+    kappa = f"{prefix}/panel/{PANEL_KAPPA}"
+    out |= {kappa: stats["kappa"], f"{kappa}_lower": stats["kappa_lower"],
+            f"{kappa}_upper": stats["kappa_upper"], f"{kappa}_count": stats["kappa_rows"],
+            f"{prefix}/panel/{PANEL_ONE_VOTE}": stats["one_vote_share"],
+            f"{prefix}/panel/one_vote_count": stats["one_vote_rows"],
+            f"{prefix}/panel/decided_count": stats["decided_rows"]}
+    return out
