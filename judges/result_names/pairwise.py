@@ -147,6 +147,11 @@ def pair_verdict_fields(verdict: PairVerdict, *, prefix: str = PAIR_PREFIX,
     passes = (("forward", verdict.forward), ("backward", verdict.backward))
     for name, judge_pass in passes[: 2 if swap else 1]:
         record.update({f"{name}/{key}": value for key, value in _pass_fields(judge_pass).items()})
+    # A panel: each member's reconciled verdict, member n the n-th model of the judge's list.
+    for number, member in enumerate(verdict.members, start=1):
+        record.update({f"panel/{number}/model": member.model,
+                       f"panel/{number}/verdict": member.verdict,
+                       f"panel/{number}/error_message": member.error_message})
     return {f"{prefix}{key}": value for key, value in record.items()}
 
 

@@ -1,0 +1,197 @@
+"""A panel of three loopback judges through `judgeflow compare`, checked against the server's log.
+
+One member is honest (prefers the answer of higher planted quality), one is length-biased
+(prefers the longer answer), one fails (HTTP 500) on both orders of every fourth pair and on
+the backward order of the next. Each pair's outcome, each member's verdicts, the Nova block,
+`winrate` and `lc_winrate` are recomputed here from what the server was asked and answered,
+never from what judgeflow computed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import flows.compare  # noqa: F401 - Prefect's log handler binds outside CliRunner (test_cli.py)
+from flows.cli import app
+from tests.fake_llm import Reply, prompt_text
+
+runner = CliRunner()
+MODELS = ("planted-honest", "planted-long", "planted-failing")
+PANEL = ",".join(f"openai/{m}" for m in MODELS)
+PAIRS = 60
+_PAIR = re.compile(r"zq(\d+)qz")
+_BLOCK = re.compile(r"<untrusted-([\w-]+)>\n(.*?)\n</untrusted-\1>", re.DOTALL)
+_QUALITY = re.compile(r"#q=(\d)")
+
+
+def planted_pairs() -> list[dict]:
+    """Pair 0: B better, A longer, the failing member silent: the panel is split, an error."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(PAIRS):
+        qa, qb = (2, 5) if i == 0 else rng.integers(1, 6, 2)
+        la, lb = (400, 20) if i == 0 else rng.choice(np.arange(10, 400), 2, replace=False)
+        rows.append({"id": f"p{i}", "prompt": f"Which plan fits? zq{i}qz",
+                     "response_A": f"#q={qa} " + "a" * int(la) + " <b>A</b>",
+                     "response_B": f"#q={qb} " + "b" * int(lb) + " <b>B</b>"})
+    return rows
+
+
+class Panel:
+    """The three members on one server; every request and its answer (A/B terms) is logged."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows = rows
+        self.log: list[dict] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict) -> Reply:
+        model, text = body["model"], prompt_text(body)
+        i = int(_PAIR.search(text).group(1))
+        blocks = dict(_BLOCK.findall(text))
+        first, second = blocks["response_1"], blocks["response_2"]
+        order = "forward" if first == self.rows[i]["response_A"] else "backward"
+        if model == "planted-failing" and (i % 4 == 0 or (i % 4 == 1 and order == "backward")):
+            reply, side = Reply(status=500, content="member down"), None
+        else:
+            if model == "planted-long":
+                merit = [len(first), len(second)]
+            else:
+                merit = [int(_QUALITY.search(t).group(1)) for t in (first, second)]
+            position = "1" if merit[0] > merit[1] else "2" if merit[1] > merit[0] else "tie"
+            criteria = [{"name": "accuracy", "description": "Correct.", "type": "scale",
+                         "weight": 1, "score_1": int(_QUALITY.search(first).group(1)),
+                         "score_2": int(_QUALITY.search(second).group(1))}]
+            reply = Reply(json.dumps({"criteria": criteria, "preference": position,
+                                      "rationale": f"{model} <i>prefers</i> {position}"}))
+            side = "tie" if position == "tie" else (
+                ("A" if position == "1" else "B") if order == "forward"
+                else ("B" if position == "1" else "A"))
+        with self._lock:
+            self.log.append({"model": model, "pair": i, "order": order, "side": side})
+        return reply
+
+    def member_verdicts(self) -> list[tuple[str, ...]]:
+        """Pairs × members: each member's two passes reconciled here (lenient ties)."""
+        passes = {(e["model"], e["pair"], e["order"]): e["side"] for e in self.log}
+        assert len(passes) == len(self.log) == PAIRS * 2 * len(MODELS)  # no retry
+        out = []
+        for i in range(PAIRS):
+            row = []
+            for m in MODELS:
+                f, b = passes[(m, i, "forward")], passes[(m, i, "backward")]
+                given = [s for s in (f, b) if s is not None]
+                if not given:
+                    row.append("error")
+                elif len(given) == 1 or given[0] == given[1]:
+                    row.append(given[0])
+                elif "tie" in given:
+                    row.append(next(s for s in given if s != "tie"))
+                else:
+                    row.append("tie")  # the orders disagree: a position flip
+            out.append(tuple(row))
+        return out
+
+
+def brute_outcome(verdicts: tuple[str, ...]) -> str:
+    """More than half of the members that have a verdict, and at least two of them."""
+    said = [v for v in verdicts if v != "error"]
+    for side, count in Counter(said).items():
+        if len(said) >= 2 and 2 * count > len(said):
+            return side
+    return "error"
+
+
+def lc_fit(rows: list[dict], outcomes: list[str]) -> tuple[float, float]:
+    """Direct logistic fit of B winning on log2 length ratio over decided, untied pairs."""
+    from scipy.optimize import minimize
+
+    x = np.array([math.log2((len(r["response_B"]) + 1) / (len(r["response_A"]) + 1))
+                  for r, o in zip(rows, outcomes, strict=True) if o in ("A", "B")])
+    wins = np.array([o == "B" for o in outcomes if o in ("A", "B")], dtype=float)
+
+    def nll(beta):
+        eta = beta[0] + beta[1] * x
+        return -np.sum(wins * eta - np.logaddexp(0, eta))
+
+    beta = minimize(nll, np.zeros(2), method="BFGS", options={"gtol": 1e-9}).x
+    return 1 / (1 + math.exp(-beta[0])), beta[1]
+
+
+def _compare(tmp_path, fake_llm, run_id: str, *extra: str):
+    rows = planted_pairs()
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    panel = Panel(rows)
+    fake_llm.script = panel
+    result = runner.invoke(app, [
+        "compare", str(data), "--output", str(tmp_path / "out"), "--suite", "c", "--run-id",
+        run_id, "--judge-model", PANEL, "--api-base", fake_llm.api_base, "--max-attempts", "1",
+        "--no-cache", *extra])
+    return result, panel, rows
+
+
+def _read(tmp_path, run_id: str, name: str):
+    path = tmp_path / "out" / "c" / run_id / name
+    if name.endswith(".jsonl"):
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    return json.loads(path.read_text()) if name.endswith(".json") else path.read_text()
+
+
+def test_a_panel_judges_pairs_and_every_figure_matches_a_recomputation(fake_llm, tmp_path):
+    result, panel, rows = _compare(tmp_path, fake_llm, "ok", "--max-error-share", "0.5")
+    assert result.exit_code == 0, result.output
+    members = panel.member_verdicts()
+    outcomes = [brute_outcome(v) for v in members]
+    assert {"A", "B", "error"} <= set(outcomes)
+    records = {r["request_id"]: r for r in _read(tmp_path, "ok", "results.jsonl")}
+    for i, row in enumerate(rows):
+        record = records[row["id"]]
+        assert record["pairwise/verdict"] == outcomes[i], (i, members[i])
+        for n, model in enumerate(MODELS, start=1):
+            assert record[f"pairwise/panel/{n}/model"] == f"openai/{model}"
+            assert record[f"pairwise/panel/{n}/verdict"] == members[i][n - 1]
+            assert (record[f"pairwise/panel/{n}/error_message"] is None) == (
+                members[i][n - 1] != "error")
+        if outcomes[i] == "error":
+            assert record["pairwise/error_message"]
+    # the pair the failing member left split: B by quality, A by length, no third voice
+    assert members[0] == ("B", "A", "error") and records["p0"]["pairwise/verdict"] == "error"
+    assert "no majority" in records["p0"]["pairwise/error_message"]
+
+    metrics = _read(tmp_path, "ok", "metrics.json")
+    count = Counter(outcomes)
+    # the panel's outcome counts as both passes of its pair (docs/pairwise.md)
+    assert (metrics["a_scores"], metrics["b_scores"], metrics["ties"],
+            metrics["inference_error"]) == (2 * count["A"], 2 * count["B"], 2 * count["tie"],
+                                            2 * count["error"])
+    assert (metrics["pairs_a"], metrics["pairs_b"], metrics["pairs_tie"],
+            metrics["pairs_error"]) == (count["A"], count["B"], count["tie"], count["error"])
+    assert metrics["winrate"] == pytest.approx(count["B"] / (count["A"] + count["B"]))
+    lc_rate, lc_coef = lc_fit(rows, outcomes)
+    assert metrics["lc_pairs"] == count["A"] + count["B"]
+    assert metrics["lc_winrate"] == pytest.approx(lc_rate, abs=1e-5)
+    assert metrics["lc_length_coef"] == pytest.approx(lc_coef, abs=1e-4)
+    # the drill-down shows each member's verdict, escaped
+    report = _read(tmp_path, "ok", "report.html")
+    assert "planted-long" in report and "<i>prefers</i>" not in report
+
+
+def test_a_failing_member_above_max_error_share_makes_the_comparison_incomplete(
+        fake_llm, tmp_path):
+    result, panel, _ = _compare(tmp_path, fake_llm, "bad", "--max-error-share", "0.2")
+    assert result.exit_code == 3, result.output
+    members = panel.member_verdicts()
+    failed = sum(v[2] == "error" for v in members)
+    assert failed == PAIRS // 4  # above 0.2 of the pairs; the panel's own errors are fewer
+    assert sum(brute_outcome(v) == "error" for v in members) / PAIRS <= 0.2
+    assert f"pairwise panel member 3: {failed} of {PAIRS} pairs failed" in result.output
+    assert _read(tmp_path, "bad", "manifest.json")["status"] == "incomplete"
