@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from judges.base import prompt_environment, template_hash
+from judges.builtin.pair_panel import panel_verdict
 from judges.calls import UNPARSEABLE, JudgeContext, judged_call
 from judges.pairwise.metrics import (
     PairTally,
@@ -28,16 +29,7 @@ from judges.pairwise.metrics import (
     pairwise_summary,
 )
 from judges.pairwise.models import PairwiseJudgment, Rubric, check_rubric
-from judges.pairwise.reconcile import (
-    PREFERENCES,
-    MemberPair,
-    Order,
-    PairVerdict,
-    Pass,
-    reconcile,
-    to_sides,
-)
-from judges.panel.pairs import pair_panel_vote
+from judges.pairwise.reconcile import PREFERENCES, Order, PairVerdict, Pass, reconcile, to_sides
 from judges.result_names.calibration import PAIRWISE_KEY
 from judges.result_names.pairwise import PAIR_PREFIX, pairwise_metric_fields
 from judges.rows import PREFERENCE_COLUMN
@@ -180,7 +172,7 @@ async def judge_pair(
         strict_ties: one tie and one preference give a tie (MT-Bench's rule).
     """
     if ctx.panel:
-        return panel_verdict(await asyncio.gather(*(
+        return vote_panel(await asyncio.gather(*(
             judge_pair(member, pair, rubric, swap, strict_ties=strict_ties)
             for member in ctx.panel)), [m.client.settings.model for m in ctx.panel], swap)
     if not swap:
@@ -191,34 +183,10 @@ async def judge_pair(
     return reconcile(forward, backward, strict_ties=strict_ties)
 
 
-def panel_verdict(verdicts: Sequence[PairVerdict], models: Sequence[str],
-                  swap: bool = True) -> PairVerdict:
-    """A panel's verdict on a pair: the majority of its members' reconciled verdicts.
-
-    The pair counts in every aggregate as its outcome, in both passes (an undecided pair as two
-    failed passes), so `winrate` stays the share of decided pairs won by B and the length fit
-    reads one outcome per pair (docs/pairwise.md). The passes shown are those of the first
-    member, in panel order, who voted with the majority; each member's verdict is in `members`.
-    """
-    members = tuple(MemberPair(model, v)
-                    for model, v in zip(models, verdicts, strict=True))
-    vote = pair_panel_vote([v.verdict for v in verdicts], models)
-    if vote.outcome is None:
-        failures = "; ".join(f"{m.model}: {m.error_message}" for m in members
-                             if m.error_message)
-        error = vote.error + (f"; {failures}" if failures else "")
-        backward = Pass("backward", error=error if swap else SWAP_DISABLED)
-        return PairVerdict("error", Pass("forward", error=error), backward, None, None, None,
-                           None, members=members, panel_error=error)
-    agreeing = [v for v in verdicts if v.verdict == vote.outcome]
-    scores = [(v.weighted_score_A, v.weighted_score_B) for v in agreeing
-              if v.weighted_score_A is not None and v.weighted_score_B is not None]
-    return PairVerdict(
-        vote.outcome, agreeing[0].forward, agreeing[0].backward, vote.outcome,
-        vote.outcome if swap else None,
-        float(np.mean([a for a, _ in scores])) if scores else None,
-        float(np.mean([b for _, b in scores])) if scores else None,
-        members=members)
+def vote_panel(verdicts: Sequence[PairVerdict], models: Sequence[str],
+               swap: bool = True) -> PairVerdict:
+    """The panel's verdict on a pair under the run's swap rule (judges/builtin/pair_panel.py)."""
+    return panel_verdict(verdicts, models, None if swap else SWAP_DISABLED)
 
 
 async def judge_pairs(

@@ -17,7 +17,7 @@ from judges.builtin.pairwise import (
     Pair,
     PairwiseOptions,
     forward_only,
-    panel_verdict,
+    vote_panel,
 )
 from judges.model.settings import LLMSettings
 from judges.pairwise.models import PairwiseJudgment
@@ -56,7 +56,7 @@ def decode_pair_verdict(data: dict, options: PairwiseOptions) -> PairVerdict:
     try:
         if "members" in data:  # a panel: each member reconciled again, then voted on again
             members = data["members"]
-            return panel_verdict([decode_pair_verdict(m, options) for m in members],
+            return vote_panel([decode_pair_verdict(m, options) for m in members],
                                  [str(m["model"]) for m in members], options.swap)
         forward = _decode_pass(data["forward"], "forward")
         if not options.swap:

@@ -14,6 +14,7 @@ import math
 import re
 import threading
 from collections import Counter
+from itertools import combinations
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from typer.testing import CliRunner
 import flows.compare  # noqa: F401 - Prefect's log handler binds outside CliRunner (test_cli.py)
 from flows.cli import app
 from tests.fake_llm import Reply, prompt_text
+from tests.judges.test_panel_stats import exact_fleiss
 
 runner = CliRunner()
 MODELS = ("planted-honest", "planted-long", "planted-failing")
@@ -180,6 +182,26 @@ def test_a_panel_judges_pairs_and_every_figure_matches_a_recomputation(fake_llm,
     assert metrics["lc_pairs"] == count["A"] + count["B"]
     assert metrics["lc_winrate"] == pytest.approx(lc_rate, abs=1e-5)
     assert metrics["lc_length_coef"] == pytest.approx(lc_coef, abs=1e-4)
+    # each member's win rate over its own decided pairs, agreement and kappa over A/B/tie
+    for n in range(1, len(MODELS) + 1):
+        said = [v[n - 1] for v in members]
+        a, b = said.count("A"), said.count("B")
+        assert metrics[f"pairwise/panel/{n}/winrate"] == pytest.approx(b / (a + b))
+        assert metrics[f"pairwise/panel/{n}/decided_count"] == a + b
+        assert metrics[f"pairwise/panel/{n}/error_count"] == said.count("error")
+    for i, j in combinations(range(1, len(MODELS) + 1), 2):
+        both = [(v[i - 1], v[j - 1]) for v in members if "error" not in (v[i - 1], v[j - 1])]
+        assert metrics[f"pairwise/panel/{i}-{j}/agreement"] == pytest.approx(
+            sum(p == q for p, q in both) / len(both))
+        assert metrics[f"pairwise/panel/{i}-{j}/agreement_count"] == len(both)
+    complete = [v for v in members if "error" not in v]
+    table = [[v.count(c) for c in ("A", "B", "tie")] for v in complete]
+    assert metrics["pairwise/panel/fleiss_kappa_count"] == len(complete)
+    assert metrics["pairwise/panel/fleiss_kappa"] == pytest.approx(
+        float(exact_fleiss(table)), abs=1e-12)
+    assert (metrics["pairwise/panel/fleiss_kappa_lower"]
+            <= metrics["pairwise/panel/fleiss_kappa"]
+            <= metrics["pairwise/panel/fleiss_kappa_upper"])
     # the drill-down shows each member's verdict, escaped
     report = _read(tmp_path, "ok", "report.html")
     assert "planted-long" in report and "<i>prefers</i>" not in report
