@@ -31,7 +31,7 @@ from flows.run.execution import Chunking, auto_chunk_size, judge_all
 from flows.run.judged import JudgedRun
 from flows.run.progress import PhaseProgress, with_progress
 from flows.shards.fan_out import judge_in_shards
-from judges.builtin.pair_panel import pair_panel_figures
+from judges.builtin.pair_panel import member_votes, pair_panel_figures
 from judges.builtin.pairwise import (
     PAIRWISE_JUDGE,
     Pair,
@@ -148,8 +148,9 @@ async def judge_prepared_pairs(ctx: RunContext[CompareParams], prepared: Prepare
         staging.cleanup)
     summary = compare_summary(verdicts, prepared.options, seed=params.bootstrap_seed,
                               resamples=params.bootstrap_resamples, pairs=pairs)
-    panel_metrics, panel_shares = pair_panel_figures(verdicts, seed=params.bootstrap_seed,
-                                          resamples=params.bootstrap_resamples)
+    panel_metrics, panel_shares = pair_panel_figures(
+        [member_votes(v) for v in verdicts], seed=params.bootstrap_seed,
+        resamples=params.bootstrap_resamples)
     metrics = RunMetrics(
         {**pairwise_metric_fields(summary), **panel_metrics},
         pairwise_calibration(preferences_of(pairs), verdicts, seed=params.bootstrap_seed,

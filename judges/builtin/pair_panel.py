@@ -57,26 +57,36 @@ class PanelShare(NamedTuple):
     example: str | None
 
 
-def pair_panel_figures(verdicts: Sequence[PairVerdict], *, seed: int = 0,
+MemberVotes = tuple[tuple[str, str, str | None], ...]  # (model, verdict, error) per member
+
+
+def member_votes(verdict: PairVerdict) -> MemberVotes:
+    """What the run's panel figures keep of a pair: each member's model, verdict and error.
+
+    Empty for one judge model, or a pair a chunk failure left without member verdicts.
+    """
+    return tuple((m.model, m.verdict, m.error_message) for m in verdict.members)
+
+
+def pair_panel_figures(votes: Sequence[MemberVotes], *, seed: int = 0,
                        resamples: int = 1000) -> tuple[dict[str, Any], list[PanelShare]]:
     """A head-to-head panel's published figures and each member's failed pairs.
 
-    Nothing for one judge model. Pairs a chunk failure left without member verdicts count as
-    every member's error.
+    `votes`: `member_votes` of every pair, in input order. Nothing for one judge model. A pair
+    without member verdicts (its chunk failed) counts as every member's error.
     """
-    models = next((tuple(m.model for m in v.members) for v in verdicts if v.members), ())
+    models = next((tuple(model for model, _, _ in v) for v in votes if v), ())
     if not models:
         return {}, []
-    rows = [tuple(m.verdict for m in v.members) if v.members else ("error",) * len(models)
-            for v in verdicts]
+    rows = [tuple(verdict for _, verdict, _ in v) if v else ("error",) * len(models)
+            for v in votes]
     stats = pair_panel_stats(rows, models, seed=seed, resamples=resamples)
     shares = []
     for number, model in enumerate(models, start=1):
-        example = next((v.members[number - 1].error_message if v.members else v.error_message
-                        for v in verdicts
-                        if not v.members or v.members[number - 1].error_message), None)
+        example = next((v[number - 1][2] if v else "the pair's chunk failed"
+                        for v in votes if not v or v[number - 1][2]), None)
         shares.append(PanelShare(number, model, stats["members"][model]["errors"],
-                                 len(verdicts), example and f"{model}: {example}"))
+                                 len(votes), example and f"{model}: {example}"))
     return pair_panel_metrics(models, stats), shares
 
 

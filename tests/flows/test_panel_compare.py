@@ -59,6 +59,8 @@ class Panel:
         model, text = body["model"], prompt_text(body)
         i = int(_PAIR.search(text).group(1))
         blocks = dict(_BLOCK.findall(text))
+        if "response_1" not in blocks:  # a yes/no judge of a regression's rows: all pass
+            return Reply(json.dumps({"rationale": "fine", "rating": "yes"}))
         first, second = blocks["response_1"], blocks["response_2"]
         order = "forward" if first == self.rows[i]["response_A"] else "backward"
         if model == "planted-failing" and (i % 4 == 0 or (i % 4 == 1 and order == "backward")):
@@ -79,14 +81,15 @@ class Panel:
                 else ("B" if position == "1" else "A"))
         with self._lock:
             self.log.append({"model": model, "pair": i, "order": order, "side": side})
+        assert order == "forward" or second == self.rows[i]["response_A"]
         return reply
 
-    def member_verdicts(self) -> list[tuple[str, ...]]:
+    def member_verdicts(self, pairs: int = PAIRS) -> list[tuple[str, ...]]:
         """Pairs × members: each member's two passes reconciled here (lenient ties)."""
         passes = {(e["model"], e["pair"], e["order"]): e["side"] for e in self.log}
-        assert len(passes) == len(self.log) == PAIRS * 2 * len(MODELS)  # no retry
+        assert len(passes) == len(self.log) == pairs * 2 * len(MODELS)  # no retry
         out = []
-        for i in range(PAIRS):
+        for i in range(pairs):
             row = []
             for m in MODELS:
                 f, b = passes[(m, i, "forward")], passes[(m, i, "backward")]
@@ -217,3 +220,50 @@ def test_a_failing_member_above_max_error_share_makes_the_comparison_incomplete(
     assert sum(brute_outcome(v) == "error" for v in members) / PAIRS <= 0.2
     assert f"pairwise panel member 3: {failed} of {PAIRS} pairs failed" in result.output
     assert _read(tmp_path, "bad", "manifest.json")["status"] == "incomplete"
+
+
+def test_a_regression_head_to_head_with_a_panel_votes_and_names_a_failing_member(
+        fake_llm, tmp_path):
+    rows = planted_pairs()[:36]
+    for name, side in (("seed", "response_A"), ("night", "response_B")):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(
+            {"request_id": r["id"], "request": r["prompt"], "response": r[side]}) + "\n"
+            for r in rows))
+    (tmp_path / "gates.yaml").write_text("gates: []\n")
+    common = ["--suite", "n", "--judge-model", PANEL, "--api-base", fake_llm.api_base,
+              "--judges", "safety", "--max-attempts", "1", "--no-cache", "--output",
+              str(tmp_path / "out")]
+    panel = Panel(rows)
+    fake_llm.script = panel
+    seeded = runner.invoke(app, ["evaluate", str(tmp_path / "seed.jsonl"), "--run-id", "seed",
+                                 *common])
+    assert seeded.exit_code == 0, seeded.output
+    panel.log.clear()
+    result = runner.invoke(app, ["regression", str(tmp_path / "night.jsonl"), "--run-id",
+                                 "night", "--gates", str(tmp_path / "gates.yaml"),
+                                 "--max-error-share", "0.2", *common])
+    members = panel.member_verdicts(len(rows))
+    outcomes = [brute_outcome(v) for v in members]
+    records = {r["request_id"]: r for r in _read_suite(tmp_path, "n", "night", "results.jsonl")}
+    for i, row in enumerate(rows):
+        assert records[row["id"]]["pairwise/verdict"] == outcomes[i]
+        assert records[row["id"]]["pairwise/panel/3/verdict"] == members[i][2]
+    metrics = _read_suite(tmp_path, "n", "night", "metrics.json")
+    count = Counter(outcomes)
+    assert metrics["winrate"] == pytest.approx(count["B"] / (count["A"] + count["B"]))
+    said = [v[2] for v in members]
+    assert metrics["pairwise/panel/3/winrate"] == pytest.approx(
+        said.count("B") / (said.count("A") + said.count("B")))
+    failed = sum(v[2] == "error" for v in members)
+    assert failed / len(rows) > 0.2
+    manifest = _read_suite(tmp_path, "n", "night", "manifest.json")
+    assert manifest["status"] == "incomplete", manifest["status"]
+    assert result.exit_code == 3, result.output
+    assert f"pairwise panel member 3: {failed} of {len(rows)} pairs failed" in result.output
+
+
+def _read_suite(tmp_path, suite: str, run_id: str, name: str):
+    path = tmp_path / "out" / suite / run_id / name
+    if name.endswith(".jsonl"):
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    return json.loads(path.read_text())
