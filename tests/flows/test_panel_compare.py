@@ -53,6 +53,8 @@ class Panel:
     def __init__(self, rows: list[dict]) -> None:
         self.rows = rows
         self.log: list[dict] = []
+        self.failing = True  # planted-failing fails as planned; False: it answers every call
+        self.drifted = False  # True: planted-long now prefers the shorter answer
         self._lock = threading.Lock()
 
     def __call__(self, body: dict) -> Reply:
@@ -63,11 +65,13 @@ class Panel:
             return Reply(json.dumps({"rationale": "fine", "rating": "yes"}))
         first, second = blocks["response_1"], blocks["response_2"]
         order = "forward" if first == self.rows[i]["response_A"] else "backward"
-        if model == "planted-failing" and (i % 4 == 0 or (i % 4 == 1 and order == "backward")):
+        if model == "planted-failing" and self.failing and (
+                i % 4 == 0 or (i % 4 == 1 and order == "backward")):
             reply, side = Reply(status=500, content="member down"), None
         else:
             if model == "planted-long":
                 merit = [len(first), len(second)]
+                merit = [-m for m in merit] if self.drifted else merit
             else:
                 merit = [int(_QUALITY.search(t).group(1)) for t in (first, second)]
             position = "1" if merit[0] > merit[1] else "2" if merit[1] > merit[0] else "tie"
@@ -267,3 +271,34 @@ def _read_suite(tmp_path, suite: str, run_id: str, name: str):
     if name.endswith(".jsonl"):
         return [json.loads(line) for line in path.read_text().splitlines()]
     return json.loads(path.read_text())
+
+
+def test_the_canary_checks_each_head_to_head_member_and_finds_the_one_that_drifted(
+        fake_llm, tmp_path):
+    rows = planted_pairs()[:36]
+    for name, side in (("seed", "response_A"), ("night", "response_B")):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(
+            {"request_id": r["id"], "request": r["prompt"], "response": r[side]}) + "\n"
+            for r in rows))
+    (tmp_path / "gates.yaml").write_text("gates:\n  - metric: winrate\n    min: 0.0\n")
+    common = ["--suite", "d", "--judge-model", PANEL, "--api-base", fake_llm.api_base,
+              "--judges", "safety", "--max-attempts", "1", "--no-cache", "--output",
+              str(tmp_path / "out")]
+    night = ["regression", str(tmp_path / "night.jsonl"), "--gates",
+             str(tmp_path / "gates.yaml"), "--canary-rows", "36", *common]
+    panel = Panel(rows)
+    panel.failing = False
+    fake_llm.script = panel
+    assert runner.invoke(app, ["evaluate", str(tmp_path / "seed.jsonl"), "--run-id", "seed",
+                               *common]).exit_code == 0
+    first = runner.invoke(app, [*night, "--run-id", "n1"])
+    assert first.exit_code == 0, first.output  # the next baseline, its pairs judged by three
+    panel.drifted = True
+    second = runner.invoke(app, [*night, "--run-id", "n2"])
+    canary = _read_suite(tmp_path, "d", "n2", "manifest.json")["regression"]["canary"]
+    checked = {j["name"]: j for j in canary["judges"]}
+    long_name = f"the pairwise judge (head-to-head) panel member 2 (openai/{MODELS[1]})"
+    honest_name = f"the pairwise judge (head-to-head) panel member 1 (openai/{MODELS[0]})"
+    assert checked[honest_name]["agreement"] == 1.0
+    assert checked[long_name]["agreement"] < 0.2  # it now prefers the shorter answer
+    assert canary["drifted"] is True and second.exit_code != 0, second.output
