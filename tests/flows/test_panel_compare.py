@@ -9,11 +9,13 @@ never from what judgeflow computed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 import threading
 from collections import Counter
+from fractions import Fraction
 from itertools import combinations
 
 import numpy as np
@@ -29,6 +31,7 @@ runner = CliRunner()
 MODELS = ("planted-honest", "planted-long", "planted-failing")
 PANEL = ",".join(f"openai/{m}" for m in MODELS)
 PAIRS = 60
+PRICE = (Fraction("0.15"), Fraction("0.6"))  # USD per million input and output tokens
 _PAIR = re.compile(r"zq(\d+)qz")
 _BLOCK = re.compile(r"<untrusted-([\w-]+)>\n(.*?)\n</untrusted-\1>", re.DOTALL)
 _QUALITY = re.compile(r"#q=(\d)")
@@ -83,10 +86,17 @@ class Panel:
             side = "tie" if position == "tie" else (
                 ("A" if position == "1" else "B") if order == "forward"
                 else ("B" if position == "1" else "A"))
+        prompt, completion = 40 + len(text) % 37 + 5 * MODELS.index(model), 6 + i % 4
         with self._lock:
-            self.log.append({"model": model, "pair": i, "order": order, "side": side})
+            self.log.append({"model": model, "pair": i, "order": order, "side": side,
+                             "prompt": prompt, "completion": completion})
         assert order == "forward" or second == self.rows[i]["response_A"]
-        return reply
+        return dataclasses.replace(reply, prompt_tokens=prompt, completion_tokens=completion)
+
+    def cost(self, model: str) -> Fraction:
+        """What the member's answered calls cost at PRICE, exactly."""
+        return sum((e["prompt"] * PRICE[0] + e["completion"] * PRICE[1]) / 10**6
+                   for e in self.log if e["model"] == model and e["side"] is not None)
 
     def member_verdicts(self, pairs: int = PAIRS) -> list[tuple[str, ...]]:
         """Pairs × members: each member's two passes reconciled here (lenient ties)."""
@@ -156,7 +166,8 @@ def _read(tmp_path, run_id: str, name: str):
 
 
 def test_a_panel_judges_pairs_and_every_figure_matches_a_recomputation(fake_llm, tmp_path):
-    result, panel, rows = _compare(tmp_path, fake_llm, "ok", "--max-error-share", "0.5")
+    result, panel, rows = _compare(tmp_path, fake_llm, "ok", "--max-error-share", "0.5",
+                                   "--price-per-mtok", "0.15,0.6")
     assert result.exit_code == 0, result.output
     members = panel.member_verdicts()
     outcomes = [brute_outcome(v) for v in members]
@@ -209,6 +220,14 @@ def test_a_panel_judges_pairs_and_every_figure_matches_a_recomputation(fake_llm,
     assert (metrics["pairwise/panel/fleiss_kappa_lower"]
             <= metrics["pairwise/panel/fleiss_kappa"]
             <= metrics["pairwise/panel/fleiss_kappa_upper"])
+    # the cost ledger per model, exact from the tokens the server sent for both orders
+    ledger = _read(tmp_path, "ok", "manifest.json")["ledger"]
+    for model in MODELS:
+        exact = float(panel.cost(model))
+        assert metrics[f"cost/model/openai/{model}/usd"] == pytest.approx(exact, rel=1e-12)
+        assert ledger["models"][f"openai/{model}"]["cost_usd"] == pytest.approx(exact, rel=1e-12)
+        assert metrics[f"cost/model/openai/{model}/calls"] == sum(
+            e["model"] == model and e["side"] is not None for e in panel.log)
     # the drill-down shows each member's verdict, escaped
     report = _read(tmp_path, "ok", "report.html")
     assert "planted-long" in report and "<i>prefers</i>" not in report
