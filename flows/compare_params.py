@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field, model_validator
 
 from flows.flags import FORM_ONLY, Flag, turned_off_by
-from flows.params import RunOptions, StorageURL, no_panel_for_pairs
+from flows.params import RunOptions, StorageURL
 
 
 class CompareParams(RunOptions):
@@ -44,5 +44,4 @@ class CompareParams(RunOptions):
         sides = sum(value is not None for value in (self.baseline, self.candidate))
         if (self.data is None, sides) not in ((False, 0), (True, 2)):
             raise ValueError("give either data (Nova pairs) or both baseline and candidate")
-        no_panel_for_pairs(self.judge, "name one --judge-model")
         return self

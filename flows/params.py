@@ -138,20 +138,6 @@ def panel_names(model: str) -> list[str]:
     return [part.strip() for part in model.split(",")]
 
 
-def no_panel_for_pairs(judge: JudgeModel, fix: str) -> None:
-    """Refuse a panel where pairs are judged head to head.
-
-    Its members' pair verdicts are not yet voted on, and a failing member must not hide
-    behind the others (issue 51).
-
-    Raises:
-        ValueError: naming the panel and `fix`.
-    """
-    if len(panel_names(judge.model)) > 1:
-        raise ValueError(f"a panel of judge models ({judge.model}) does not judge head-to-head "
-                         f"pairs yet: {fix}")
-
-
 class JudgeModel(ModelKnobs):
     """The judge model and how to call it; a comma list of models is a panel (judges/panel/)."""
 
@@ -540,8 +526,6 @@ class RegressionParams(EvaluateParams):
     def _candidate_is_named(self) -> RegressionParams:
         if self.candidate is not None and not self.candidate.model.strip():
             raise ValueError(NO_CANDIDATE_MODEL)
-        if self.pairwise:
-            no_panel_for_pairs(self.judge, "pass --no-pairwise, or name one --judge-model")
         return self
 
 

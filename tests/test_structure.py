@@ -142,8 +142,10 @@ DOORS: dict[str, tuple[str, ...]] = {
     "judges": ("judges.*",),
     # call_token.py reads the signing key (judges/integrity.py, which imports no judgeflow).
     "judges.blocks": ("judges",),
+    # judges.panel: the pairwise judge's panel votes on each pair (judges/panel/pairs.py).
     "judges.builtin": ("judges", "judges.blocks", "judges.model", "judges.trajectory",
-                       "judges.pairwise", "judges.toolcalls", "judges.result_names"),
+                       "judges.pairwise", "judges.toolcalls", "judges.result_names",
+                       "judges.panel"),
     "judges.builtin.agent": ("judges", "judges.trajectory", "judges.builtin"),
     "judges.builtin.sessions": ("judges", "judges.trajectory", "judges.builtin"),
     "judges.calibration": ("judges", "judges.pairwise", "judges.result_names"),

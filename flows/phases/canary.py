@@ -45,6 +45,7 @@ from tasks.regression.canary import (
     drift_reasons,
     member_agreements,
     pair_agreement,
+    pair_member_agreements,
     unchecked_reasons,
     unit_pairs,
 )
@@ -87,11 +88,12 @@ def _published_pair(index: int, record: dict[str, Any]) -> Pair | None:
 
 
 async def head_to_head_agreement(params: RegressionParams, baseline: BaselineRun, ctx: JudgeContext,
-                                size: int) -> JudgeAgreement | str:
+                                size: int) -> list[JudgeAgreement] | str:
     """The head-to-head's judge tonight against the baseline's own head-to-head verdicts.
 
     A seeded sample of the baseline's judged pairs, judged again both orders (never from the
-    cache); or why it could not be checked (the baseline has no head-to-head verdicts).
+    cache); or why it could not be checked (the baseline has no head-to-head verdicts). The
+    judge's agreement first, then (a panel) each member's against its own baseline verdicts.
 
     Raises:
         OSError, ValueError, ValidationError: the baseline's rows or the rubric cannot be read.
@@ -107,9 +109,10 @@ async def head_to_head_agreement(params: RegressionParams, baseline: BaselineRun
     rubric = read_rubric(params.rubric, params.storage_options) if params.rubric else None
     options = PairwiseOptions(rubric, swap=True, strict_ties=params.strict_ties)
     verdicts = await judge_pairs(ctx, [pair for _, pair in found], options)
-    return pair_agreement([(record[verdict_field],
-                            v.verdict if v.verdict in PAIR_VERDICTS else None)
-                           for (record, _), v in zip(found, verdicts, strict=True)])
+    return [pair_agreement([(record[verdict_field],
+                             v.verdict if v.verdict in PAIR_VERDICTS else None)
+                            for (record, _), v in zip(found, verdicts, strict=True)]),
+            *pair_member_agreements([record for record, _ in found], verdicts)]
 
 
 async def run_canary(params: RegressionParams, baseline: BaselineRun | None, judged: JudgedRun,
@@ -141,7 +144,7 @@ async def run_canary(params: RegressionParams, baseline: BaselineRun | None, jud
     if not judges and not head_to_head_gated:
         return _unchecked("no LLM judge of tonight's run judged the baseline", changed, needed)
     ctx = judge_context(settings, None, params.storage_options)  # never the cache
-    head_to_head: JudgeAgreement | str | None = None
+    head_to_head: list[JudgeAgreement] | str | None = None
     try:
         records = choose_rows(iter_baseline_records(baseline, params.storage_options), judges,
                               size, params.canary_seed) if judges else []
@@ -168,8 +171,8 @@ async def run_canary(params: RegressionParams, baseline: BaselineRun | None, jud
             then_and_now += unit_pairs(baseline_verdicts(record, judge), tonight)
         agreements.append(agreement_of(judge, then_and_now))
         agreements += member_agreements(judge, records, results)  # a panel's, each member
-    if isinstance(head_to_head, JudgeAgreement):
-        agreements.append(head_to_head)
+    if isinstance(head_to_head, list):
+        agreements += head_to_head
     reasons = drift_reasons(agreements, params.canary_min_agreement, params.max_error_share)
     reasons += unchecked_reasons(needed, agreements)
     compared = sum(a.compared for a in agreements)
@@ -188,7 +191,7 @@ async def run_canary(params: RegressionParams, baseline: BaselineRun | None, jud
     }
     if head_to_head_gated:  # the section's key is the published name
         section["pairwise"] = ({"checked": True,
-                                "pairs": head_to_head.compared + head_to_head.errors}
-                               if isinstance(head_to_head, JudgeAgreement)
+                                "pairs": head_to_head[0].compared + head_to_head[0].errors}
+                               if isinstance(head_to_head, list)
                                else {"checked": False, "why": head_to_head})
     return Canary(section, reasons, ctx.usage)

@@ -19,12 +19,19 @@ from flows.phases.manifest import build_manifest
 from flows.preflight.budget import check_budget, estimate_pairs
 from flows.run.chunk_kinds import JudgedPairChunks, PairChunkResult
 from flows.run.common import run_location
-from flows.run.completeness import Completeness, assess, pair_share, with_budget_reason
+from flows.run.completeness import (
+    Completeness,
+    assess,
+    pair_panel_shares,
+    pair_share,
+    with_budget_reason,
+)
 from flows.run.context import RunContext
 from flows.run.execution import Chunking, auto_chunk_size, judge_all
 from flows.run.judged import JudgedRun
 from flows.run.progress import PhaseProgress, with_progress
 from flows.shards.fan_out import judge_in_shards
+from judges.builtin.pair_panel import member_votes, pair_panel_figures
 from judges.builtin.pairwise import (
     PAIRWISE_JUDGE,
     Pair,
@@ -141,8 +148,11 @@ async def judge_prepared_pairs(ctx: RunContext[CompareParams], prepared: Prepare
         staging.cleanup)
     summary = compare_summary(verdicts, prepared.options, seed=params.bootstrap_seed,
                               resamples=params.bootstrap_resamples, pairs=pairs)
+    panel_metrics, panel_shares = pair_panel_figures(
+        [member_votes(v) for v in verdicts], seed=params.bootstrap_seed,
+        resamples=params.bootstrap_resamples)
     metrics = RunMetrics(
-        pairwise_metric_fields(summary),
+        {**pairwise_metric_fields(summary), **panel_metrics},
         pairwise_calibration(preferences_of(pairs), verdicts, seed=params.bootstrap_seed,
                              resamples=params.bootstrap_resamples),
         {k.removeprefix("rows_"): v for k, v in _counts(prepared.pair_set).items()})
@@ -150,7 +160,8 @@ async def judge_prepared_pairs(ctx: RunContext[CompareParams], prepared: Prepare
     for pair, verdict in zip(pairs, verdicts, strict=True):
         report.rows.add_pair(PairResult(pair, verdict, prepared.options.swap))
     example = next((v.error_message for v in verdicts if v.error_message), None)
-    completeness = assess([pair_share(metrics, example)], params.max_error_share)
+    completeness = assess([pair_share(metrics, example), *pair_panel_shares(panel_shares)],
+                          params.max_error_share)
     if sharded is not None:  # a shard that failed for good: its pairs are errors, never dropped
         completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
     completeness = with_budget_reason(completeness)

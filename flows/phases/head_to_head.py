@@ -25,6 +25,7 @@ from flows.run.chunk_kinds import JudgedPairChunks, PairChunkResult
 from flows.run.common import cache_url
 from flows.run.execution import Chunking, auto_chunk_size, judge_all
 from flows.run.progress import with_progress
+from judges.builtin.pair_panel import MemberVotes, PanelShare, member_votes, pair_panel_figures
 from judges.builtin.pairwise import (
     Pair,
     PairResult,
@@ -75,6 +76,8 @@ class HeadToHead(NamedTuple):
     # Passes without a judgment, by cause (judges/pairwise/reconcile.py `failure_causes`):
     # what an undecidable win rate names as the reason.
     pass_failures: dict[str, int] = {}
+    # A panel's members without a verdict on too many pairs (flows/run/completeness.py).
+    panel_shares: list[PanelShare] = []
 
 
 class PairSpool:
@@ -171,6 +174,7 @@ async def _judge(params: HeadToHeadParams, spool: PairSpool, store: ChunkStore |
     rubric = read_rubric(params.rubric, params.storage_options) if params.rubric else None
     options = PairwiseOptions(rubric, swap=True, strict_ties=params.strict_ties)
     fields, tallies, kept, failures = ResultStaging(), {}, {}, Counter()
+    panel: dict[int, list[MemberVotes]] = {}  # a panel's member verdicts, by chunk
 
     def consume(index: int, chunk: list[Pair], result: PairChunkResult) -> None:
         judged = [PairResult(p, v) for p, v in zip(chunk, result.verdicts, strict=True)]
@@ -178,6 +182,7 @@ async def _judge(params: HeadToHeadParams, spool: PairSpool, store: ChunkStore |
                                     "fields": head_to_head_fields(r)} for r in judged],
                            result.calls.in_phase("head_to_head"))
         tallies[index] = [PairTally.of(r.verdict, r.pair) for r in judged]
+        panel[index] = [member_votes(r.verdict) for r in judged]
         kept.update((r.pair.pair_id, r) for r in judged if r.pair.pair_id in shown)
         for r in judged:
             failures.update(failure_causes(r.verdict))
@@ -193,8 +198,11 @@ async def _judge(params: HeadToHeadParams, spool: PairSpool, store: ChunkStore |
         fields.cleanup)
     summary = tallied_summary([t for index in sorted(tallies) for t in tallies[index]],
                               options, seed=BOOTSTRAP_SEED, resamples=HEAD_TO_HEAD_RESAMPLES)
-    return HeadToHead(pairwise_metric_fields(summary), summary, fields, kept, usage,
-                      spool.missing, dict(failures))
+    panel_metrics, panel_shares = pair_panel_figures(
+        [v for index in sorted(panel) for v in panel[index]], seed=BOOTSTRAP_SEED,
+        resamples=HEAD_TO_HEAD_RESAMPLES)
+    return HeadToHead({**pairwise_metric_fields(summary), **panel_metrics}, summary, fields,
+                      kept, usage, spool.missing, dict(failures), panel_shares)
 
 
 def merge_fields(staging: ResultStaging, fields: ResultStaging) -> ResultStaging:

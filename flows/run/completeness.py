@@ -9,11 +9,12 @@ per failing judge, and never becomes a baseline.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
 from judges.base import JudgeSpec
 from judges.blocks.plain_text import visible
+from judges.builtin.pair_panel import PanelShare, panel_share_name
 from judges.catalogue import Registry
 from judges.model.budget import BUDGET_REASON, current_budget
 from judges.names.pairwise_fields import pair_counts
@@ -104,6 +105,15 @@ def pair_share(metrics: Mapping, example: str | None) -> ErrorShare:
     """The pairs without a verdict among the pairs of a compare run."""
     counts = pair_counts(metrics)
     return ErrorShare("pairwise", counts.error, counts.total, "pairs", example)
+
+
+def pair_panel_shares(shares: Sequence[PanelShare]) -> list[ErrorShare]:
+    """Each head-to-head panel member's pairs without a verdict: a panel hides no failing member.
+
+    `shares` from judges/builtin/pairwise.py `pair_panel_figures`; none for one judge model.
+    """
+    return [ErrorShare(panel_share_name(s.number), s.errors, s.total, "pairs", s.example)
+            for s in shares]
 
 
 def one_line(message: str) -> str:

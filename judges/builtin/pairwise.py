@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from judges.base import prompt_environment, template_hash
+from judges.builtin.pair_panel import panel_verdict
 from judges.calls import UNPARSEABLE, JudgeContext, judged_call
 from judges.pairwise.metrics import (
     PairTally,
@@ -170,12 +171,22 @@ async def judge_pair(
         swap: False runs the forward pass only (diagnosis: shows the position bias).
         strict_ties: one tie and one preference give a tie (MT-Bench's rule).
     """
+    if ctx.panel:
+        return vote_panel(await asyncio.gather(*(
+            judge_pair(member, pair, rubric, swap, strict_ties=strict_ties)
+            for member in ctx.panel)), [m.client.settings.model for m in ctx.panel], swap)
     if not swap:
         return forward_only(await run_pass(ctx, pair, "forward", rubric))
     forward, backward = await asyncio.gather(
         run_pass(ctx, pair, "forward", rubric), run_pass(ctx, pair, "backward", rubric)
     )
     return reconcile(forward, backward, strict_ties=strict_ties)
+
+
+def vote_panel(verdicts: Sequence[PairVerdict], models: Sequence[str],
+               swap: bool = True) -> PairVerdict:
+    """The panel's verdict on a pair under the run's swap rule (judges/builtin/pair_panel.py)."""
+    return panel_verdict(verdicts, models, None if swap else SWAP_DISABLED)
 
 
 async def judge_pairs(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from judges.result_names.pairwise import LENGTH_CONTROL_NAMES, WINRATE_FIELDS
+from judges.result_names.pairwise import LENGTH_CONTROL_NAMES, WINRATE_FIELDS, pair_member_field
 
 
 def length_control_fields(metrics: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -62,3 +62,12 @@ def judgment_counts(pairwise: Mapping[str, Any]) -> JudgmentCounts:
 def win_rate(pairwise: Mapping[str, Any]) -> Any:
     """The published head-to-head win rate of B (untrusted: may be anything, or missing)."""
     return pairwise.get(WINRATE_FIELDS[0])
+
+
+def member_pair_verdict(record: Mapping[str, Any], member: int) -> tuple[Any, Any]:
+    """A head-to-head panel member's model and reconciled verdict on a published pair.
+
+    (None, None) where the record has no member of that number (one judge model).
+    """
+    return (record.get(pair_member_field(member, "model")),
+            record.get(pair_member_field(member, "verdict")))

@@ -20,7 +20,8 @@ from judges.pairwise.models import (
 )
 
 __all__ = [
-    "Order", "PairVerdict", "Pass", "PositionScores", "SidePreference", "SidedPass", "PairOutcome",
+    "MemberPair", "Order", "PairVerdict", "Pass", "PositionScores", "SidePreference",
+    "SidedPass", "PairOutcome",
     "normalised_score", "position_to_side", "reconcile", "side_to_position", "swap_positions",
     "to_sides", "weighted_scores",
 ]
@@ -141,6 +142,9 @@ class PairVerdict:
         weighted_score_A / weighted_score_B: averaged over the valid passes; None on error.
         position_flip: the passes preferred opposite responses (a position-biased judge).
         single_pass: exactly one pass failed; the verdict rests on the other alone.
+        members: a panel's member verdicts, in panel order (judges/panel/pairs.py); () for
+            one judge model.
+        panel_error: why a panel left the pair undecided; None otherwise.
     """
 
     verdict: PairOutcome
@@ -152,6 +156,8 @@ class PairVerdict:
     weighted_score_B: float | None
     position_flip: bool = False
     single_pass: bool = False
+    members: tuple[MemberPair, ...] = ()
+    panel_error: str | None = None
 
     @property
     def consistent(self) -> bool | None:
@@ -165,6 +171,8 @@ class PairVerdict:
         """Why the pair has no verdict (both passes' errors); None when it has one."""
         if self.verdict != "error":
             return None
+        if self.panel_error is not None:
+            return self.panel_error
         return f"forward: {self.forward.error}; backward: {self.backward.error}"
 
     @property
@@ -222,3 +230,20 @@ def reconcile(forward: Pass, backward: Pass, *, strict_ties: bool = False) -> Pa
         position_flip=flip,
         single_pass=len(valid) == 1,
     )
+
+
+class MemberPair(NamedTuple):
+    """A panel member's own reconciled verdict on a pair (its two passes included)."""
+
+    model: str
+    judged: PairVerdict
+
+    @property
+    def verdict(self) -> PairOutcome:
+        """"A", "B", "tie", or "error" when the member has no verdict on the pair."""
+        return self.judged.verdict
+
+    @property
+    def error_message(self) -> str | None:
+        """Why the member has no verdict; None when it has one."""
+        return self.judged.error_message

@@ -21,10 +21,14 @@ _CATEGORIES = (YES, NO)
 _DRAWS_PER_BLOCK = 1_000_000
 
 
-def category_counts(votes: Sequence[Sequence[str | None]]) -> np.ndarray:
-    """Rows × (yes, no) counts of the members' answers (errors not counted)."""
-    return np.array([[sum(v == c for v in row) for c in _CATEGORIES] for row in votes],
-                    dtype=np.int64).reshape(-1, len(_CATEGORIES))
+def category_counts(votes: Sequence[Sequence[str | None]],
+                    categories: Sequence[str] = _CATEGORIES) -> np.ndarray:
+    """Rows × categories counts of the members' answers (errors not counted).
+
+    Yes/no by default; a head-to-head panel's are A, B and tie (judges/panel/pairs.py).
+    """
+    return np.array([[sum(v == c for v in row) for c in categories] for row in votes],
+                    dtype=np.int64).reshape(-1, len(categories))
 
 
 def _fleiss(counts: np.ndarray) -> np.ndarray:

@@ -147,7 +147,18 @@ def pair_verdict_fields(verdict: PairVerdict, *, prefix: str = PAIR_PREFIX,
     passes = (("forward", verdict.forward), ("backward", verdict.backward))
     for name, judge_pass in passes[: 2 if swap else 1]:
         record.update({f"{name}/{key}": value for key, value in _pass_fields(judge_pass).items()})
-    return {f"{prefix}{key}": value for key, value in record.items()}
+    out = {f"{prefix}{key}": value for key, value in record.items()}
+    # A panel: each member's reconciled verdict, member n the n-th model of the judge's list.
+    for number, member in enumerate(verdict.members, start=1):
+        out |= {pair_member_field(number, "model", prefix): member.model,
+                pair_member_field(number, "verdict", prefix): member.verdict,
+                pair_member_field(number, "error_message", prefix): member.error_message}
+    return out
+
+
+def pair_member_field(number: int, key: str, prefix: str = PAIR_PREFIX) -> str:
+    """A head-to-head panel member's field of a pair record (model, verdict, error_message)."""
+    return f"{prefix}panel/{number}/{key}"
 
 
 class PairInputs(Protocol):

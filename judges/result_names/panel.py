@@ -72,3 +72,27 @@ def panel_metrics(prefix: str, members: tuple[str, ...], stats: Mapping[str, Any
             f"{prefix}/panel/one_vote_count": stats["one_vote_rows"],
             f"{prefix}/panel/decided_count": stats["decided_rows"]}
     return out
+
+
+# A head-to-head panel's figures (judges/panel/pairs.py `pair_panel_stats`), beside the run's
+# own win rates: member n's win rate over the pairs it decided, agreement and kappa over A/B/tie.
+PAIR_PANEL = "pairwise/panel"
+
+
+def pair_panel_metrics(members: tuple[str, ...], stats: Mapping[str, Any]) -> dict:
+    """A head-to-head panel's figures under `pairwise/panel/`."""
+    out: dict[str, float | int | None] = {}
+    for number, model in enumerate(members, start=1):
+        base, figures = f"{PAIR_PANEL}/{number}", stats["members"][model]
+        rated, errors = count_names(base)
+        out |= {f"{base}/winrate": figures["b_share"],
+                f"{base}/decided_count": figures["decided"], rated: figures["rated"],
+                errors: figures["errors"]}
+    for (i, a), (j, b) in combinations(enumerate(members, start=1), 2):
+        pair = stats["agreement"][f"{a}|{b}"]
+        out |= {f"{PAIR_PANEL}/{i}-{j}/agreement": pair["agreement"],
+                f"{PAIR_PANEL}/{i}-{j}/agreement_count": pair["rows"]}
+    kappa = f"{PAIR_PANEL}/{PANEL_KAPPA}"
+    out |= {kappa: stats["kappa"], f"{kappa}_lower": stats["kappa_lower"],
+            f"{kappa}_upper": stats["kappa_upper"], f"{kappa}_count": stats["kappa_rows"]}
+    return out

@@ -20,7 +20,7 @@ from judges.result_names.pairwise import (
     PAIRWISE_HEADLINE,
     WINRATE_FIELDS,
 )
-from judges.result_names.panel import PANEL_KAPPA, PANEL_ONE_VOTE, panel_base
+from judges.result_names.panel import PAIR_PANEL, PANEL_KAPPA, PANEL_ONE_VOTE, panel_base
 from judges.result_names.rows import (
     GENERATION_ERROR_COUNT,
     ROW_COUNT_AREA,
@@ -183,8 +183,41 @@ _PAIRWISE_LOWER = frozenset({"a_scores", "weighted_score_A", "inference_error", 
 PAIRWISE_JUDGE = "pairwise"
 
 
+_PAIR_PANEL_MEMBER = re.compile(r"^(\d+)/(winrate|decided_count|rated_count|error_count)$")
+
+
+def pair_panel_declaration(name: str) -> Declared | None:
+    """A head-to-head panel's figure (`pair_panel_metrics`), declared.
+
+    A member's `error_count` counts the pairs it has no verdict on (`unit` "pairs"): a member
+    above max_error_share makes the run incomplete (flows/phases/compare.py).
+    """
+    rest = name.removeprefix(f"{PAIR_PANEL}/")
+    if rest == name:
+        return None
+    declared = None
+    if member := _PAIR_PANEL_MEMBER.match(rest):
+        number, stat = member.groups()
+        if stat == "winrate":
+            base = f"{PAIR_PANEL}/{number}"
+            declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE,
+                                f"{base}/decided_count", f"{base}/error_count", "none", True,
+                                unit="pairs", share=True)
+    elif (pair := _PANEL_PAIR.match(rest)) and pair.group(3) == "agreement":
+        declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE, f"{name}_count",
+                            None, "higher", True, share=True)
+    elif rest in (PANEL_KAPPA, f"{PANEL_KAPPA}_lower", f"{PANEL_KAPPA}_upper"):
+        declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE,
+                            f"{PAIR_PANEL}/{PANEL_KAPPA}_count", None, "higher", True)
+    elif not (_PANEL_PAIR.match(rest) or rest == f"{PANEL_KAPPA}_count"):
+        return None
+    return declared or _count(name, PAIRWISE_JUDGE, PAIRWISE_JUDGE, True)
+
+
 def pairwise_declaration(name: str) -> Declared | None:
     """A pairwise figure (Nova's, the reconciled counts, the run's flags), declared."""
+    if name.startswith(f"{PAIR_PANEL}/"):
+        return pair_panel_declaration(name)
     base = name.removesuffix("_stderr")
     known = (set(NOVA_FIELDS) | set(PAIRWISE_HEADLINE) | set(LENGTH_CONTROL_FIELDS)
              | {"swap_disabled"})

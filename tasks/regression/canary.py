@@ -39,6 +39,7 @@ import numpy as np
 from judges.base import JudgeSpec
 from judges.calibration.stats import cohen_kappa
 from judges.names.metric_fields import member_verdict, unit_verdicts
+from judges.names.pairwise_fields import member_pair_verdict
 from judges.result_names.panel import panel_base
 from tasks.regression.paired_stats import mcnemar
 
@@ -164,6 +165,31 @@ def pair_agreement(pairs: Sequence[tuple[str, str | None]]) -> JudgeAgreement:
         sum(n and not b for b, n in zip(won_before, won_now, strict=True)),
         sum(now not in PAIR_VERDICTS for _, now in pairs),
         cohen_kappa(matrix) if compared else None, mcnemar(won_before, won_now).p_two_sided)
+
+
+def pair_member_agreements(records: Sequence[Mapping[str, Any]],
+                           verdicts: Sequence[Any]) -> list[JudgeAgreement]:
+    """A head-to-head panel's members, each against its own pair verdicts in the baseline.
+
+    So that one member drifting cannot hide behind a steady majority. A member is compared
+    only where the baseline's member of the same number was the same model.
+
+    Args:
+        records: the baseline's sampled records with head-to-head verdicts.
+        verdicts: tonight's PairVerdicts of those pairs, in the same order.
+    """
+    pairs: dict[tuple[int, str], list[tuple[str, str | None]]] = {}
+    for record, verdict in zip(records, verdicts, strict=True):
+        for number, member in enumerate(verdict.members, start=1):
+            model, before = member_pair_verdict(record, number)
+            if model != member.model or before not in PAIR_VERDICTS:
+                continue
+            now = member.verdict if member.verdict in PAIR_VERDICTS else None
+            pairs.setdefault((number, member.model), []).append((before, now))
+    return [dataclass_replace(pair_agreement(found),
+                              name=f"{PAIRWISE_CANARY_NAME} panel member {number} ({model})",
+                              prefix=f"{PAIRWISE_CANARY_PREFIX}/panel/{number}")
+            for (number, model), found in sorted(pairs.items())]
 
 
 def _negated(key: str) -> str:

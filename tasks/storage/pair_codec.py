@@ -12,7 +12,13 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from judges.builtin.pairwise import PAIRWISE_JUDGE, Pair, PairwiseOptions, forward_only
+from judges.builtin.pairwise import (
+    PAIRWISE_JUDGE,
+    Pair,
+    PairwiseOptions,
+    forward_only,
+    vote_panel,
+)
 from judges.model.settings import LLMSettings
 from judges.pairwise.models import PairwiseJudgment
 from judges.pairwise.reconcile import PairVerdict, Pass, reconcile
@@ -34,7 +40,10 @@ def _decode_pass(data: dict, order: str) -> Pass:
 
 
 def encode_pair_verdict(verdict: PairVerdict) -> dict:
-    """A pair's verdict as its two passes."""
+    """A pair's verdict as its two passes; a panel's as each member's model and passes."""
+    if verdict.members:
+        return {"members": [{"model": m.model, **encode_pair_verdict(m.judged)}
+                            for m in verdict.members]}
     return {"forward": _encode_pass(verdict.forward), "backward": _encode_pass(verdict.backward)}
 
 
@@ -45,6 +54,10 @@ def decode_pair_verdict(data: dict, options: PairwiseOptions) -> PairVerdict:
         ResultCodecError: a pass of the wrong order or shape.
     """
     try:
+        if "members" in data:  # a panel: each member reconciled again, then voted on again
+            members = data["members"]
+            return vote_panel([decode_pair_verdict(m, options) for m in members],
+                                 [str(m["model"]) for m in members], options.swap)
         forward = _decode_pass(data["forward"], "forward")
         if not options.swap:
             return forward_only(forward)

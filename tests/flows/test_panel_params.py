@@ -110,24 +110,6 @@ def test_the_cli_takes_a_panel_and_the_estimate_counts_every_member(fake_llm, tm
     assert asked == sorted(["planted", "planted-b", "planted-c"] * 30)
 
 
-def test_a_panel_is_refused_for_head_to_head_pairs_in_one_sentence(fake_llm, tmp_path):
-    (tmp_path / "gates.yaml").write_text("gates: []\n")
-    common = ["--suite", "ci", "--gates", str(tmp_path / "gates.yaml"), "--judge-model",
-              "openai/planted,openai/planted-b,openai/planted-c", "--api-base",
-              fake_llm.api_base, "--output", str(tmp_path / "out"), "--judges", "correctness"]
-    result = runner.invoke(app, ["regression", _set(tmp_path, 3), *common])
-    assert result.exit_code == 2, result.output
-    assert "does not judge head-to-head pairs yet: pass --no-pairwise" in result.output
-    assert "Traceback" not in result.output and fake_llm.requests == []
-    pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text(json.dumps({"prompt": "q", "response_A": "a", "response_B": "b"}) + "\n")
-    result = runner.invoke(app, ["compare", str(pairs), *common[4:8], "--output",
-                                 str(tmp_path / "out")])
-    assert result.exit_code == 2, result.output
-    assert "does not judge head-to-head pairs yet: name one --judge-model" in result.output
-    assert "Traceback" not in result.output and fake_llm.requests == []
-
-
 def test_every_panel_figure_is_declared_and_read_back_from_a_published_run():
     from judges.builtin import BUILTIN_JUDGES
     from judges.catalogue import Registry
