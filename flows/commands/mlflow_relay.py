@@ -78,6 +78,10 @@ def mlflow_relay_command(**options: Any) -> None:
 
     import uvicorn
 
+    # Imported now, not inside the first delivery's emit timeout (several seconds on a busy
+    # machine, which would answer MLflow 503 for a server that is merely being imported).
+    import prefect.events.clients  # noqa: F401
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     app = relay_app(secret, mapping, emit_to_prefect, RelayOptions(
         tolerance=options["tolerance"], path=path, limits=limits, read_timeout=read_timeout))

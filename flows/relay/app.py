@@ -155,7 +155,7 @@ def relay_app(secret: str, mapping: Mapping, emit: Emit,
             seen.release(delivery.delivery_id)
             runs.release(candidate)
             log.error("delivery %s: the Prefect server did not take the event: %s",
-                      delivery.delivery_id, error)
+                      delivery.delivery_id, str(error) or type(error).__name__)
             return _answer(503, "the Prefect server did not take the event; retry")
         log.info("delivery %s: %s %s -> %s %s (event %s)", delivery.delivery_id,
                  candidate.event, candidate.name, EVENT, candidate.model, event["id"])
