@@ -76,11 +76,10 @@ def mlflow_relay_command(**options: Any) -> None:
         fail(f"--max-connections {options['max_connections']} and --read-timeout "
              f"{read_timeout:g} must be positive")
 
-    import uvicorn
-
-    # Imported now, not inside the first delivery's emit timeout (several seconds on a busy
-    # machine, which would answer MLflow 503 for a server that is merely being imported).
+    # Prefect's events client is imported now, not inside the first delivery's emit timeout
+    # (several seconds on a busy machine: MLflow would be answered 503 for an import).
     import prefect.events.clients  # noqa: F401
+    import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     app = relay_app(secret, mapping, emit_to_prefect, RelayOptions(
