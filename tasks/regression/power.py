@@ -15,6 +15,7 @@ limits), in the gate's own direction; the result is a change (a drop or a rise),
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -26,8 +27,9 @@ __all__ = ["POWER", "min_detectable_change", "rate_power", "normal_quantile"]
 POWER = 0.8
 
 
+@lru_cache(maxsize=1024)
 def normal_quantile(p: float) -> float:
-    """Φ⁻¹(p) by bisection on Φ (no scipy)."""
+    """Φ⁻¹(p) by bisection on Φ (no scipy; cached: every gate asks for the same few levels)."""
     low, high = -40.0, 40.0
     for _ in range(200):
         mid = (low + high) / 2
