@@ -62,6 +62,7 @@ def _critical(n: int, d: int, limit: float, level: float) -> int:
     return int(below[0]) if len(below) else d + 1
 
 
+_TAILS_CELLS = 1 << 20  # cells of one block of rows: bounded memory at 100,000 rows
 _CRITICAL: dict[tuple[int, int, float, float], int] = {}  # the power search asks again and again
 
 
@@ -78,18 +79,19 @@ def _criticals(n: int, ds: np.ndarray, limit: float, level: float) -> np.ndarray
     for d, share in zip(missing, shares, strict=True):
         if not 0 < share < 1:
             _CRITICAL[n, d, limit, level] = _critical(n, d, limit, level)
-    if inner:
-        d = np.array([d for d, _ in inner])[:, None]
+    step = max(1, _TAILS_CELLS // (max((d for d, _ in inner), default=0) + 1))
+    for block in (inner[start:start + step] for start in range(0, len(inner), step)):
+        d = np.array([d for d, _ in block])[:, None]
         # the scalar logs, as _log_pmf takes them
-        log_p = np.array([np.log(s) for _, s in inner])[:, None]
-        log_q = np.array([np.log1p(-s) for _, s in inner])[:, None]
+        log_p = np.array([np.log(s) for _, s in block])[:, None]
+        log_q = np.array([np.log1p(-s) for _, s in block])[:, None]
         lf, j = log_factorials(int(d.max())), np.arange(int(d.max()) + 1)
         valid = j <= d
         i = np.where(valid, d - j, d)
         terms = lf[d] - lf[i] - lf[d - i] + i * log_p + (d - i) * log_q
         partial = np.cumsum(np.where(valid, np.exp(terms), 0.0), axis=1)
         below = (valid & (partial < level)).sum(axis=1)
-        for (dd, _), count in zip(inner, below.tolist(), strict=True):
+        for (dd, _), count in zip(block, below.tolist(), strict=True):
             _CRITICAL[n, dd, limit, level] = dd + 1 - count
     if len(_CRITICAL) > 200_000:  # bounded memory over a long session
         _CRITICAL.clear()
@@ -114,7 +116,7 @@ def _tails_at(ds: np.ndarray, ks: np.ndarray, p: float) -> np.ndarray:
     if not len(ds) or widths.max() == 0:
         return out
     lf, log_p, log_q = log_factorials(int(ds.max())), np.log(p), np.log1p(-p)
-    step = max(1, _TAILS_CELLS // int(widths.max()))  # rows per block: bounded memory
+    step = max(1, _TAILS_CELLS // int(widths.max()))  # rows per block
     for start in range(0, len(ds), step):
         d, w = ds[start:start + step, None], widths[start:start + step, None]
         j = np.arange(int(w.max()))
@@ -123,9 +125,6 @@ def _tails_at(ds: np.ndarray, ks: np.ndarray, p: float) -> np.ndarray:
         terms = lf[d] - lf[i] - lf[d - i] + i * log_p + (d - i) * log_q
         out[start:start + step] = np.cumsum(np.where(valid, np.exp(terms), 0.0), axis=1)[:, -1]
     return out
-
-
-_TAILS_CELLS = 1 << 20
 
 
 def rate_power(n: int, discordance: float, drop: float, limit: float, level: float) -> float:
