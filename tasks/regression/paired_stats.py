@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -126,26 +127,47 @@ def agresti_min_interval(losses: int, gains: int, n: int) -> tuple[float, float]
 def _midranks(values: np.ndarray) -> np.ndarray:
     """Ranks 1..n of `values`, ties given the mean of the ranks they span."""
     order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values), dtype=float)
     sorted_values = values[order]
-    start = 0
-    for end in range(1, len(values) + 1):
-        if end == len(values) or sorted_values[end] != sorted_values[start]:
-            ranks[order[start:end]] = (start + 1 + end) / 2
-            start = end
+    # a run of equal values spans sorted positions start..end − 1: mid-rank (start + 1 + end) / 2
+    starts = np.flatnonzero(np.concatenate(([True], sorted_values[1:] != sorted_values[:-1])))
+    ends = np.append(starts[1:], len(values))
+    ranks = np.empty(len(values), dtype=float)
+    ranks[order] = np.repeat((starts + 1 + ends) / 2, ends - starts)
     return ranks
 
 
 def _exact_signed_rank_cdf(doubled_ranks: np.ndarray) -> np.ndarray:
-    """P(2·W+ = s) for every s, under random signs; mid-ranks are doubled to be integers."""
+    """P(2·W+ = s) for every s, under random signs; mid-ranks are doubled to be integers.
+
+    Each rank r halves the sum of the distribution and its copy shifted by r; only the part
+    reached so far (up to the sum of the ranks seen) is touched, the rest being zeros.
+    """
     total = int(doubled_ranks.sum())
     dist = np.zeros(total + 1)
     dist[0] = 1.0
-    for r in doubled_ranks.astype(int):
-        shifted = np.zeros_like(dist)
-        shifted[r:] = dist[: total + 1 - r]
-        dist = 0.5 * (dist + shifted)
+    top = 0
+    for r in doubled_ranks.astype(int).tolist():
+        top += r
+        dist[r:top + 1] += dist[:top + 1 - r].copy()  # the copy: the old values, not the new
+        dist[:top + 1] *= 0.5
     return dist
+
+
+@lru_cache(maxsize=4096)
+def _exact_p_values(doubled_ranks: bytes, observed: int) -> tuple[float, float]:
+    """(P(2·W+ ≤ observed), P(2·W+ ≥ observed)), exact, for the ranks in the order given.
+
+    Cached on the ranks: a limit's bisection shifts the same differences again and again, and
+    between two shifts that reorder or re-sign them the ranks, hence the p-values, are equal.
+    """
+    dist = _null_distribution(doubled_ranks)
+    return (float(min(1.0, dist[: observed + 1].sum())),
+            float(min(1.0, dist[observed:].sum())))
+
+
+@lru_cache(maxsize=64)
+def _null_distribution(doubled_ranks: bytes) -> np.ndarray:
+    return _exact_signed_rank_cdf(np.frombuffer(doubled_ranks, dtype=np.int64))
 
 
 def wilcoxon_signed_rank(differences: Sequence[float]) -> tuple[float, float, str]:
@@ -161,10 +183,8 @@ def wilcoxon_signed_rank(differences: Sequence[float]) -> tuple[float, float, st
     ranks = _midranks(np.abs(d))
     w_plus = float(ranks[d > 0].sum())
     if len(d) <= EXACT_WILCOXON_MAX:
-        dist = _exact_signed_rank_cdf(np.rint(2 * ranks))
-        observed = int(round(2 * w_plus))
-        return (float(min(1.0, dist[: observed + 1].sum())),
-                float(min(1.0, dist[observed:].sum())), "wilcoxon-exact")
+        doubled = np.rint(2 * ranks).astype(np.int64).tobytes()
+        return (*_exact_p_values(doubled, int(round(2 * w_plus))), "wilcoxon-exact")
     mean = ranks.sum() / 2
     sd = math.sqrt(float((ranks**2).sum()) / 4)  # exact under ties: Var = Σ r² / 4
     p_drop = normal_cdf((w_plus - mean + 0.5) / sd)

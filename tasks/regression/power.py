@@ -27,8 +27,9 @@ __all__ = ["POWER", "min_detectable_change", "rate_power", "normal_quantile"]
 POWER = 0.8
 
 
+@lru_cache(maxsize=1024)
 def normal_quantile(p: float) -> float:
-    """Φ⁻¹(p) by bisection on Φ (no scipy)."""
+    """Φ⁻¹(p) by bisection on Φ (no scipy; cached: every gate asks for the same few levels)."""
     low, high = -40.0, 40.0
     for _ in range(200):
         mid = (low + high) / 2
@@ -53,7 +54,6 @@ def _upper_tails(d: int, p: float) -> np.ndarray:
     return np.concatenate((np.cumsum(pmf[::-1])[::-1], [0.0]))
 
 
-@lru_cache(maxsize=4096)
 def _critical(n: int, d: int, limit: float, level: float) -> int:
     """The fewest losses among d discordant pairs the gate's test breaches on (d + 1: none)."""
     share = min(1.0, max(0.0, (1 + limit * n / d) / 2))
@@ -62,18 +62,83 @@ def _critical(n: int, d: int, limit: float, level: float) -> int:
     return int(below[0]) if len(below) else d + 1
 
 
+_TAILS_CELLS = 1 << 20  # cells of one block of rows: bounded memory at 100,000 rows
+_CRITICAL: dict[tuple[int, int, float, float], int] = {}  # the power search asks again and again
+
+
+def _criticals(n: int, ds: np.ndarray, limit: float, level: float) -> np.ndarray:
+    """_critical(n, d, limit, level) for every d of `ds`, the missing ones in one pass.
+
+    The tails are those of _upper_tails (same terms, same order of addition, top first), and
+    they only grow as terms are added, so the first k whose tail is below `level` is d + 1
+    less the number of partial sums below it.
+    """
+    missing = [int(d) for d in ds if (n, int(d), limit, level) not in _CRITICAL]
+    shares = [min(1.0, max(0.0, (1 + limit * n / d) / 2)) for d in missing]
+    inner = [(d, s) for d, s in zip(missing, shares, strict=True) if 0 < s < 1]
+    for d, share in zip(missing, shares, strict=True):
+        if not 0 < share < 1:
+            _CRITICAL[n, d, limit, level] = _critical(n, d, limit, level)
+    step = max(1, _TAILS_CELLS // (max((d for d, _ in inner), default=0) + 1))
+    for block in (inner[start:start + step] for start in range(0, len(inner), step)):
+        d = np.array([d for d, _ in block])[:, None]
+        # the scalar logs, as _log_pmf takes them
+        log_p = np.array([np.log(s) for _, s in block])[:, None]
+        log_q = np.array([np.log1p(-s) for _, s in block])[:, None]
+        lf, j = log_factorials(int(d.max())), np.arange(int(d.max()) + 1)
+        valid = j <= d
+        i = np.where(valid, d - j, d)
+        terms = lf[d] - lf[i] - lf[d - i] + i * log_p + (d - i) * log_q
+        partial = np.cumsum(np.where(valid, np.exp(terms), 0.0), axis=1)
+        below = (valid & (partial < level)).sum(axis=1)
+        for (dd, _), count in zip(block, below.tolist(), strict=True):
+            _CRITICAL[n, dd, limit, level] = dd + 1 - count
+    if len(_CRITICAL) > 200_000:  # bounded memory over a long session
+        _CRITICAL.clear()
+        return _criticals(n, ds, limit, level)
+    return np.array([_CRITICAL[n, int(d), limit, level] for d in ds], dtype=np.int64)
+
+
+def _tails_at(ds: np.ndarray, ks: np.ndarray, p: float) -> np.ndarray:
+    """P(X ≥ k) of X ~ Binomial(d, p) for each pair (d, k) of `ds`, `ks`, in one pass.
+
+    The same value as _upper_tails(d, p)[k], to the last bit: the same terms (computed
+    elementwise by the same expression) added in the same order, the top term first; a row's
+    padding beyond its k adds exact zeros. One array operation for all d instead of one per d
+    is what makes the power search cheap (it was most of the fast tier's gate tests).
+    """
+    if p >= 1:
+        return (ks <= ds).astype(float)
+    if p <= 0:
+        return (ks <= 0).astype(float)
+    out = np.zeros(len(ds))
+    widths = np.maximum(ds - ks + 1, 0)  # the terms k..d
+    if not len(ds) or widths.max() == 0:
+        return out
+    lf, log_p, log_q = log_factorials(int(ds.max())), np.log(p), np.log1p(-p)
+    step = max(1, _TAILS_CELLS // int(widths.max()))  # rows per block
+    for start in range(0, len(ds), step):
+        d, w = ds[start:start + step, None], widths[start:start + step, None]
+        j = np.arange(int(w.max()))
+        valid = j < w
+        i = np.where(valid, d - j, d)  # the term of index d − j; padding any valid index
+        terms = lf[d] - lf[i] - lf[d - i] + i * log_p + (d - i) * log_q
+        out[start:start + step] = np.cumsum(np.where(valid, np.exp(terms), 0.0), axis=1)[:, -1]
+    return out
+
+
 def rate_power(n: int, discordance: float, drop: float, limit: float, level: float) -> float:
     """P(the gate breaches) when the true drop is `drop` (exact over d and the losses)."""
     q = min(1.0, max(discordance, drop, 1e-12))
     d_pmf = np.exp(_log_pmf(n, q)) if q < 1 else np.eye(n + 1)[n]
     share = min(1.0, (1 + drop / q) / 2)
+    ds = np.nonzero(d_pmf > 1e-12)[0]
+    ds = ds[ds != 0]
+    rounded = round(limit, 12)
+    ks = _criticals(n, ds, rounded, level)
     power = 0.0
-    for d in np.nonzero(d_pmf > 1e-12)[0]:
-        d = int(d)
-        if d == 0:
-            continue
-        k = _critical(n, d, round(limit, 12), level)
-        power += float(d_pmf[d]) * float(_upper_tails(d, share)[k])
+    for term in (d_pmf[ds] * _tails_at(ds, ks, share)).tolist():
+        power += term  # in order of d, as the sum always was
     return power
 
 

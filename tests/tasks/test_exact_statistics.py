@@ -21,7 +21,7 @@ from judges.calibration.stats import binary_stats, cohen_kappa, kappa_interval
 from tasks.regression.decide import Context, decide
 from tasks.regression.deltas import DeltaLine, paired_data
 from tasks.regression.gates import Gate
-from tasks.regression.paired_stats import paired_means
+from tasks.regression.paired_stats import paired_means, wilcoxon_signed_rank
 
 # 12 rows of chunk precision in fifths: three rose 0.4 → 0.6, five fell 0.8 → 0.6 and four
 # fell 0.6 → 0.4. In exact arithmetic every difference is ±1/5; in floating point 0.6 − 0.4,
@@ -167,3 +167,40 @@ def test_min_paired_is_at_least_two():
     with pytest.raises(ValidationError, match="min_paired"):
         RegressionParams(data="x.jsonl", judge=JudgeModel(model="judgeflow/offline"),
                          min_paired=1)
+
+
+def reference_wilcoxon(differences: np.ndarray) -> tuple[float, float]:
+    """The exact test as first written: a rank loop, then the whole null distribution anew."""
+    d = differences[differences != 0]
+    order = np.argsort(np.abs(d), kind="mergesort")
+    ranks, ordered, start = np.empty(len(d)), np.abs(d)[order], 0
+    for end in range(1, len(d) + 1):
+        if end == len(d) or ordered[end] != ordered[start]:
+            ranks[order[start:end]] = (start + 1 + end) / 2
+            start = end
+    doubled = np.rint(2 * ranks).astype(int)
+    dist = np.zeros(int(doubled.sum()) + 1)
+    dist[0] = 1.0
+    for r in doubled:
+        shifted = np.zeros_like(dist)
+        shifted[r:] = dist[: len(dist) - r]
+        dist = 0.5 * (dist + shifted)
+    observed = int(round(2 * float(ranks[d > 0].sum())))
+    return float(min(1.0, dist[: observed + 1].sum())), float(min(1.0, dist[observed:].sum()))
+
+
+def test_the_cached_wilcoxon_gives_the_very_p_values_of_the_plain_computation():
+    # A limit's bisection reuses one null distribution across shifts (cached on the ranks)
+    # and builds it in place; a gate's decision must not move by a bit, so equality is exact.
+    rng = np.random.default_rng(23)
+    for case in range(120):
+        n = int(rng.choice([3, 12, 30, 90, 200]))
+        differences = (rng.integers(-4, 5, size=n) if case % 2
+                       else np.rint(rng.normal(size=n) * 1e11).astype(np.int64))
+        for shift in (0, 1, -2, int(differences[0])):
+            shifted = differences + shift
+            if not shifted.any():
+                continue
+            p_drop, p_rise, method = wilcoxon_signed_rank(shifted)
+            assert method == "wilcoxon-exact"
+            assert (p_drop, p_rise) == reference_wilcoxon(shifted), (case, shift)

@@ -19,7 +19,14 @@ from pydantic import ValidationError
 from tasks.regression.decide import Context, decide
 from tasks.regression.deltas import DeltaLine
 from tasks.regression.gates import Gate, GatesFile
-from tasks.regression.limit_tests import PairedData, beyond_p, change_bounds, within_p
+from tasks.regression.limit_tests import (
+    PairedData,
+    beyond_p,
+    change_bounds,
+    log_factorials,
+    within_p,
+)
+from tasks.regression.power import rate_power
 
 RATE = "response/llm_judged/correctness/rating/percentage"
 METRICS = {RATE: 0.5, "response/llm_judged/correctness/rated_count": 2000,
@@ -163,3 +170,45 @@ def test_false_breaches_stay_below_alpha_unchanged_and_at_the_limit(n):
 def test_a_drop_of_twice_the_limit_is_held_at_most_alpha_in_strict_mode(n):
     shares = _simulate(n, 0.04, 0.02, True, RUNS, seed=n + 2)
     assert shares["held"] <= SLACK
+
+
+def reference_rate_power(n: int, discordance: float, drop: float, limit: float,
+                         level: float) -> float:
+    """rate_power as first written: per d, the whole tail vector, its critical count, in turn."""
+    def tails(d: int, p: float) -> np.ndarray:
+        if p >= 1:
+            return np.concatenate((np.ones(d + 1), [0.0]))
+        if p <= 0:
+            return np.concatenate(([1.0], np.zeros(d + 1)))
+        lf, k = log_factorials(d), np.arange(d + 1)
+        pmf = np.exp(lf[d] - lf[k] - lf[d - k] + k * np.log(p) + (d - k) * np.log1p(-p))
+        return np.concatenate((np.cumsum(pmf[::-1])[::-1], [0.0]))
+
+    q = min(1.0, max(discordance, drop, 1e-12))
+    if q < 1:
+        lf, k = log_factorials(n), np.arange(n + 1)
+        d_pmf = np.exp(lf[n] - lf[k] - lf[n - k] + k * np.log(q) + (n - k) * np.log1p(-q))
+    else:
+        d_pmf = np.eye(n + 1)[n]
+    share, power = min(1.0, (1 + drop / q) / 2), 0.0
+    for d in range(1, n + 1):
+        if d_pmf[d] > 1e-12:
+            below = np.nonzero(tails(d, min(1.0, max(0.0, (1 + round(limit, 12) * n / d) / 2)))
+                               < level)[0]
+            critical = int(below[0]) if len(below) else d + 1
+            power += float(d_pmf[d]) * float(tails(d, share)[critical])
+    return power
+
+
+def test_the_power_search_gives_the_very_numbers_of_the_plain_computation():
+    # rate_power sums all d's tails in one array pass (the fast tier's gate tests spent most
+    # of their time here); it must give the same float, not merely a close one, so that no
+    # minimum detectable change, plan or decision shifts.
+    rng = random.Random(17)
+    for _ in range(300):
+        n = rng.choice([2, 12, 50, 200, 1000, rng.randint(1, 1500)])
+        q = rng.choice([0.0, 0.05, 0.2, 1.0, rng.random()])
+        drop = rng.choice([0.02, 0.04, 1.0, rng.random(), rng.random() / 10])
+        limit, level = rng.choice([0.0, 0.02, 0.05]), rng.choice([0.05, 0.025, 0.0125, 1e-6])
+        assert rate_power(n, q, drop, limit, level) == reference_rate_power(
+            n, q, drop, limit, level), (n, q, drop, limit, level)
