@@ -61,14 +61,8 @@ def panel_metrics(prefix: str, members: tuple[str, ...], stats: Mapping[str, Any
         rated, errors = count_names(base)
         out |= {f"{base}/rate": figures["rate"], rated: figures["rated"],
                 errors: figures["errors"]}
-    for (i, a), (j, b) in combinations(enumerate(members, start=1), 2):
-        pair = stats["agreement"][f"{a}|{b}"]
-        out |= {f"{prefix}/panel/{i}-{j}/agreement": pair["agreement"],
-                f"{prefix}/panel/{i}-{j}/agreement_count": pair["rows"]}
-    kappa = f"{prefix}/panel/{PANEL_KAPPA}"
-    out |= {kappa: stats["kappa"], f"{kappa}_lower": stats["kappa_lower"],
-            f"{kappa}_upper": stats["kappa_upper"], f"{kappa}_count": stats["kappa_rows"],
-            f"{prefix}/panel/{PANEL_ONE_VOTE}": stats["one_vote_share"],
+    out |= _agreement_fields(f"{prefix}/panel", members, stats)
+    out |= {f"{prefix}/panel/{PANEL_ONE_VOTE}": stats["one_vote_share"],
             f"{prefix}/panel/one_vote_count": stats["one_vote_rows"],
             f"{prefix}/panel/decided_count": stats["decided_rows"]}
     return out
@@ -88,11 +82,16 @@ def pair_panel_metrics(members: tuple[str, ...], stats: Mapping[str, Any]) -> di
         out |= {f"{base}/winrate": figures["b_share"],
                 f"{base}/decided_count": figures["decided"], rated: figures["rated"],
                 errors: figures["errors"]}
+    return out | _agreement_fields(PAIR_PANEL, members, stats)
+
+
+def _agreement_fields(base: str, members: tuple[str, ...], stats: Mapping[str, Any]) -> dict:
+    """Each pair of members' agreement, and Fleiss' kappa with its interval, under `base`."""
+    out: dict[str, float | int | None] = {}
     for (i, a), (j, b) in combinations(enumerate(members, start=1), 2):
         pair = stats["agreement"][f"{a}|{b}"]
-        out |= {f"{PAIR_PANEL}/{i}-{j}/agreement": pair["agreement"],
-                f"{PAIR_PANEL}/{i}-{j}/agreement_count": pair["rows"]}
-    kappa = f"{PAIR_PANEL}/{PANEL_KAPPA}"
-    out |= {kappa: stats["kappa"], f"{kappa}_lower": stats["kappa_lower"],
-            f"{kappa}_upper": stats["kappa_upper"], f"{kappa}_count": stats["kappa_rows"]}
-    return out
+        out |= {f"{base}/{i}-{j}/agreement": pair["agreement"],
+                f"{base}/{i}-{j}/agreement_count": pair["rows"]}
+    kappa = f"{base}/{PANEL_KAPPA}"
+    return out | {kappa: stats["kappa"], f"{kappa}_lower": stats["kappa_lower"],
+                  f"{kappa}_upper": stats["kappa_upper"], f"{kappa}_count": stats["kappa_rows"]}
