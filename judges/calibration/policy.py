@@ -88,6 +88,57 @@ def advisory_reason(stats: Mapping[str, Any], floor: float | None, stale: bool,
     return None
 
 
+def member_disagrees(member: Mapping[str, Any], panel: Mapping[str, Any],
+                     floor: float | None) -> str | None:
+    """Why a panel member's own calibration says it disagrees with people (None: it does not).
+
+    With a calibration floor, the rule a judge is held to: its kappa's lower bound is below
+    the floor. Without one, its kappa's 95% interval lies wholly below the panel's (its upper
+    bound under the panel's lower bound): it is measurably worse than the majority it sits in.
+
+    Args:
+        member: the member's calibration stats (`calibration/{key}/panel/{n}/...`).
+        panel: its judge's (the panel majority's) calibration stats.
+        floor: the run's calibration floor, or None.
+    """
+    low, high = member.get("kappa_lower"), member.get("kappa_upper")
+    count = member.get("labelled_count") or 0
+    if floor is not None:
+        if low is not None and low < floor:
+            return f"kappa's lower bound {low:.2f} is below the calibration floor {floor:g}"
+        return None
+    panel_low = panel.get("kappa_lower")
+    if high is not None and panel_low is not None and high < panel_low:
+        return (f"kappa's 95% interval [{low:.2f}, {high:.2f}] lies below the panel's "
+                f"(lower bound {panel_low:.2f}) on {count} labels")
+    return None
+
+
+def member_suggestions(judge: str, members: list[tuple[str, bool]],
+                       stats: list[Mapping[str, Any]], panel: Mapping[str, Any],
+                       floor: float | None) -> list[str]:
+    """One sentence per voting panel member that disagrees with people: make it advisory.
+
+    Args:
+        judge: the judge's name.
+        members: each member's model and whether it is already advisory, in panel order.
+        stats: each member's calibration stats, in the same order (empty: no labels).
+        panel: the judge's own calibration stats.
+        floor: the run's calibration floor, or None.
+    """
+    advisory = [model for model, is_advisory in members if is_advisory]
+    voting = len(members) - len(advisory)
+    out = []
+    for number, ((model, is_advisory), own) in enumerate(zip(members, stats, strict=True), 1):
+        why = None if is_advisory or voting < 2 else member_disagrees(own, panel, floor)
+        if why is not None:
+            option = ",".join([*advisory, model])
+            out.append(f"{judge} panel member {number} ({model}) disagrees with people ({why}): "
+                       f"to keep it from voting, run with --advisory-judge-model {option} "
+                       "(judge.advisory in a deployment)")
+    return out
+
+
 def band(kappa: float | None) -> str | None:
     """Landis & Koch's word for a kappa.
 
