@@ -26,22 +26,33 @@ COMPLETE, INCOMPLETE = "complete", "incomplete"
 EXAMPLE_MAX_CHARS = 240
 
 
-class Completeness(NamedTuple):
+class _StatusAndReasons(NamedTuple):
+    status: Literal["complete", "incomplete"]
+    reasons: list[str]
+
+
+class Completeness(_StatusAndReasons):
     """A run's status and, when incomplete, one line per reason.
 
-    `advisory_failures`: one line per advisory panel member above max_error_share. It does not
+    Still the (status, reasons) pair callers unpack and compare. `advisory_failures` rides
+    beside it: one line per advisory panel member above max_error_share. Such a member does not
     vote, so its failures leave no verdict undecided and the run is not incomplete for them;
     they are named in a warning and the manifest.
     """
 
-    status: Literal["complete", "incomplete"]
-    reasons: list[str]
     advisory_failures: tuple[str, ...] = ()
+
+    def __new__(cls, status: Literal["complete", "incomplete"], reasons: list[str],
+                advisory_failures: Sequence[str] = ()) -> Completeness:
+        """The pair, with the advisory members' failures beside it."""
+        made = super().__new__(cls, status, reasons)
+        made.advisory_failures = tuple(advisory_failures)
+        return made
 
     @classmethod
     def of(cls, reasons: list[str], advisory_failures: Sequence[str] = ()) -> Completeness:
         """Incomplete when there is any reason, complete otherwise."""
-        return cls(INCOMPLETE if reasons else COMPLETE, reasons, tuple(advisory_failures))
+        return cls(INCOMPLETE if reasons else COMPLETE, reasons, advisory_failures)
 
     def plus(self, other: Completeness | list[str]) -> Completeness:
         """This with more reasons (a list) or another assessment's reasons and failures."""
