@@ -123,7 +123,7 @@ def _calibration_of(judge: JudgeSpec, current: dict, own: dict,
     """The judge's calibration: measured in this run, else reused from `source`, else None."""
     stats = stats_of(own, current["key"])
     if stats:
-        return _entry(current, {k: current[k] for k in MEASURED}, None, []), stats
+        return _entry(current, {k: current[k] for k in MEASURED if k in current}, None, []), stats
     return _reused(source, judge, current) if source is not None else None
 
 

@@ -124,3 +124,19 @@ def test_an_advisory_member_s_pair_failures_are_its_own_and_never_the_panel_s():
     figures, shares = pair_panel_figures([member_votes(v) for v in verdicts], resamples=50)
     assert [s.advisory for s in shares] == [False, False, True]
     assert shares[2].errors == 1 and figures["pairwise/panel/3/advisory"] is True
+
+
+def test_a_calibration_measured_with_other_advisory_members_is_stale():
+    from types import SimpleNamespace
+
+    from judges.calibration.policy import measured_with, stale_reasons
+
+    spec = SimpleNamespace(name="safety", prefix="response/llm_judged/safety", samples=1,
+                           version=1, prompt_hash="h")
+    voting, advisory = (SimpleNamespace(model="a,b,c", api_base=None, temperature=0.0,
+                                        advisory=names) for names in ([], ["c"]))
+    # every member voting records what it always did: older calibrations still hold
+    assert "advisory" not in measured_with(spec, voting)
+    assert stale_reasons(measured_with(spec, voting), measured_with(spec, voting)) == []
+    assert stale_reasons(measured_with(spec, voting), measured_with(spec, advisory)) == [
+        "advisory panel members None → ['c']"]
