@@ -248,3 +248,20 @@ def test_a_panel_without_a_voting_member_or_a_stranger_is_refused(fake_llm, tmp_
     assert result.exit_code == 2, result.output
     assert says in result.output and "Traceback" not in result.output
     assert fake_llm.requests == []
+
+
+def test_an_advisory_pair_member_above_the_limit_is_named_but_a_voting_one_is_incomplete():
+    from flows.run.completeness import assess, pair_panel_shares
+    from judges.builtin.pair_panel import PanelShare
+
+    shares = [PanelShare(1, "openai/a", 0, 10, None),
+              PanelShare(2, "openai/b", 6, 10, "openai/b: down", advisory=True)]
+    advisory = assess(pair_panel_shares(shares), 0.2)
+    assert advisory == ("complete", [])
+    assert advisory.advisory_failures == (
+        "pairwise panel member 2 (advisory): 6 of 10 pairs failed: openai/b: down",)
+    # a regression adds the head-to-head's assessment to its own: nothing is lost
+    night = assess([], 0.2).plus(advisory).plus(["a shard failed"])
+    assert night.status == "incomplete" and night.advisory_failures == advisory.advisory_failures
+    voting = assess(pair_panel_shares([shares[1]._replace(advisory=False)]), 0.2)
+    assert voting.status == "incomplete" and voting.advisory_failures == ()
