@@ -71,7 +71,7 @@ def test_a_panel_with_no_voting_member_is_refused():
         LLMSettings(model="a,b", members=(member, member.model_copy(update={"model": "b"})))
 
 
-def test_run_figures_with_an_advisory_member_equal_brute_force_and_statsmodels():
+def test_run_figures_with_an_advisory_member_equal_brute_force_and_exact_fleiss():
     rng = random.Random(7)
     members = ["alpha", "beta", "gamma", "delta"]
     voting = [True, True, True, False]
