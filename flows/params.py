@@ -149,14 +149,19 @@ class JudgeModel(ModelKnobs):
     members: list[PanelMember] = Field(
         default_factory=list, description="A panel's members that do not share the judge's "
         "endpoint, key variable or price: each names one of the models and its own")
+    advisory: list[str] = Field(
+        default_factory=list, description="A panel's advisory members (comma-separated "
+        "models of the judge's list): each is asked, costed and published, but does not vote; "
+        "at least one member must vote")
 
     @model_validator(mode="after")
     def _panel(self) -> JudgeModel:
         names = panel_names(self.model)
         if len(names) == 1:
-            if self.members:
-                raise ValueError("judge.members is for a panel: name its models as a comma "
-                                 f"list in judge.model (now {self.model!r})")
+            if self.members or self.advisory:
+                raise ValueError(f"judge.{'members' if self.members else 'advisory'} is for a "
+                                 "panel: name its models as a comma list in judge.model (now "
+                                 f"{self.model!r})")
             return self
         if any(not name for name in names):
             raise ValueError(f"judge model {self.model!r} has an empty name in its comma list")
@@ -169,16 +174,31 @@ class JudgeModel(ModelKnobs):
             if name not in names or given.count(name) > 1:
                 raise ValueError(f"judge.members names {name!r}, "
                                  + ("twice" if name in names else f"not one of {self.model!r}"))
+        self._advisory(names)
         # The canonical spelling: recorded, fingerprinted and cached the same however typed.
         self.__dict__["model"] = ",".join(names)
         return self
+
+    def _advisory(self, names: list[str]) -> None:
+        """Advisory members: each one of the panel's models, once, and not all of them."""
+        self.__dict__["advisory"] = [name.strip() for name in self.advisory]
+        for name in self.advisory:
+            if name not in names or self.advisory.count(name) > 1:
+                raise ValueError(f"advisory judge model {name!r} is "
+                                 + ("named twice" if name in names
+                                    else f"not one of the panel {','.join(names)!r}")
+                                 + " (--advisory-judge-model or judge.advisory)")
+        if set(names) <= set(self.advisory):
+            raise ValueError(f"every member of the panel {','.join(names)!r} is advisory: at "
+                             "least one must vote (--advisory-judge-model or judge.advisory)")
 
     @model_serializer(mode="wrap")
     def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # One judge model is recorded (manifest's config, flow parameters) as it always was.
         dumped = handler(self)
-        if isinstance(dumped, dict) and not dumped.get("members", True):
-            del dumped["members"]
+        for key in ("members", "advisory"):  # a panel's only
+            if isinstance(dumped, dict) and not dumped.get(key, True):
+                del dumped[key]
         return dumped
 
     def panel_members(self) -> list[JudgeModel]:
@@ -191,7 +211,7 @@ class JudgeModel(ModelKnobs):
         if len(names) == 1:
             return [self]
         own = {member.model: member for member in self.members}
-        knobs = self.model_dump(exclude={"members"})
+        knobs = self.model_dump(exclude={"members", "advisory"})
         out = []
         for name in names:
             update: dict[str, Any] = {"model": name}
@@ -216,11 +236,12 @@ class JudgeModel(ModelKnobs):
 
     def settings(self) -> LLMSettings:
         """These parameters as the LLMSettings of the judge's calls."""
-        knobs = self.model_dump(exclude={"members"})
+        knobs = self.model_dump(exclude={"members", "advisory"})
         if len(panel_names(self.model)) == 1:
             return LLMSettings(**knobs)
         return LLMSettings(**knobs, members=tuple(
-            LLMSettings(**member.model_dump(exclude={"members"}))
+            LLMSettings(**member.model_dump(exclude={"members", "advisory"}),
+                        advisory=member.model in self.advisory)
             for member in self.panel_members()))
 
 
@@ -234,6 +255,11 @@ class CandidateModel(ModelKnobs):
         return LLMSettings(**self.model_dump())
 
 
+def _listed_models(value: str | None, options: Mapping[str, Any]) -> list[str]:
+    """--advisory-judge-model "b, c" as ["b", "c"]; not given, none."""
+    return comma_list(value, options) or []
+
+
 # How the command line gives each knob of the judge and of the candidate (flows/flags.py): a
 # knob not named here is an option of its own name for the judge and form-only for the
 # candidate.
@@ -242,7 +268,9 @@ JUDGE_FLAGS = Nested(
               "max_tokens": Flag("judge_max_tokens", min=1),
               "price_per_mtok": Flag(kind=str | None, to_field=price("--price-per-mtok")),
               "timeout_seconds": FORM_ONLY, "backoff_seconds": FORM_ONLY,
-              "members": FORM_ONLY},
+              "members": FORM_ONLY,
+              "advisory": Flag("advisory_judge_model", kind=str | None, default=None,
+                               to_field=_listed_models)},
 )
 CANDIDATE_FLAGS = Nested(
     "candidate", {"model": Flag("candidate_model", kind=str | None, default=None),

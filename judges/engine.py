@@ -72,20 +72,25 @@ async def _ask_panel(
 ) -> Verdict:
     """Every member's verdict (each its own call, cache key and audit entry), and their vote.
 
-    The rationale is that of the first member, in panel order, who voted with the majority;
-    an undecided prompt's error says why (judges/panel/votes.py) and what each failure was.
+    The rationale is that of the first voting member, in panel order, who voted with the
+    majority; an undecided prompt's error says why (judges/panel/votes.py) and what each voting
+    member's failure was. An advisory member is asked and kept, but neither votes nor fails
+    the prompt.
     """
     answers = await asyncio.gather(*(_ask(member, spec, messages, who, sample)
                                      for member in ctx.panel))
-    models = [member.client.settings.model for member in ctx.panel]
-    members = tuple(replace(answer, model=model) for answer, model in zip(answers, models,
-                                                                           strict=True))
-    vote = panel_vote([m.rating for m in members], models)
+    settings = [member.client.settings for member in ctx.panel]
+    members = tuple(replace(answer, model=member.model, advisory=member.advisory)
+                    for answer, member in zip(answers, settings, strict=True))
+    vote = panel_vote([m.rating for m in members], [m.model for m in settings],
+                      [not m.advisory for m in settings])
     if vote.rating is None:
-        failures = "; ".join(f"{m.model}: {m.error}" for m in members if m.error)
+        failures = "; ".join(f"{m.model}: {m.error}" for m in members
+                             if m.error and not m.advisory)
         return Verdict(error=vote.error + (f" ({failures})" if failures else ""),
                        members=members)
-    rationale = next(m.rationale for m in members if m.rating == vote.rating)
+    rationale = next(m.rationale for m in members
+                     if m.rating == vote.rating and not m.advisory)
     return Verdict(vote.rating, rationale, members=members)
 
 

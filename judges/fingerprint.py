@@ -33,7 +33,7 @@ def judge_identity(spec: JudgeSpec, settings: LLMSettings,
                 "samples": spec.samples, "version": spec.version,
                 "prompt_hash": spec.prompt_hash, "answered_by": sorted(answered_by)}
     if settings.members:  # one judge model's identity stays as it was
-        identity["members"] = [member.call_identity() for member in settings.members]
+        identity["members"] = [member.member_identity() for member in settings.members]
     return identity
 
 

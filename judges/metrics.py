@@ -97,6 +97,7 @@ class MetricsAccumulator:
         # A panel's: each judge's member votes by (row, prompt), and its member models.
         self._ballots: dict[str, dict[tuple[int, int], tuple[str | None, ...]]] = {}
         self._members: dict[str, tuple[str, ...]] = {}
+        self._voting: dict[str, tuple[bool, ...]] = {}  # per member: False when advisory
 
     def add(self, result: RowResult) -> None:
         """Count one row's judge and metric results."""
@@ -130,6 +131,7 @@ class MetricsAccumulator:
         prefix = judged.spec.prefix
         models = tuple(v.model or "" for v in judged.ballots[0])
         self._members.setdefault(prefix, models)
+        self._voting.setdefault(prefix, tuple(not v.advisory for v in judged.ballots[0]))
         votes = self._ballots.setdefault(prefix, {})
         for position, ballot in enumerate(judged.ballots):
             votes[(row_index, position)] = tuple(v.rating for v in ballot)
@@ -143,7 +145,7 @@ class MetricsAccumulator:
             return None
         votes = [v for _, v in sorted(self._ballots[prefix].items())]
         members = self._members[prefix]
-        return PanelFigures(members, panel_stats(votes, members))
+        return PanelFigures(members, panel_stats(votes, members, self._voting[prefix]))
 
     def summary(self) -> RunSummary:
         """The typed aggregates: each judge's and each metric's mean and counts."""

@@ -24,6 +24,7 @@ class Verdict:
     rationale: str | None = None
     error: str | None = None
     model: str | None = None  # a panel member's verdict: the member
+    advisory: bool = False  # a panel member's that does not vote (judges/panel/votes.py)
     # A panel's verdict: each member's, in panel order (the engine gathers them into
     # JudgeResult.ballots, which is what is kept).
     members: tuple[Verdict, ...] = field(default=(), compare=False, repr=False)

@@ -141,11 +141,26 @@ def print_run_summary(summary: dict, title: str, notices: list[str]) -> None:
     Console().print(table)
     for notice in notices:
         console.print(f"[yellow]{notice}[/]")
+    print_panel_notes(summary)
     if cost := cost_line(summary.get("ledger"), summary.get("usage")):
         print(visible(cost))
     print(f"report:  {summary['files']['report.html']}")
     print(f"metrics: {summary['files']['metrics.json']}")
     print_mlflow_line(summary)
+
+
+def print_panel_notes(summary: dict) -> None:
+    """Warnings of a panel: advisory members above max_error_share, disagreeing members.
+
+    A member calibration found disagreeing with people comes with the option that makes it
+    advisory.
+    """
+    for failure in summary.get("advisory_failures") or []:  # never incomplete for them
+        console.print(f"warning: advisory panel member (it does not vote): {visible(failure)}",
+                      markup=False, highlight=False, soft_wrap=True, style="yellow")
+    for line in summary.get("member_suggestions") or []:
+        console.print(f"calibration: {visible(line)}", markup=False, highlight=False,
+                      soft_wrap=True, style="yellow")
 
 
 def print_mlflow_line(summary: dict) -> None:

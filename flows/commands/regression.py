@@ -23,6 +23,7 @@ from flows.commands.common import (
     fail,
     not_logged,
     print_mlflow_line,
+    print_panel_notes,
     start_prefect_api,
 )
 from flows.commands.options import NO_PROGRESS, model_command
@@ -115,6 +116,7 @@ def _run(params, junit: str | None, progress: bool = True) -> int:
     for line in blind_gate_lines(section):  # a held gate that could not have seen a breach
         typer.echo(line)
     typer.echo(f"summary: {result['files']['summary.md']}")
+    print_panel_notes(result)
     print_mlflow_line(result)
     code = {"passed": EXIT_PASSED, "failed": EXIT_FAILED}.get(section["outcome"],
                                                               EXIT_INCOMPLETE)

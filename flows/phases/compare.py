@@ -20,7 +20,6 @@ from flows.preflight.budget import check_budget, estimate_pairs
 from flows.run.chunk_kinds import JudgedPairChunks, PairChunkResult
 from flows.run.common import run_location
 from flows.run.completeness import (
-    Completeness,
     assess,
     pair_panel_shares,
     pair_share,
@@ -163,7 +162,7 @@ async def judge_prepared_pairs(ctx: RunContext[CompareParams], prepared: Prepare
     completeness = assess([pair_share(metrics, example), *pair_panel_shares(panel_shares)],
                           params.max_error_share)
     if sharded is not None:  # a shard that failed for good: its pairs are errors, never dropped
-        completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
+        completeness = completeness.plus(sharded.failure_reasons())
     completeness = with_budget_reason(completeness)
     timings = {"load_validate_seconds": prepared.load_seconds,
                "judge_seconds": time.perf_counter() - started}

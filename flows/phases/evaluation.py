@@ -30,7 +30,7 @@ from flows.preflight.trust import parameters_untrusted
 from flows.run.calibration import calibrate, catalogue_of, new_accumulator
 from flows.run.chunk_kinds import ChunkResult, JudgedRowChunks
 from flows.run.common import run_location
-from flows.run.completeness import Completeness, assess, error_shares, with_budget_reason
+from flows.run.completeness import assess, error_shares, with_budget_reason
 from flows.run.context import RunContext
 from flows.run.execution import CHUNK_BYTES, Chunking, auto_chunk_size, generate_all, judge_all
 from flows.run.judged import JudgedRun
@@ -250,7 +250,7 @@ async def judge(ctx: RunContext[EvaluateParams], prepared: PreparedSet) -> Judge
                           params.max_error_share, judge_model,
                           planned=bool(plan.judges or plan.metrics))
     if sharded is not None:  # a shard that failed for good: its rows are errors, never dropped
-        completeness = Completeness.of(completeness.reasons + sharded.failure_reasons())
+        completeness = completeness.plus(sharded.failure_reasons())
     completeness = with_budget_reason(completeness)
     for reason in completeness.reasons:
         logger.warning("incomplete: %s", visible(reason))  # names the model, quotes errors

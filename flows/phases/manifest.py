@@ -5,8 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from importlib import metadata
 
+from prefect import get_run_logger
+
+from flows.run.completeness import Completeness
 from flows.run.context import RunContext
 from flows.run.judged import JudgedRun
+from judges.blocks.plain_text import visible
 from judges.fingerprint import fingerprint
 from judges.model.settings import LLMSettings
 
@@ -47,8 +51,24 @@ def judge_section(settings: LLMSettings) -> dict:
     }
     if settings.members:
         section["members"] = [{"model": m.model, "api_base": m.api_base,
-                               "api_key_env": m.api_key_env} for m in settings.members]
+                               "api_key_env": m.api_key_env,
+                               **({"advisory": True} if m.advisory else {})}
+                              for m in settings.members]
     return section
+
+
+def advisory_failures(completeness: Completeness) -> dict:
+    """The manifest's `advisory_failures`, each also a warning; none: no key, as before.
+
+    An advisory panel member above max_error_share does not make the run incomplete (it
+    decides no verdict), but it is never hidden (flows/run/completeness.py).
+    """
+    if not completeness.advisory_failures:
+        return {}
+    for failure in completeness.advisory_failures:
+        get_run_logger().warning("advisory panel member (it does not vote, the run stays "
+                                 "complete): %s", visible(failure))
+    return {"advisory_failures": list(completeness.advisory_failures)}
 
 
 def build_manifest(ctx: RunContext, dataset: dict, judged: JudgedRun) -> dict:
@@ -66,6 +86,7 @@ def build_manifest(ctx: RunContext, dataset: dict, judged: JudgedRun) -> dict:
         "run_id": ctx.location.run_id,
         "status": judged.completeness.status,
         "incomplete_reasons": list(judged.completeness.reasons),
+        **advisory_failures(judged.completeness),
         "started_at": ctx.started_at.isoformat(),
         "finished_at": finished_at.isoformat(),
         "duration_seconds": round((finished_at - ctx.started_at).total_seconds(), 3),

@@ -22,7 +22,7 @@ from flows.phases.canary import Canary
 from flows.phases.evaluation import JudgedRun, PreparedSet
 from flows.phases.head_to_head import head_to_head, merge_fields
 from flows.preflight.regression import check_gate_metrics
-from flows.run.completeness import Completeness, assess, pair_panel_shares, with_budget_reason
+from flows.run.completeness import assess, pair_panel_shares, with_budget_reason
 from judges.blocks.plain_text import visible
 from judges.catalogue import Registry
 from judges.model.budget import current_budget
@@ -118,9 +118,8 @@ async def _judge_head_to_head(params: RegressionParams, prepared: PreparedSet, j
         result.fields.cleanup()
     judged.metrics = judged.metrics.with_pairwise(result.metrics)
     # A head-to-head panel member above max_error_share makes the run incomplete, as any judge.
-    failing = assess(pair_panel_shares(result.panel_shares), params.max_error_share).reasons
-    if failing:
-        judged.completeness = Completeness.of([*judged.completeness.reasons, *failing])
+    judged.completeness = judged.completeness.plus(
+        assess(pair_panel_shares(result.panel_shares), params.max_error_share))
 
 
 async def compare_with_baseline(params: RegressionParams, baseline: BaselineRun | None,

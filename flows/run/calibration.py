@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
+from prefect import get_run_logger
+
 from judges.base import JudgeSpec
+from judges.blocks.plain_text import visible
 from judges.calibration.policy import (
     MEASURED_WITH,
     advisory_reason,
     measured_with,
+    member_suggestions,
     reusable,
     stale_reasons,
 )
@@ -22,7 +26,13 @@ from judges.calibration.rows import CalibrationAccumulator
 from judges.catalogue import JudgeCatalogue
 from judges.names.calibration_fields import stats_of
 from judges.plan import JudgePlan
-from judges.result_names.calibration import LabelKind, calibration_keys, label_kinds, stat_name
+from judges.result_names.calibration import (
+    LabelKind,
+    calibration_keys,
+    label_kinds,
+    member_key,
+    stat_name,
+)
 from tasks.dataset.labels import CalibrationSource, read_calibration_run
 
 
@@ -113,7 +123,7 @@ def _calibration_of(judge: JudgeSpec, current: dict, own: dict,
     """The judge's calibration: measured in this run, else reused from `source`, else None."""
     stats = stats_of(own, current["key"])
     if stats:
-        return _entry(current, {k: current[k] for k in MEASURED}, None, []), stats
+        return _entry(current, {k: current[k] for k in MEASURED if k in current}, None, []), stats
     return _reused(source, judge, current) if source is not None else None
 
 
@@ -128,6 +138,24 @@ def _flags(key: str, stats: dict, entry: dict, floor: float | None,
     if floor is not None:
         flags[stat_name(key, "advisory")] = reason is not None
     return flags
+
+
+def _member_suggestions(params: CalibrationParams, judge: JudgeSpec, key: str, own: dict,
+                        stats: dict) -> list[str]:
+    """Each voting panel member that disagrees with people, with the option that demotes it.
+
+    judges/calibration/policy.py `member_suggestions`; each is also logged as a warning.
+    """
+    members = params.judge.settings().members
+    if not members:
+        return []
+    found = member_suggestions(judge.name, [(m.model, m.advisory) for m in members],
+                               [stats_of(own, member_key(key, n))
+                                for n in range(1, len(members) + 1)],
+                               stats, params.calibration_floor)
+    for line in found:
+        get_run_logger().warning("calibration: %s", visible(line))
+    return found
 
 
 def calibrate(params: CalibrationParams, catalogue: JudgeCatalogue, plan: JudgePlan,
@@ -146,7 +174,9 @@ def calibrate(params: CalibrationParams, catalogue: JudgeCatalogue, plan: JudgeP
         entry, stats = found or (_entry(current, None, None, []), {})
         reason = advisory_reason(stats, floor, entry["stale"], params.calibration_min_labels,
                                  params.max_error_share)
-        entries.append({**entry, "advisory": reason is not None, "advisory_reason": reason})
+        suggestions = _member_suggestions(params, judge, current["key"], own, stats)
+        entries.append({**entry, "advisory": reason is not None, "advisory_reason": reason,
+                        **({"member_suggestions": suggestions} if suggestions else {})})
         metrics |= _flags(entry["key"], stats, entry, floor, reason)
     section = {"floor": floor, "seed": params.calibration_seed,
                "min_labels": params.calibration_min_labels,

@@ -107,6 +107,11 @@ def run_summary(location: RunLocation, manifest: dict, metrics: Mapping[str, Any
         "ledger": manifest.get("ledger"),
         "status": manifest.get("status", "complete"),
         "incomplete_reasons": manifest.get("incomplete_reasons", []),
+        # advisory panel members above max_error_share: named, but the run is not incomplete
+        "advisory_failures": manifest.get("advisory_failures", []),
+        # panel members calibration found disagreeing with people, each with its option
+        "member_suggestions": [line for entry in (manifest.get("calibration") or {}).get(
+            "judges", []) for line in entry.get("member_suggestions", [])],
     }
 
 

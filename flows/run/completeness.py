@@ -20,21 +20,46 @@ from judges.model.budget import BUDGET_REASON, current_budget
 from judges.names.pairwise_fields import pair_counts
 from judges.plan import JudgePlan
 from judges.result_names.counts import count_names
+from judges.result_names.panel import ADVISORY
 
 COMPLETE, INCOMPLETE = "complete", "incomplete"
 EXAMPLE_MAX_CHARS = 240
 
 
-class Completeness(NamedTuple):
-    """A run's status and, when incomplete, one line per reason."""
-
+class _StatusAndReasons(NamedTuple):
     status: Literal["complete", "incomplete"]
     reasons: list[str]
 
+
+class Completeness(_StatusAndReasons):
+    """A run's status and, when incomplete, one line per reason.
+
+    Still the (status, reasons) pair callers unpack and compare. `advisory_failures` rides
+    beside it: one line per advisory panel member above max_error_share. Such a member does not
+    vote, so its failures leave no verdict undecided and the run is not incomplete for them;
+    they are named in a warning and the manifest.
+    """
+
+    advisory_failures: tuple[str, ...] = ()
+
+    def __new__(cls, status: Literal["complete", "incomplete"], reasons: list[str],
+                advisory_failures: Sequence[str] = ()) -> Completeness:
+        """The pair, with the advisory members' failures beside it."""
+        made = super().__new__(cls, status, reasons)
+        made.advisory_failures = tuple(advisory_failures)
+        return made
+
     @classmethod
-    def of(cls, reasons: list[str]) -> Completeness:
+    def of(cls, reasons: list[str], advisory_failures: Sequence[str] = ()) -> Completeness:
         """Incomplete when there is any reason, complete otherwise."""
-        return cls(INCOMPLETE if reasons else COMPLETE, reasons)
+        return cls(INCOMPLETE if reasons else COMPLETE, reasons, advisory_failures)
+
+    def plus(self, other: Completeness | list[str]) -> Completeness:
+        """This with more reasons (a list) or another assessment's reasons and failures."""
+        if isinstance(other, Completeness):
+            return Completeness.of([*self.reasons, *other.reasons],
+                                   [*self.advisory_failures, *other.advisory_failures])
+        return Completeness.of([*self.reasons, *other], self.advisory_failures)
 
 
 class ErrorShare(NamedTuple):
@@ -45,6 +70,7 @@ class ErrorShare(NamedTuple):
     total: int
     unit: str = "rows"
     example: str | None = None
+    advisory: bool = False  # an advisory panel member's: reported, never incomplete
 
 
 def error_shares(plan: JudgePlan, metrics: Mapping, examples: Mapping[str, str]
@@ -96,8 +122,11 @@ def _panel_shares(judge: JudgeSpec, registry: Registry, metrics: Mapping,
             continue
         rated, errors = (metrics.get(n) or 0 for n in (entry.rated, entry.errors))
         member = entry.rated.rsplit("/", 1)[0]  # {prefix}/panel/{n}
-        shares.append(ErrorShare(f"{judge.name} panel member {member.rsplit('/', 1)[-1]}",
-                                 errors, errors + rated, entry.unit, examples.get(member)))
+        advisory = metrics.get(f"{member}/{ADVISORY}") is True
+        shares.append(ErrorShare(f"{judge.name} panel member {member.rsplit('/', 1)[-1]}"
+                                 + (" (advisory)" if advisory else ""),
+                                 errors, errors + rated, entry.unit, examples.get(member),
+                                 advisory))
     return shares
 
 
@@ -112,8 +141,8 @@ def pair_panel_shares(shares: Sequence[PanelShare]) -> list[ErrorShare]:
 
     `shares` from judges/builtin/pairwise.py `pair_panel_figures`; none for one judge model.
     """
-    return [ErrorShare(panel_share_name(s.number), s.errors, s.total, "pairs", s.example)
-            for s in shares]
+    return [ErrorShare(panel_share_name(s.number) + (" (advisory)" if s.advisory else ""),
+                       s.errors, s.total, "pairs", s.example, s.advisory) for s in shares]
 
 
 def one_line(message: str) -> str:
@@ -143,14 +172,15 @@ def assess(shares: list[ErrorShare], max_error_share: float, judge_model: str = 
     if not planned:
         return Completeness.of(["nothing was judged: no judge applies to any row of this set"])
     called = f" (judge {visible(judge_model)})" if judge_model else ""
-    reasons = []
+    reasons, advisory = [], []
     for share in shares:
+        found = advisory if share.advisory else reasons
         if share.total == 0:
-            reasons.append(f"{share.name}: no {share.unit[:-1]} was judged")
+            found.append(f"{share.name}: no {share.unit[:-1]} was judged")
         elif share.errors / share.total > max_error_share:
-            reasons.append(f"{share.name}: {share.errors} of {share.total} {share.unit} failed"
-                           f"{called}" + (f": {one_line(share.example)}" if share.example else ""))
-    return Completeness.of(reasons)
+            found.append(f"{share.name}: {share.errors} of {share.total} {share.unit} failed"
+                         f"{called}" + (f": {one_line(share.example)}" if share.example else ""))
+    return Completeness.of(reasons, advisory)
 
 
 def with_budget_reason(completeness: Completeness) -> Completeness:
@@ -160,4 +190,4 @@ def with_budget_reason(completeness: Completeness) -> Completeness:
     if reason is None:
         return completeness
     earlier = [r for r in completeness.reasons if not r.startswith(BUDGET_REASON)]
-    return Completeness.of([*earlier, reason])
+    return Completeness.of([*earlier, reason], completeness.advisory_failures)

@@ -17,26 +17,31 @@ from judges.result_names.panel import PAIR_PANEL, pair_panel_metrics
 
 
 def panel_verdict(verdicts: Sequence[PairVerdict], models: Sequence[str],
-                  no_backward: str | None = None) -> PairVerdict:
+                  no_backward: str | None = None, voting: Sequence[bool] | None = None
+                  ) -> PairVerdict:
     """A panel's verdict on a pair: the majority of its members' reconciled verdicts.
 
     The pair counts in every aggregate as its outcome, in both passes (an undecided pair as two
     failed passes), so `winrate` stays the share of decided pairs won by B and the length fit
     reads one outcome per pair (docs/pairwise.md). The passes shown are those of the first
-    member, in panel order, who voted with the majority; each member's verdict is in `members`.
-    `no_backward`: what a backward pass that was not run says (a swap-free run), else None.
+    voting member, in panel order, who voted with the majority; each member's verdict is in
+    `members`. `no_backward`: what a backward pass that was not run says (a swap-free run), else
+    None. `voting`: per member, False when advisory (asked and kept, but not voting); None:
+    every member votes.
     """
-    members = tuple(MemberPair(model, v)
-                    for model, v in zip(models, verdicts, strict=True))
-    vote = pair_panel_vote([v.verdict for v in verdicts], models)
+    voting = tuple(voting) if voting is not None else (True,) * len(models)
+    members = tuple(MemberPair(model, v, not votes)
+                    for model, v, votes in zip(models, verdicts, voting, strict=True))
+    vote = pair_panel_vote([v.verdict for v in verdicts], models, voting)
     if vote.outcome is None:
         failures = "; ".join(f"{m.model}: {m.error_message}" for m in members
-                             if m.error_message)
+                             if m.error_message and not m.advisory)
         error = vote.error + (f"; {failures}" if failures else "")
         backward = Pass("backward", error=no_backward or error)
         return PairVerdict("error", Pass("forward", error=error), backward, None, None, None,
                            None, members=members, panel_error=error)
-    agreeing = [v for v in verdicts if v.verdict == vote.outcome]
+    agreeing = [v for v, votes in zip(verdicts, voting, strict=True)
+                if votes and v.verdict == vote.outcome]
     scores = [(v.weighted_score_A, v.weighted_score_B) for v in agreeing
               if v.weighted_score_A is not None and v.weighted_score_B is not None]
     return PairVerdict(
@@ -55,17 +60,19 @@ class PanelShare(NamedTuple):
     errors: int
     total: int
     example: str | None
+    advisory: bool = False  # an advisory member's failures are reported, never incomplete
 
 
-MemberVotes = tuple[tuple[str, str, str | None], ...]  # (model, verdict, error) per member
+# (model, verdict, error, advisory) per member
+MemberVotes = tuple[tuple[str, str, str | None, bool], ...]
 
 
 def member_votes(verdict: PairVerdict) -> MemberVotes:
-    """What the run's panel figures keep of a pair: each member's model, verdict and error.
+    """What the run's panel figures keep of a pair: each member's model, verdict, error, role.
 
     Empty for one judge model, or a pair a chunk failure left without member verdicts.
     """
-    return tuple((m.model, m.verdict, m.error_message) for m in verdict.members)
+    return tuple((m.model, m.verdict, m.error_message, m.advisory) for m in verdict.members)
 
 
 def pair_panel_figures(votes: Sequence[MemberVotes], *, seed: int = 0,
@@ -75,18 +82,21 @@ def pair_panel_figures(votes: Sequence[MemberVotes], *, seed: int = 0,
     `votes`: `member_votes` of every pair, in input order. Nothing for one judge model. A pair
     without member verdicts (its chunk failed) counts as every member's error.
     """
-    models = next((tuple(model for model, _, _ in v) for v in votes if v), ())
-    if not models:
+    first = next((v for v in votes if v), ())
+    if not first:
         return {}, []
-    rows = [tuple(verdict for _, verdict, _ in v) if v else ("error",) * len(models)
+    models = tuple(model for model, *_ in first)
+    voting = tuple(not advisory for *_, advisory in first)
+    rows = [tuple(verdict for _, verdict, *_ in v) if v else ("error",) * len(models)
             for v in votes]
-    stats = pair_panel_stats(rows, models, seed=seed, resamples=resamples)
+    stats = pair_panel_stats(rows, models, voting, seed=seed, resamples=resamples)
     shares = []
     for number, model in enumerate(models, start=1):
         example = next((v[number - 1][2] if v else "the pair's chunk failed"
                         for v in votes if not v or v[number - 1][2]), None)
         shares.append(PanelShare(number, model, stats["members"][model]["errors"],
-                                 len(votes), example and f"{model}: {example}"))
+                                 len(votes), example and f"{model}: {example}",
+                                 not voting[number - 1]))
     return pair_panel_metrics(models, stats), shares
 
 

@@ -174,7 +174,8 @@ async def judge_pair(
     if ctx.panel:
         return vote_panel(await asyncio.gather(*(
             judge_pair(member, pair, rubric, swap, strict_ties=strict_ties)
-            for member in ctx.panel)), [m.client.settings.model for m in ctx.panel], swap)
+            for member in ctx.panel)), [m.client.settings.model for m in ctx.panel], swap,
+            [not m.client.settings.advisory for m in ctx.panel])
     if not swap:
         return forward_only(await run_pass(ctx, pair, "forward", rubric))
     forward, backward = await asyncio.gather(
@@ -184,9 +185,12 @@ async def judge_pair(
 
 
 def vote_panel(verdicts: Sequence[PairVerdict], models: Sequence[str],
-               swap: bool = True) -> PairVerdict:
-    """The panel's verdict on a pair under the run's swap rule (judges/builtin/pair_panel.py)."""
-    return panel_verdict(verdicts, models, None if swap else SWAP_DISABLED)
+               swap: bool = True, voting: Sequence[bool] | None = None) -> PairVerdict:
+    """The panel's verdict on a pair under the run's swap rule (judges/builtin/pair_panel.py).
+
+    `voting`: per member, False when advisory; None: every member votes.
+    """
+    return panel_verdict(verdicts, models, None if swap else SWAP_DISABLED, voting)
 
 
 async def judge_pairs(

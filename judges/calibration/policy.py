@@ -3,11 +3,11 @@
 A judge may gate a release only above a calibration floor on kappa's lower bound.
 
 A calibration follows the judge: it holds for everything that changes a verdict, as it was
-measured: judge model, endpoint, temperature, samples per verdict (strictness), judge version
-and prompt. Reused for a run whose judge differs in any of them, it is stale. A judge whose
-calibration cannot vouch for it at the floor (none, stale, fewer labels than the minimum, too
-many labelled rows the judge errored on, kappa undefined, or a lower bound below the floor) is
-advisory: a regression gate on its metrics is undecidable.
+measured: judge model, endpoint, temperature, samples per verdict (strictness), judge version,
+prompt, and a panel's advisory members. Reused for a run whose judge differs in any of them,
+it is stale. A judge whose calibration cannot vouch for it at the floor (none, stale, fewer
+labels than the minimum, too many labelled rows the judge errored on, kappa undefined, or a
+lower bound below the floor) is advisory: a regression gate on its metrics is undecidable.
 Pure functions over plain values; the flows read and write them.
 """
 
@@ -22,7 +22,9 @@ from judges.base import JudgeSpec
 MIN_LABELS = 50
 MEASURED_WITH = (("model", "judge model"), ("api_base", "endpoint"),
                  ("temperature", "temperature"), ("samples", "samples per verdict"),
-                 ("version", "judge version"), ("prompt_hash", "prompt hash"))
+                 ("version", "judge version"), ("prompt_hash", "prompt hash"),
+                 # a panel's advisory members: which members vote changes its verdicts
+                 ("advisory", "advisory panel members"))
 # Stats measured once per labelled run: reuse copies them; the rest is decided per run.
 PER_RUN_STATS = ("advisory", "stale", "disagrees")
 
@@ -38,9 +40,14 @@ def measured_with(spec: JudgeSpec, settings: Any) -> dict[str, Any]:
         spec: the judge.
         settings: its model settings (model, api_base, temperature), e.g. the run's JudgeModel.
     """
-    return {"judge": spec.name, "prefix": spec.prefix, "model": settings.model,
-            "api_base": settings.api_base, "temperature": settings.temperature,
-            "samples": spec.samples, "version": spec.version, "prompt_hash": spec.prompt_hash}
+    measured = {"judge": spec.name, "prefix": spec.prefix, "model": settings.model,
+                "api_base": settings.api_base, "temperature": settings.temperature,
+                "samples": spec.samples, "version": spec.version,
+                "prompt_hash": spec.prompt_hash}
+    advisory = sorted(getattr(settings, "advisory", None) or [])
+    if advisory:  # absent when every member votes: a calibration recorded before still holds
+        measured["advisory"] = advisory
+    return measured
 
 
 def stale_reasons(measured: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -69,8 +76,8 @@ def advisory_reason(stats: Mapping[str, Any], floor: float | None, stale: bool,
         return f"not calibrated: no labels, none reused (calibration floor {floor:g})"
     if stale:
         return (f"its calibration is stale (measured with another judge: model, endpoint, "
-                f"temperature, samples, version or prompt), so it cannot vouch for the floor "
-                f"{floor:g}")
+                f"temperature, samples, version, prompt or advisory members), so it cannot "
+                f"vouch for the floor {floor:g}")
     low, count = stats.get("kappa_lower"), stats.get("labelled_count") or 0
     errors = stats.get("error_count") or 0
     if count < min_labels:
@@ -86,6 +93,57 @@ def advisory_reason(stats: Mapping[str, Any], floor: float | None, stale: bool,
         return (f"kappa's lower bound {low:.2f} is below the calibration floor {floor:g} "
                 f"({count} labels)")
     return None
+
+
+def member_disagrees(member: Mapping[str, Any], panel: Mapping[str, Any],
+                     floor: float | None) -> str | None:
+    """Why a panel member's own calibration says it disagrees with people (None: it does not).
+
+    With a calibration floor, the rule a judge is held to: its kappa's lower bound is below
+    the floor. Without one, its kappa's 95% interval lies wholly below the panel's (its upper
+    bound under the panel's lower bound): it is measurably worse than the majority it sits in.
+
+    Args:
+        member: the member's calibration stats (`calibration/{key}/panel/{n}/...`).
+        panel: its judge's (the panel majority's) calibration stats.
+        floor: the run's calibration floor, or None.
+    """
+    low, high = member.get("kappa_lower"), member.get("kappa_upper")
+    count = member.get("labelled_count") or 0
+    if floor is not None:
+        if low is not None and low < floor:
+            return f"kappa's lower bound {low:.2f} is below the calibration floor {floor:g}"
+        return None
+    panel_low = panel.get("kappa_lower")
+    if high is not None and panel_low is not None and high < panel_low:
+        return (f"kappa's 95% interval [{low:.2f}, {high:.2f}] lies below the panel's "
+                f"(lower bound {panel_low:.2f}) on {count} labels")
+    return None
+
+
+def member_suggestions(judge: str, members: list[tuple[str, bool]],
+                       stats: list[Mapping[str, Any]], panel: Mapping[str, Any],
+                       floor: float | None) -> list[str]:
+    """One sentence per voting panel member that disagrees with people: make it advisory.
+
+    Args:
+        judge: the judge's name.
+        members: each member's model and whether it is already advisory, in panel order.
+        stats: each member's calibration stats, in the same order (empty: no labels).
+        panel: the judge's own calibration stats.
+        floor: the run's calibration floor, or None.
+    """
+    advisory = [model for model, is_advisory in members if is_advisory]
+    voting = len(members) - len(advisory)
+    out = []
+    for number, ((model, is_advisory), own) in enumerate(zip(members, stats, strict=True), 1):
+        why = None if is_advisory or voting < 2 else member_disagrees(own, panel, floor)
+        if why is not None:
+            option = ",".join([*advisory, model])
+            out.append(f"{judge} panel member {number} ({model}) disagrees with people ({why}): "
+                       f"to keep it from voting, run with --advisory-judge-model {option} "
+                       "(judge.advisory in a deployment)")
+    return out
 
 
 def band(kappa: float | None) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from judges.model.local_models import is_local_model
 
@@ -70,11 +70,27 @@ class LLMSettings(ModelKnobs):
     # A panel of judge models (judges/panel/): each member's own settings; `model` is then the
     # members' names joined by commas and is never called itself. Empty: one judge model.
     members: tuple[LLMSettings, ...] = ()
+    # A panel member that is asked, costed and published but does not vote (judges/panel/).
+    advisory: bool = False
+
+    @model_validator(mode="after")
+    def _voting_member(self) -> LLMSettings:
+        if self.members and all(member.advisory for member in self.members):
+            raise ValueError(f"every member of the panel {self.model!r} is advisory: at least "
+                             "one must vote")
+        if self.advisory and self.members:
+            raise ValueError("a panel as a whole cannot be advisory: mark its members")
+        return self
 
     @property
     def panel(self) -> tuple[LLMSettings, ...]:
         """The models every judgment asks: the members, or this model alone."""
         return self.members or (self,)
+
+    @property
+    def voting(self) -> tuple[bool, ...]:
+        """Whether each model of `panel` votes (advisory members do not)."""
+        return tuple(not member.advisory for member in self.panel)
 
     @property
     def window_ceiling(self) -> int:
@@ -95,5 +111,17 @@ class LLMSettings(ModelKnobs):
             "max_tokens": self.max_tokens,
         }
         if self.members:  # a panel: every member's own (one model keeps its identity as it was)
-            identity["members"] = [member.call_identity() for member in self.members]
+            identity["members"] = [member.member_identity() for member in self.members]
+        return identity
+
+    def member_identity(self) -> dict:
+        """A panel member's identity in its panel's: its calls', and whether it votes.
+
+        Advisory is not in the member's own `call_identity`, which keys its reply cache: the
+        reply does not depend on it. It is in the panel's, so the judge fingerprint and every
+        stored chunk of votes change when a member becomes advisory or votes again.
+        """
+        identity = self.call_identity()
+        if self.advisory:  # a voting member keeps the identity it had before advisory existed
+            identity["advisory"] = True
         return identity

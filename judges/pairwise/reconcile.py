@@ -237,6 +237,7 @@ class MemberPair(NamedTuple):
 
     model: str
     judged: PairVerdict
+    advisory: bool = False  # asked and kept, but it does not vote (judges/panel/pairs.py)
 
     @property
     def verdict(self) -> PairOutcome:

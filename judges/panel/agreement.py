@@ -4,6 +4,11 @@ A run's votes are a rows × members matrix of "yes", "no" or None (no answer). F
 needs every row rated by the same number of members, so it is computed over the rows every member
 answered; pairwise agreement over the rows both members of a pair answered. The interval of kappa
 is a 95% percentile bootstrap over those rows.
+
+With advisory members (judges/panel/votes.py), each member's rate and every pair's agreement
+cover all members, advisory ones included; Fleiss' kappa, the decided rows and the one-vote
+share are the voting members' (the panel that decides the verdicts), and `kappa_raters` says how
+many members that is.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from itertools import combinations
 
 import numpy as np
 
-from judges.panel.votes import NO, YES, panel_vote
+from judges.panel.votes import NO, YES, panel_vote, voters
 
 RESAMPLES = 1000
 _CATEGORIES = (YES, NO)
@@ -89,16 +94,19 @@ def fleiss_interval(counts: np.ndarray, *, seed: int = 0, resamples: int = RESAM
     return float(low), float(high)
 
 
-def panel_stats(votes: Sequence[Sequence[str | None]], members: Sequence[str], *,
-                seed: int = 0, resamples: int = RESAMPLES) -> dict:
-    """A panel's figures over a run.
+def panel_stats(votes: Sequence[Sequence[str | None]], members: Sequence[str],
+                voting: Sequence[bool] | None = None, *, seed: int = 0,
+                resamples: int = RESAMPLES) -> dict:
+    """A panel's figures over a run (`voting`: per member, False when advisory).
 
     Returns:
         members: per member, its yes rate over the rows it answered, rated and error counts;
+        advisory: the members that do not vote;
         agreement: per pair of members ("a|b"), the share of rows both answered on which they
             agree, and how many rows that is;
-        kappa, kappa_lower, kappa_upper, kappa_rows: Fleiss' kappa over the rows every member
-            answered, its interval, and that row count;
+        kappa, kappa_lower, kappa_upper, kappa_rows, kappa_raters: Fleiss' kappa of the voting
+            members over the rows every one of them answered, its interval, that row count and
+            how many members it is over (None when fewer than two vote);
         decided_rows, one_vote_rows, one_vote_share: rows the panel decided, those decided by a
             single vote, and their share of the decided rows.
     """
@@ -114,15 +122,19 @@ def panel_stats(votes: Sequence[Sequence[str | None]], members: Sequence[str], *
         both = [(row[i], row[j]) for row in votes if row[i] is not None and row[j] is not None]
         agreement[f"{a}|{b}"] = {"agreement": (sum(x == y for x, y in both) / len(both)
                                                if both else None), "rows": len(both)}
-    complete = [row for row in votes if all(v is not None for v in row)]
+    raters = [voters(row, members, voting)[0] for row in votes]
+    complete = [row for row in raters if all(v is not None for v in row)]
     counts = category_counts(complete)
-    kappa = fleiss_kappa(counts) if len(members) >= 2 and complete else None
+    rater_count = len(voters(members, members, voting)[1])
+    kappa = fleiss_kappa(counts) if rater_count >= 2 and complete else None
     low, high = (fleiss_interval(counts, seed=seed, resamples=resamples)
                  if kappa is not None else (None, None))
-    decided = [vote for vote in (panel_vote(row, members) for row in votes)
+    decided = [vote for vote in (panel_vote(row, members, voting) for row in votes)
                if vote.rating is not None]
     one_vote = sum(vote.by_one_vote for vote in decided)
     return {"members": per_member, "agreement": agreement, "kappa": kappa,
-            "kappa_lower": low, "kappa_upper": high, "kappa_rows": len(complete),
+            "kappa_lower": low, "kappa_upper": high,
+            "kappa_rows": len(complete) if rater_count >= 2 else 0, "kappa_raters": rater_count,
+            "advisory": [m for m in members if m not in voters(members, members, voting)[1]],
             "decided_rows": len(decided), "one_vote_rows": one_vote,
             "one_vote_share": one_vote / len(decided) if decided else None}

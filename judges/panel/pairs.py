@@ -4,6 +4,8 @@ Each member judges both orders of the pair and reconciles them (judges/pairwise/
 into A, B, tie or error. An error is not a vote. The pair is decided only when a majority of the
 whole panel has a verdict (`quorum`) and one verdict is held by more than half of those: else it
 is the pair's error, never a win, so a failing member can leave a pair undecided but never tip it.
+An advisory member does not vote (judges/panel/votes.py): the majority, quorum and ties are the
+voting members'; its verdicts are counted in its own figures and every pair's agreement.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from itertools import combinations
 from typing import NamedTuple
 
 from judges.panel.agreement import RESAMPLES, category_counts, fleiss_interval, fleiss_kappa
-from judges.panel.votes import quorum
+from judges.panel.votes import quorum, voters
 
 PAIR_VOTES = ("A", "B", "tie")
 
@@ -26,12 +28,14 @@ class PairVote(NamedTuple):
     error: str | None
 
 
-def pair_panel_vote(verdicts: Sequence[str], members: Sequence[str]) -> PairVote:
+def pair_panel_vote(verdicts: Sequence[str], members: Sequence[str],
+                    voting: Sequence[bool] | None = None) -> PairVote:
     """The panel's outcome from each member's reconciled verdict ("A", "B", "tie" or "error").
 
     Args:
         verdicts: one per member, in panel order.
         members: the members' model names, for the error's sentence.
+        voting: per member, whether it votes (False: advisory); None: every member votes.
     """
     if len(verdicts) != len(members):
         raise ValueError(f"{len(verdicts)} pair verdicts for a panel of {len(members)}")
@@ -39,11 +43,14 @@ def pair_panel_vote(verdicts: Sequence[str], members: Sequence[str]) -> PairVote
     if unknown:
         raise ValueError(
             f"a member's pair verdict is 'A', 'B', 'tie' or 'error', not {unknown[0]!r}")
+    panel = ("voting panel members" if voting is not None and not all(voting)
+             else "panel members")
+    verdicts, members = voters(verdicts, members, voting)
     votes = Counter(v for v in verdicts if v != "error")
     answered = sum(votes.values())
     failed = [m for m, v in zip(members, verdicts, strict=True) if v == "error"]
     if answered < quorum(len(members)):
-        return PairVote(None, f"too few panel members judged the pair: {answered} of "
+        return PairVote(None, f"too few {panel} judged the pair: {answered} of "
                               f"{len(members)}, {quorum(len(members))} needed "
                               f"(no verdict from {', '.join(failed)})")
     top, count = votes.most_common(1)[0]
@@ -55,7 +62,8 @@ def pair_panel_vote(verdicts: Sequence[str], members: Sequence[str]) -> PairVote
     return PairVote(top, None)
 
 
-def pair_panel_stats(verdicts: Sequence[Sequence[str]], members: Sequence[str], *,
+def pair_panel_stats(verdicts: Sequence[Sequence[str]], members: Sequence[str],
+                     voting: Sequence[bool] | None = None, *,
                      seed: int = 0, resamples: int = RESAMPLES) -> dict:
     """A head-to-head panel's figures over a run, from pairs × members reconciled verdicts.
 
@@ -63,10 +71,12 @@ def pair_panel_stats(verdicts: Sequence[Sequence[str]], members: Sequence[str], 
         members: per member, `b_share` its win rate for B over the pairs it decided for A or
             B (ties are not wins, as in the run's `winrate`), `decided` that count, `rated`
             the pairs it has a verdict on (A, B or tie) and `errors` those it has none on;
+        advisory: the members that do not vote;
         agreement: per pair of members ("a|b"), the share of pairs both judged on which their
             verdicts (A, B or tie) are the same, and how many pairs that is;
-        kappa, kappa_lower, kappa_upper, kappa_rows: Fleiss' kappa over A, B and tie on the
-            pairs every member judged, its 95% bootstrap interval, and that pair count.
+        kappa, kappa_lower, kappa_upper, kappa_rows, kappa_raters: Fleiss' kappa of the voting
+            members (`voting`; advisory ones are not) over A, B and tie on the pairs every one
+            of them judged, its 95% bootstrap interval, that pair count and member count.
     """
     rows = [list(row) for row in verdicts]
     per_member = {}
@@ -80,10 +90,14 @@ def pair_panel_stats(verdicts: Sequence[Sequence[str]], members: Sequence[str], 
         both = [(row[i], row[j]) for row in rows if "error" not in (row[i], row[j])]
         agreement[f"{a}|{b}"] = {"agreement": (sum(x == y for x, y in both) / len(both)
                                                if both else None), "rows": len(both)}
-    complete = [row for row in rows if "error" not in row]
+    raters = [voters(row, members, voting)[0] for row in rows]
+    complete = [row for row in raters if "error" not in row]
     counts = category_counts(complete, PAIR_VOTES)
-    kappa = fleiss_kappa(counts) if len(members) >= 2 and complete else None
+    rater_count = len(voters(members, members, voting)[1])
+    kappa = fleiss_kappa(counts) if rater_count >= 2 and complete else None
     low, high = (fleiss_interval(counts, seed=seed, resamples=resamples)
                  if kappa is not None else (None, None))
     return {"members": per_member, "agreement": agreement, "kappa": kappa,
-            "kappa_lower": low, "kappa_upper": high, "kappa_rows": len(complete)}
+            "kappa_lower": low, "kappa_upper": high,
+            "kappa_rows": len(complete) if rater_count >= 2 else 0, "kappa_raters": rater_count,
+            "advisory": [m for m in members if m not in voters(members, members, voting)[1]]}

@@ -153,6 +153,8 @@ def pair_verdict_fields(verdict: PairVerdict, *, prefix: str = PAIR_PREFIX,
         out |= {pair_member_field(number, "model", prefix): member.model,
                 pair_member_field(number, "verdict", prefix): member.verdict,
                 pair_member_field(number, "error_message", prefix): member.error_message}
+        if member.advisory:  # asked and kept, but it did not vote (a voting member: absent)
+            out[pair_member_field(number, "advisory", prefix)] = True
     return out
 
 

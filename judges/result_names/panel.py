@@ -1,7 +1,10 @@
 """A panel's names: each member's verdicts on a row and the panel's figures over a run.
 
 Member n is the n-th model of the judge's comma list (the manifest's judge.members names them),
-published under `{prefix}/panel/{n}/`; the panel's own figures under `{prefix}/panel/`.
+published under `{prefix}/panel/{n}/`; the panel's own figures under `{prefix}/panel/`. An
+advisory member (asked and published, but not voting) has `{prefix}/panel/{n}/advisory` true on
+its rows and in the run's figures; a voting member has no such field. Fleiss' kappa is the
+voting members', `…/fleiss_kappa_raters` of them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ def panel_row_fields(result: JudgeResult) -> dict:
         base = panel_base(result.spec.prefix, index)
         votes = [ballot[index - 1] for ballot in result.ballots]
         out[f"{base}/model"] = model
+        if result.ballots[0][index - 1].advisory:
+            out[f"{base}/{ADVISORY}"] = True
         if single:
             out |= {f"{base}/rating": votes[0].rating, f"{base}/rationale": votes[0].rationale,
                     f"{base}/error_message": votes[0].error}
@@ -47,6 +52,7 @@ def panel_row_fields(result: JudgeResult) -> dict:
 # panel's votes: one per prompt asked (the row, each sample, chunk or turn).
 PANEL_KAPPA = "fleiss_kappa"
 PANEL_ONE_VOTE = "one_vote_share"
+ADVISORY = "advisory"  # a member's flag: asked and published, but it does not vote
 
 
 def panel_metrics(prefix: str, members: tuple[str, ...], stats: Mapping[str, Any]) -> dict:
@@ -61,6 +67,8 @@ def panel_metrics(prefix: str, members: tuple[str, ...], stats: Mapping[str, Any
         rated, errors = count_names(base)
         out |= {f"{base}/rate": figures["rate"], rated: figures["rated"],
                 errors: figures["errors"]}
+        if model in stats.get("advisory", ()):
+            out[f"{base}/{ADVISORY}"] = True
     out |= _agreement_fields(f"{prefix}/panel", members, stats)
     out |= {f"{prefix}/panel/{PANEL_ONE_VOTE}": stats["one_vote_share"],
             f"{prefix}/panel/one_vote_count": stats["one_vote_rows"],
@@ -82,6 +90,8 @@ def pair_panel_metrics(members: tuple[str, ...], stats: Mapping[str, Any]) -> di
         out |= {f"{base}/winrate": figures["b_share"],
                 f"{base}/decided_count": figures["decided"], rated: figures["rated"],
                 errors: figures["errors"]}
+        if model in stats.get("advisory", ()):
+            out[f"{base}/{ADVISORY}"] = True
     return out | _agreement_fields(PAIR_PANEL, members, stats)
 
 
@@ -94,4 +104,5 @@ def _agreement_fields(base: str, members: tuple[str, ...], stats: Mapping[str, A
                 f"{base}/{i}-{j}/agreement_count": pair["rows"]}
     kappa = f"{base}/{PANEL_KAPPA}"
     return out | {kappa: stats["kappa"], f"{kappa}_lower": stats["kappa_lower"],
-                  f"{kappa}_upper": stats["kappa_upper"], f"{kappa}_count": stats["kappa_rows"]}
+                  f"{kappa}_upper": stats["kappa_upper"], f"{kappa}_count": stats["kappa_rows"],
+                  f"{kappa}_raters": stats["kappa_raters"]}

@@ -20,7 +20,13 @@ from judges.result_names.pairwise import (
     PAIRWISE_HEADLINE,
     WINRATE_FIELDS,
 )
-from judges.result_names.panel import PAIR_PANEL, PANEL_KAPPA, PANEL_ONE_VOTE, panel_base
+from judges.result_names.panel import (
+    ADVISORY,
+    PAIR_PANEL,
+    PANEL_KAPPA,
+    PANEL_ONE_VOTE,
+    panel_base,
+)
 from judges.result_names.rows import (
     GENERATION_ERROR_COUNT,
     ROW_COUNT_AREA,
@@ -119,6 +125,14 @@ def judge_declarations(spec: JudgeSpec) -> list[Declared]:
 
 
 _PANEL_MEMBER = re.compile(r"^(\d+)/(rate|rated_count|error_count)$")
+_PANEL_ADVISORY = re.compile(rf"^\d+/{ADVISORY}$")
+# Counts beside a panel's kappa: the rows (or pairs) it is over, and its raters (voting members).
+_KAPPA_COUNTS = (f"{PANEL_KAPPA}_count", f"{PANEL_KAPPA}_raters")
+
+
+def _advisory_flag(name: str, judge: str, judge_name: str) -> Declared:
+    """A member's `advisory` flag: which members do not vote (no verdict of its own)."""
+    return Declared(name, "panel", judge, judge_name, None, None, "none", False)
 _PANEL_PAIR = re.compile(r"^(\d+)-(\d+)/(agreement|agreement_count)$")
 
 
@@ -151,8 +165,10 @@ def panel_declaration(name: str, judges: Mapping[str, JudgeSpec]) -> Declared | 
     if rest == PANEL_ONE_VOTE:  # the fewer verdicts rest on one vote, the better
         return Declared(name, "panel", prefix, spec.name, f"{base}/decided_count", None,
                         "lower", True, share=True)
-    if rest in (f"{PANEL_KAPPA}_count", "one_vote_count", "decided_count"):
+    if rest in (*_KAPPA_COUNTS, "one_vote_count", "decided_count"):
         return _count(name, prefix, spec.name, True)
+    if _PANEL_ADVISORY.match(rest):
+        return _advisory_flag(name, prefix, spec.name)
     return None
 
 
@@ -209,7 +225,9 @@ def pair_panel_declaration(name: str) -> Declared | None:
     elif rest in (PANEL_KAPPA, f"{PANEL_KAPPA}_lower", f"{PANEL_KAPPA}_upper"):
         declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE,
                             f"{PAIR_PANEL}/{PANEL_KAPPA}_count", None, "higher", True)
-    elif not (_PANEL_PAIR.match(rest) or rest == f"{PANEL_KAPPA}_count"):
+    elif _PANEL_ADVISORY.match(rest):
+        declared = _advisory_flag(name, PAIRWISE_JUDGE, PAIRWISE_JUDGE)
+    elif not (_PANEL_PAIR.match(rest) or rest in _KAPPA_COUNTS):
         return None
     return declared or _count(name, PAIRWISE_JUDGE, PAIRWISE_JUDGE, True)
 

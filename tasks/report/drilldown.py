@@ -190,7 +190,8 @@ def _member_verdicts(judged: JudgeResult) -> list[VerdictView]:
     views = []
     for number, first in enumerate(judged.ballots[0]):
         votes = [ballot[number] for ballot in judged.ballots]
-        label = f"{_label(judged)} · member {number + 1} ({first.model})"
+        role = ", advisory: does not vote" if first.advisory else ""
+        label = f"{_label(judged)} · member {number + 1} ({first.model}{role})"
         if len(votes) == 1:
             views.append(VerdictView(label, judged.spec.prefix, first.rating,
                                      _text(first.rationale), _text(first.error), None))

@@ -42,8 +42,8 @@ def _decode_pass(data: dict, order: str) -> Pass:
 def encode_pair_verdict(verdict: PairVerdict) -> dict:
     """A pair's verdict as its two passes; a panel's as each member's model and passes."""
     if verdict.members:
-        return {"members": [{"model": m.model, **encode_pair_verdict(m.judged)}
-                            for m in verdict.members]}
+        return {"members": [{"model": m.model, **({"advisory": True} if m.advisory else {}),
+                             **encode_pair_verdict(m.judged)} for m in verdict.members]}
     return {"forward": _encode_pass(verdict.forward), "backward": _encode_pass(verdict.backward)}
 
 
@@ -56,8 +56,12 @@ def decode_pair_verdict(data: dict, options: PairwiseOptions) -> PairVerdict:
     try:
         if "members" in data:  # a panel: each member reconciled again, then voted on again
             members = data["members"]
+            advisory = [m.get("advisory", False) for m in members]
+            if not all(isinstance(flag, bool) for flag in advisory):
+                raise ResultCodecError(f"a member's advisory must be true or false: {advisory}")
             return vote_panel([decode_pair_verdict(m, options) for m in members],
-                                 [str(m["model"]) for m in members], options.swap)
+                              [str(m["model"]) for m in members], options.swap,
+                              [not flag for flag in advisory])
         forward = _decode_pass(data["forward"], "forward")
         if not options.swap:
             return forward_only(forward)

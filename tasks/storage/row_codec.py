@@ -43,6 +43,8 @@ def _verdict(verdict: Verdict) -> dict:
     out = {"rating": verdict.rating, "rationale": verdict.rationale, "error": verdict.error}
     if verdict.model is not None:  # a panel member's
         out["model"] = verdict.model
+    if verdict.advisory:  # an advisory member's (absent for a voting one, as before)
+        out["advisory"] = True
     return out
 
 
@@ -83,7 +85,14 @@ def _decode_verdict(data: dict) -> Verdict:
     return Verdict(_optional_text(data["rating"], "rating"),
                    _optional_text(data["rationale"], "rationale"),
                    _optional_text(data["error"], "error"),
-                   _optional_text(data.get("model"), "model"))
+                   _optional_text(data.get("model"), "model"),
+                   _flag(data.get("advisory", False), "advisory"))
+
+
+def _flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ResultCodecError(f"{what} must be true or false, got {value!r}")
+    return value
 
 
 def _optional_number(value: object, what: str) -> float | None:

@@ -321,3 +321,63 @@ def test_the_canary_checks_each_head_to_head_member_and_finds_the_one_that_drift
     assert checked[honest_name]["agreement"] == 1.0
     assert checked[long_name]["agreement"] < 0.2  # it now prefers the shorter answer
     assert canary["drifted"] is True and second.exit_code != 0, second.output
+
+
+@pytest.fixture
+def batch_provider():
+    from tests.fake_batch import FakeBatchServer
+
+    server = FakeBatchServer(Panel(planted_pairs()))
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_a_panel_with_an_advisory_member_judges_pairs_in_batch_mode_as_online(batch_provider,
+                                                                              tmp_path):
+    rows = planted_pairs()
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def compare(run_id: str, *extra: str):
+        panel = Panel(rows)
+        batch_provider.reset(panel)
+        result = runner.invoke(app, [
+            "compare", str(data), "--output", str(tmp_path / "out"), "--suite", "c", "--run-id",
+            run_id, "--judge-model", PANEL, "--api-base", batch_provider.api_base,
+            "--max-attempts", "1", "--no-cache", "--max-error-share", "0.3",
+            "--advisory-judge-model", "openai/planted-long", *extra])
+        return result, panel
+
+    online, online_panel = compare("online")
+    batch, batch_panel = compare("batch", "--batch")
+    assert online.exit_code == 0, online.output
+    assert batch.exit_code == 0, batch.output
+    assert batch_provider.requests == [], "a batch run made an online call"
+    assert sorted(b["model"] for b in batch_provider.batch_requests) == sorted(
+        MODELS * (2 * PAIRS))
+    members = batch_panel.member_verdicts()
+    assert members == online_panel.member_verdicts()
+    # the voters are honest and failing: the length-biased member is asked but does not vote
+    outcomes = [brute_outcome((v[0], v[2])) if "error" not in (v[0], v[2]) else "error"
+                for v in members]
+    records = {r["request_id"]: r for r in _read(tmp_path, "batch", "results.jsonl")}
+    assert [records[r["id"]]["pairwise/verdict"] for r in rows] == outcomes
+    assert all(records[r["id"]]["pairwise/panel/2/advisory"] is True for r in rows)
+    assert any(brute_outcome(v) != o for v, o in zip(members, outcomes, strict=True))
+    metrics = {k: v for k, v in _read(tmp_path, "batch", "metrics.json").items()
+               if not k.startswith("cost/")}
+    assert metrics["pairwise/panel/2/advisory"] is True
+    assert metrics["pairwise/panel/fleiss_kappa_raters"] == 2
+    voters = [(v[0], v[2]) for v in members if "error" not in (v[0], v[2])]
+    table = [[v.count(c) for c in ("A", "B", "tie")] for v in voters]
+    assert metrics["pairwise/panel/fleiss_kappa_count"] == len(voters)
+    assert metrics["pairwise/panel/fleiss_kappa"] == pytest.approx(
+        float(exact_fleiss(table)), abs=1e-12)
+    said = [v[1] for v in members]  # the advisory member's own win rate, counted all the same
+    assert metrics["pairwise/panel/2/winrate"] == pytest.approx(
+        said.count("B") / (said.count("A") + said.count("B")))
+    # the failures' wording differs (a batch's error line, an HTTP error): not compared
+    online_metrics = {k: v for k, v in _read(tmp_path, "online", "metrics.json").items()
+                      if not k.startswith("cost/")}
+    assert metrics == online_metrics
