@@ -96,23 +96,39 @@ class ProcessLimits:
     # What the provider's 429s say: a cap, a closed door, a learned rate window.
     window: RollingWindow = field(default_factory=RollingWindow)
 
-    async def enter(self) -> tuple[int, float]:
+    async def enter(self, turn_at_send: bool = False) -> tuple[int, float]:
         """Take a slot at the provider; returns its congestion epoch and its send stamp.
 
         The stamp is what judges/model/rate_window.py knows the call by. Waits out any pause
         before and after queueing for the window, then for the RPM pace and any learned rate
-        window.
+        window; with `turn_at_send`, the rate window's turn is taken by `at_send` instead.
         """
         await self.congestion.wait_pause()
         await self.gate.acquire()
         try:
             await self.congestion.wait_pause()
             await self.pacer.wait_turn(self.congestion.rate_share)
-            stamp = await self.window.wait_turn()
+            stamp = self.window.now() if turn_at_send else await self.window.wait_turn()
         except BaseException:
             self.leave()
             raise
         return self.congestion.epoch, stamp
+
+    async def at_send(self) -> float:
+        """Wait until the door is open and the rate window admits a request about to leave;
+        returns when it left, as the rate window records it.
+
+        Checked as the request's bytes are about to leave, not only as it takes its slot: on a
+        loaded machine a call let through before a closed door's first 429 came back can leave
+        hundreds of milliseconds later, after it, into the same refusal. Does not yield when
+        nothing holds the request.
+        """
+        while True:
+            await self.congestion.wait_pause()
+            departed = await self.window.wait_turn()
+            if not self.congestion.paused():
+                return departed
+            self.window.withdraw(departed)  # a door closed while it waited for its turn
 
     def observe_refusal(self, epoch: int, stamp: float, retry_after: float | None,
                         others_in_flight: int, departed: float | None = None) -> None:

@@ -146,6 +146,10 @@ class Congestion:
         with self._lock:
             self._pause_until = max(self._pause_until, time.monotonic() + seconds)
 
+    def paused(self) -> bool:
+        """A pause is in force now."""
+        return self._pause_until > time.monotonic()
+
     async def wait_pause(self) -> None:
         """Return once no pause is in force (a pause set meanwhile is waited for too)."""
         while (remaining := self._pause_until - time.monotonic()) > 0:
