@@ -13,7 +13,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from judges.model.pacing import AdaptiveGate, Congestion, RatePacer
-from judges.model.rate_window import RollingWindow
+from judges.model.rate_window import MIN_WINDOW_RETRY_AFTER, RollingWindow
 from judges.model.settings import ADAPTIVE_MAX, ADAPTIVE_START
 
 # A judge's reply is short; the estimate is settled against the real usage after the call.
@@ -115,18 +115,18 @@ class ProcessLimits:
         return self.congestion.epoch, stamp
 
     async def at_send(self) -> float:
-        """Wait until the door is open and the rate window admits a request about to leave;
-        returns when it left, as the rate window records it.
+        """Wait until a request about to leave may go; returns when it left, as recorded.
 
-        Checked as the request's bytes are about to leave, not only as it takes its slot: on a
-        loaded machine a call let through before a closed door's first 429 came back can leave
-        hundreds of milliseconds later, after it, into the same refusal. Does not yield when
-        nothing holds the request.
+        It goes once the rate window admits it and no closed window holds it: checked as its
+        bytes are about to leave, not only as it takes its slot, because on a loaded machine a
+        call let through before a closed door's first 429 came back can leave hundreds of
+        milliseconds later, after it, into the same refusal. Does not yield when nothing holds
+        the request.
         """
         while True:
-            await self.congestion.wait_pause()
+            await self.congestion.wait_send_hold()
             departed = await self.window.wait_turn()
-            if not self.congestion.paused():
+            if not self.congestion.sends_held():
                 return departed
             self.window.withdraw(departed)  # a door closed while it waited for its turn
 
@@ -134,12 +134,16 @@ class ProcessLimits:
                         others_in_flight: int, departed: float | None = None) -> None:
         """A 429 for the call admitted in `epoch` at `stamp`: the window steps back.
 
-        A closed door (judges/model/rate_window.py) also pauses every call for `retry_after`.
+        A closed door (judges/model/rate_window.py) also pauses every call for `retry_after`;
+        a long one (a rate window's) holds the requests already let through at their send too.
+        A short one's pause (a concurrency cap's, at worst misread under load) lets them go:
+        held, the calls the cap admits would stall for it.
         """
         self.congestion.on_rate_limited(epoch)
         closed = self.window.refused(stamp, retry_after, others_in_flight, departed)
         if closed and retry_after:
-            self.congestion.pause(retry_after)
+            self.congestion.pause(retry_after,
+                                  at_send=retry_after >= MIN_WINDOW_RETRY_AFTER)
 
     def leave(self) -> bool:
         """Give the slot back; True when a waiting request was handed it."""

@@ -318,7 +318,7 @@ def test_a_call_let_through_before_the_door_closed_is_held_as_its_request_would_
             refused.append((epoch, stamp, await limits.at_send()))
         for others, (epoch, stamp, departed) in zip((4, 3), refused, strict=True):
             limits.observe_refusal(epoch, stamp, 58.0, others, departed)
-        assert limits.congestion.paused()  # the door is closed
+        assert limits.congestion.sends_held()  # the door is closed, to sends as well
         # The window learned is the 20 the provider took: the three let through but not sent
         # are not counted as taken (counted, the second minute would be sent 3 calls too many).
         assert limits.window.limit == 20
@@ -359,5 +359,25 @@ def test_a_call_takes_its_rate_window_turn_as_its_request_leaves_not_as_it_takes
             clock.now = HEADER_SPAN + second
             await _sent_and_answered(limits)
         assert limits.window.delay() == pytest.approx(HEADER_SPAN - 1.5)
+
+    asyncio.run(scenario())
+
+
+def test_a_short_retry_after_holds_new_calls_but_not_the_requests_already_let_through():
+    async def scenario():
+        limits = _limits(Clock())
+        await limits.enter(turn_at_send=True)  # let through, its request not yet sent
+        epoch, stamp = await limits.enter(turn_at_send=True)
+        # A concurrency cap's Retry-After: 1, read as a closed door (nothing else answered).
+        limits.observe_refusal(epoch, stamp, 1.0, 0, await limits.at_send())
+        # New calls wait at their slot for the second...
+        entering = asyncio.ensure_future(limits.enter(turn_at_send=True))
+        await asyncio.sleep(0.01)
+        assert not entering.done()
+        entering.cancel()
+        await asyncio.gather(entering, return_exceptions=True)
+        # ...but the one already let through leaves: held, the calls a cap admits would stall.
+        assert not limits.congestion.sends_held()
+        await asyncio.wait_for(limits.at_send(), timeout=0.01)
 
     asyncio.run(scenario())
