@@ -13,6 +13,11 @@ once a call to the same endpoint was seen to pass the hooks, while a single even
 the endpoint, and never again after a reply came back without them. Otherwise the slot is
 taken before litellm is called, as a plain semaphore would.
 
+A request's turn in a rate window, and a closed rate window's hold, are waited for in the hook
+aiohttp awaits just before the request's bytes leave (`ProcessLimits.at_send`), not as it takes
+its slot: on a loaded machine the two can be a second apart, and a request let through before a
+closed door's first 429 came back would leave after it, into the same refusal.
+
 A reply's hook lets the request it freed a slot for leave before the reply is processed, and
 calls enter litellm oldest chunk first (`in_chunk`): chunks that shared the window evenly all
 ended together, and the window stood empty while the next chunks' tasks started.
@@ -159,7 +164,8 @@ async def _on_request_end(session: Any, context: Any, params: Any) -> None:
     if call is not None:
         call.answered = time.perf_counter()
         if call.turn_at_send and call.departed is None and call.stamp is not None:
-            call.departed = call.limits.window.sent()  # left unseen: counted, if late
+            # It left without the chunk hook (a request without a body): counted as answered.
+            call.departed = call.limits.window.sent()
         headers = params.response.headers
         stated = stated_window(headers) if call.stamp is not None else None
         if params.response.status == 429 and call.stamp is not None and call.holding:
