@@ -13,6 +13,11 @@ once a call to the same endpoint was seen to pass the hooks, while a single even
 the endpoint, and never again after a reply came back without them. Otherwise the slot is
 taken before litellm is called, as a plain semaphore would.
 
+A request's turn in a rate window, and a closed rate window's hold, are waited for in the hook
+aiohttp awaits just before the request's bytes leave (`ProcessLimits.at_send`), not as it takes
+its slot: on a loaded machine the two can be a second apart, and a request let through before a
+closed door's first 429 came back would leave after it, into the same refusal.
+
 A reply's hook lets the request it freed a slot for leave before the reply is processed, and
 calls enter litellm oldest chunk first (`in_chunk`): chunks that shared the window evenly all
 ended together, and the window stood empty while the next chunks' tasks started.
@@ -51,6 +56,8 @@ class SentCall:
         self.estimated_tokens = estimated_tokens
         self.epoch = 0
         self.stamp: float | None = None  # when it was let through to the provider
+        # Its rate-window turn is taken as its request leaves (`ProcessLimits.at_send`).
+        self.turn_at_send = False
         # When its request left, as the rate window records it (judges/model/rate_window.py).
         self.departed: float | None = None
         # Its 429 was seen by the hooks, before its slot was handed on: observed once, there.
@@ -66,11 +73,16 @@ class SentCall:
         self.reserve_budget: Callable[[], Awaitable[Fraction]] | None = None
         self.budget_hold = Fraction(0)
 
-    async def take(self) -> None:
-        """The slot at the provider, the RPM turn and (once) the token reservation."""
+    async def take(self, turn_at_send: bool = False) -> None:
+        """The slot at the provider, the RPM turn and (once) the token reservation.
+
+        With `turn_at_send` (a request the hooks see leave), the rate window's turn and any
+        closed door are waited for as it leaves, in `_on_request_chunk_sent`.
+        """
         if self.holding:
             return
-        self.epoch, self.stamp = await self.limits.enter()
+        self.epoch, self.stamp = await self.limits.enter(turn_at_send)
+        self.turn_at_send, self.body_sent, self.departed = turn_at_send, False, None
         self.holding = True
         if not self._tokens_taken:
             self._tokens_taken = True
@@ -130,23 +142,30 @@ async def _on_request_start(session: Any, context: Any, params: Any) -> None:
     call = _CALL.get()
     if call is not None:
         call.hooked = True
-        await call.take()
+        await call.take(turn_at_send=True)
         call.sent = time.perf_counter()
 
 
 async def _on_request_chunk_sent(session: Any, context: Any, params: Any) -> None:
+    # aiohttp awaits this before it writes the request's first bytes (headers and body alike).
     call = _CALL.get()
     if call is not None and not call.body_sent:
         call.body_sent = True
-        call.limits.requests_sent += 1
-        if call.stamp is not None:  # a rate window counts the request from when it left
+        if call.turn_at_send:  # a door closed since it took its slot holds it here
+            call.departed = await call.limits.at_send()
+            call.sent = time.perf_counter()
+        elif call.stamp is not None:  # a rate window counts the request from when it left
             call.departed = call.limits.window.restamp(call.stamp)
+        call.limits.requests_sent += 1
 
 
 async def _on_request_end(session: Any, context: Any, params: Any) -> None:
     call = _CALL.get()
     if call is not None:
         call.answered = time.perf_counter()
+        if call.turn_at_send and call.departed is None and call.stamp is not None:
+            # It left without the chunk hook (a request without a body): counted as answered.
+            call.departed = call.limits.window.sent()
         headers = params.response.headers
         stated = stated_window(headers) if call.stamp is not None else None
         if params.response.status == 429 and call.stamp is not None and call.holding:

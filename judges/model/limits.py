@@ -13,7 +13,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from judges.model.pacing import AdaptiveGate, Congestion, RatePacer
-from judges.model.rate_window import RollingWindow
+from judges.model.rate_window import MIN_WINDOW_RETRY_AFTER, RollingWindow
 from judges.model.settings import ADAPTIVE_MAX, ADAPTIVE_START
 
 # A judge's reply is short; the estimate is settled against the real usage after the call.
@@ -96,34 +96,54 @@ class ProcessLimits:
     # What the provider's 429s say: a cap, a closed door, a learned rate window.
     window: RollingWindow = field(default_factory=RollingWindow)
 
-    async def enter(self) -> tuple[int, float]:
+    async def enter(self, turn_at_send: bool = False) -> tuple[int, float]:
         """Take a slot at the provider; returns its congestion epoch and its send stamp.
 
         The stamp is what judges/model/rate_window.py knows the call by. Waits out any pause
         before and after queueing for the window, then for the RPM pace and any learned rate
-        window.
+        window; with `turn_at_send`, the rate window's turn is taken by `at_send` instead.
         """
         await self.congestion.wait_pause()
         await self.gate.acquire()
         try:
             await self.congestion.wait_pause()
             await self.pacer.wait_turn(self.congestion.rate_share)
-            stamp = await self.window.wait_turn()
+            stamp = self.window.now() if turn_at_send else await self.window.wait_turn()
         except BaseException:
             self.leave()
             raise
         return self.congestion.epoch, stamp
 
+    async def at_send(self) -> float:
+        """Wait until a request about to leave may go; returns when it left, as recorded.
+
+        It goes once the rate window admits it and no closed window holds it: checked as its
+        bytes are about to leave, not only as it takes its slot, because on a loaded machine a
+        call let through before a closed door's first 429 came back can leave hundreds of
+        milliseconds later, after it, into the same refusal. Does not yield when nothing holds
+        the request.
+        """
+        while True:
+            await self.congestion.wait_send_hold()
+            departed = await self.window.wait_turn()
+            if not self.congestion.sends_held():
+                return departed
+            self.window.withdraw(departed)  # a door closed while it waited for its turn
+
     def observe_refusal(self, epoch: int, stamp: float, retry_after: float | None,
                         others_in_flight: int, departed: float | None = None) -> None:
         """A 429 for the call admitted in `epoch` at `stamp`: the window steps back.
 
-        A closed door (judges/model/rate_window.py) also pauses every call for `retry_after`.
+        A closed door (judges/model/rate_window.py) also pauses every call for `retry_after`;
+        a long one (a rate window's) holds the requests already let through at their send too.
+        A short one's pause (a concurrency cap's, at worst misread under load) lets them go:
+        held, the calls the cap admits would stall for it.
         """
         self.congestion.on_rate_limited(epoch)
         closed = self.window.refused(stamp, retry_after, others_in_flight, departed)
         if closed and retry_after:
-            self.congestion.pause(retry_after)
+            self.congestion.pause(retry_after,
+                                  at_send=retry_after >= MIN_WINDOW_RETRY_AFTER)
 
     def leave(self) -> bool:
         """Give the slot back; True when a waiting request was handed it."""

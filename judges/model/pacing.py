@@ -61,6 +61,7 @@ class Congestion:
         self.decreases = 0
         self.opened = False
         self._pause_until = 0.0
+        self._send_hold_until = 0.0
         # Calls answered, and the seconds from a request to its reply smoothed over them.
         self.answered = 0
         self.round_trip: float | None = None
@@ -141,14 +142,30 @@ class Congestion:
             self.epoch += 1
             self.decreases += 1
 
-    def pause(self, seconds: float) -> None:
-        """Hold every call to this model for `seconds` (the provider's Retry-After)."""
+    def pause(self, seconds: float, at_send: bool = False) -> None:
+        """Hold every call to this model for `seconds` (the provider's Retry-After).
+
+        With `at_send`, requests already let through are held too, as they are about to leave
+        (`wait_send_hold`): a closed rate window refuses every one of them.
+        """
         with self._lock:
-            self._pause_until = max(self._pause_until, time.monotonic() + seconds)
+            until = time.monotonic() + seconds
+            self._pause_until = max(self._pause_until, until)
+            if at_send:
+                self._send_hold_until = max(self._send_hold_until, until)
 
     async def wait_pause(self) -> None:
         """Return once no pause is in force (a pause set meanwhile is waited for too)."""
         while (remaining := self._pause_until - time.monotonic()) > 0:
+            await asyncio.sleep(remaining)
+
+    def sends_held(self) -> bool:
+        """A pause holding requests at their send is in force now."""
+        return self._send_hold_until > time.monotonic()
+
+    async def wait_send_hold(self) -> None:
+        """Return once no pause holds requests at their send (without yielding if none does)."""
+        while (remaining := self._send_hold_until - time.monotonic()) > 0:
             await asyncio.sleep(remaining)
 
 

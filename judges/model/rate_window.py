@@ -114,6 +114,10 @@ class RollingWindow:
         self.stated = False
         self._lock = threading.Lock()
 
+    def now(self) -> float:
+        """The window's clock: a call's stamp is read from it."""
+        return self._clock()
+
     def delay(self) -> float:
         """Seconds until a call may be sent without exceeding the learned limit (0 if none)."""
         with self._lock:
@@ -154,10 +158,20 @@ class RollingWindow:
             return now
 
     async def wait_turn(self) -> float:
-        """Wait until the learned limit admits a call, then record it as sent; its stamp."""
+        """Wait until the learned limit admits a call, then record it as sent; its stamp.
+
+        Returns without yielding when the limit admits the call at once.
+        """
         while (wait := self.delay()) > 0:
             await asyncio.sleep(wait)
         return self.sent()
+
+    def withdraw(self, departed: float) -> None:
+        """The call recorded as sent at `departed` did not leave after all (a pause held it)."""
+        with self._lock:
+            index = bisect.bisect_left(self._sent, departed)
+            if index < len(self._sent) and self._sent[index] == departed:
+                del self._sent[index]
 
     def answered(self, stamp: float) -> None:
         """The call sent at `stamp` was answered: the provider is taking calls."""

@@ -12,7 +12,9 @@ import uuid
 
 import pytest
 
+from judges.model.limits import ProcessLimits, TokenBudget
 from judges.model.llm import LLMClient
+from judges.model.pacing import AdaptiveGate, Congestion, RatePacer
 from judges.model.rate_window import (
     HEADER_SPAN,
     MIN_WINDOW_RETRY_AFTER,
@@ -281,3 +283,101 @@ def test_a_provider_stating_its_window_in_headers_is_never_sent_a_call_too_many(
     assert all(call.exception() is None for call in done)
     assert len(taken) == limit and refused == []
     assert client._limits.window.limit == limit
+
+
+def _limits(clock: Clock) -> ProcessLimits:
+    """An endpoint's limits at the defaults (adaptive window), its rate window on `clock`."""
+    congestion = Congestion(128, start=16)
+    congestion.open()
+    return ProcessLimits(congestion, AdaptiveGate(congestion.window),
+                         AdaptiveGate(lambda: 2 * congestion.window()), RatePacer(None),
+                         TokenBudget(None), window=RollingWindow(clock))
+
+
+async def _sent_and_answered(limits: ProcessLimits) -> None:
+    await limits.enter(turn_at_send=True)
+    await limits.at_send()
+    limits.leave()
+
+
+def test_a_call_let_through_before_the_door_closed_is_held_as_its_request_would_leave():
+    async def scenario():
+        clock = Clock()
+        limits = _limits(clock)
+        for index in range(20):  # the provider's minute: 20 taken in the first second
+            clock.now = index * 0.05
+            await _sent_and_answered(limits)
+        # Three calls take their slots, but a busy loop has not sent them yet...
+        clock.now = 1.0
+        late = [await limits.enter(turn_at_send=True) for _ in range(3)]
+        # ...when two calls sent meanwhile come back 429 with a minute's Retry-After.
+        refused = []
+        for _ in range(2):
+            clock.now += 0.01
+            epoch, stamp = await limits.enter(turn_at_send=True)
+            refused.append((epoch, stamp, await limits.at_send()))
+        for others, (epoch, stamp, departed) in zip((4, 3), refused, strict=True):
+            limits.observe_refusal(epoch, stamp, 58.0, others, departed)
+        assert limits.congestion.sends_held()  # the door is closed, to sends as well
+        # The window learned is the 20 the provider took: the three let through but not sent
+        # are not counted as taken (counted, the second minute would be sent 3 calls too many).
+        assert limits.window.limit == 20
+        # They do not leave into the same refusal: each waits at its send for the door.
+        sends = [asyncio.ensure_future(limits.at_send()) for _ in late]
+        await asyncio.sleep(0.02)
+        assert not any(send.done() for send in sends)
+        for send in sends:
+            send.cancel()
+        await asyncio.gather(*sends, return_exceptions=True)
+        assert limits.window.limit == 20
+
+    asyncio.run(scenario())
+
+
+def test_a_call_takes_its_rate_window_turn_as_its_request_leaves_not_as_it_takes_its_slot():
+    async def scenario():
+        clock = Clock()
+        limits = _limits(clock)
+        first = limits.window.sent()
+        limits.window.observe_headers(first, StatedWindow(limit=3, remaining=2,
+                                                          reset_seconds=60.0))
+        for second in (1.0, 2.0):
+            clock.now = second
+            await _sent_and_answered(limits)
+        # The minute's allowance is used: a fourth call gets its slot at once (a slot says
+        # nothing about the minute), and its request waits until the first send leaves it.
+        clock.now = HEADER_SPAN - 0.005
+        await limits.enter(turn_at_send=True)
+        send = asyncio.ensure_future(limits.at_send())
+        await asyncio.sleep(0.001)
+        assert not send.done()
+        clock.now = HEADER_SPAN + 0.5
+        assert await asyncio.wait_for(send, timeout=1.0) == HEADER_SPAN + 0.5
+        # Recorded from when it left: once it is the oldest of the last three sends, the next
+        # waits a whole span from then (from its slot time, it would go 0.5 s early).
+        for second in (1.0, 2.0):
+            clock.now = HEADER_SPAN + second
+            await _sent_and_answered(limits)
+        assert limits.window.delay() == pytest.approx(HEADER_SPAN - 1.5)
+
+    asyncio.run(scenario())
+
+
+def test_a_short_retry_after_holds_new_calls_but_not_the_requests_already_let_through():
+    async def scenario():
+        limits = _limits(Clock())
+        await limits.enter(turn_at_send=True)  # let through, its request not yet sent
+        epoch, stamp = await limits.enter(turn_at_send=True)
+        # A concurrency cap's Retry-After: 1, read as a closed door (nothing else answered).
+        limits.observe_refusal(epoch, stamp, 1.0, 0, await limits.at_send())
+        # New calls wait at their slot for the second...
+        entering = asyncio.ensure_future(limits.enter(turn_at_send=True))
+        await asyncio.sleep(0.01)
+        assert not entering.done()
+        entering.cancel()
+        await asyncio.gather(entering, return_exceptions=True)
+        # ...but the one already let through leaves: held, the calls a cap admits would stall.
+        assert not limits.congestion.sends_held()
+        await asyncio.wait_for(limits.at_send(), timeout=0.01)
+
+    asyncio.run(scenario())
