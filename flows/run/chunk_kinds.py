@@ -9,7 +9,7 @@ them (execution.py); the store only keeps what they encode.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, failed_verdict, judge_pairs
 from judges.calls import JudgeContext
@@ -18,7 +18,6 @@ from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
 from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
-from judges.result_names.pairwise import pair_fields
 from judges.results import RowResult
 from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.call_log import CallLog, CallLogError
@@ -43,23 +42,18 @@ def _stored_calls(value: Any) -> CallLog:
         raise ResultCodecError(str(error)) from None
 
 
-@dataclass
-class ChunkResult:
-    """A judged chunk of rows: one typed result per row in input order, usage, the call log."""
-
-    index: int
-    results: list[RowResult]
-    usage: Usage
-    calls: CallLog = field(default_factory=CallLog)
+R = TypeVar("R", RowResult, PairResult)
 
 
 @dataclass
-class PairChunkResult:
-    """A judged chunk of pairs: one results record and one verdict per pair, in input order."""
+class ChunkResult(Generic[R]):
+    """A judged chunk: one typed result per item (row or pair) in input order, usage, calls.
+
+    Results stay typed up to the publish edge: the phase that stages them makes the records.
+    """
 
     index: int
-    records: list[dict]
-    verdicts: list[PairVerdict]
+    results: list[R]
     usage: Usage
     calls: CallLog = field(default_factory=CallLog)
 
@@ -73,7 +67,8 @@ class JudgedRowChunks:
     name: str = "judge"
     item: ClassVar[type[EvalRow]] = EvalRow
 
-    async def judge(self, ctx: JudgeContext, index: int, items: list[EvalRow]) -> ChunkResult:
+    async def judge(self, ctx: JudgeContext, index: int, items: list[EvalRow]
+                    ) -> ChunkResult[RowResult]:
         """Every planned judge over the rows, all their calls concurrent."""
         return ChunkResult(index, await judge_rows(ctx, self.plan, items), ctx.usage,
                            CallLog.of(ctx.calls))
@@ -173,51 +168,54 @@ class JudgedPairChunks:
     name: str = "pairs"
     item: ClassVar[type[Pair]] = Pair
 
-    async def judge(self, ctx: JudgeContext, index: int, items: list[Pair]) -> PairChunkResult:
-        """Every pass of every pair, concurrent; the verdicts reconciled and recorded."""
+    async def judge(self, ctx: JudgeContext, index: int, items: list[Pair]
+                    ) -> ChunkResult[PairResult]:
+        """Every pass of every pair, concurrent; the verdicts reconciled."""
         verdicts = await judge_pairs(ctx, items, self.options)
-        records = [pair_fields(PairResult(p, v, self.options.swap))
-                   for p, v in zip(items, verdicts, strict=True)]
-        return PairChunkResult(index, records, verdicts, ctx.usage, CallLog.of(ctx.calls))
+        return ChunkResult(index, self._results(items, verdicts), ctx.usage,
+                           CallLog.of(ctx.calls))
+
+    def _results(self, items: list[Pair], verdicts: list[PairVerdict]) -> list[PairResult]:
+        return [PairResult(p, v, self.options.swap) for p, v in zip(items, verdicts, strict=True)]
 
     def fingerprint(self, items: list[Pair]) -> str:
         """Pairs, rubric, rules and model."""
         return pairs_fingerprint(items, self.options, self.settings)
 
-    def encode(self, result: PairChunkResult) -> dict:
-        """Published records, verdicts, usage and the call log."""
-        return {"records": result.records,
-                "verdicts": [encode_pair_verdict(v) for v in result.verdicts],
+    def encode(self, result: ChunkResult[PairResult]) -> dict:
+        """Verdicts, usage and the call log (the records are made from them where published)."""
+        return {"verdicts": [encode_pair_verdict(r.verdict) for r in result.results],
                 "usage": encode_usage(result.usage), "calls": result.calls.text}
 
-    def decode(self, index: int, stored: dict, items: list[Pair]) -> PairChunkResult:
-        """Verdicts reconciled again under this run's rules."""
-        return PairChunkResult(
-            index, list(stored["records"]),
-            [decode_pair_verdict(v, self.options) for v in stored["verdicts"]],
+    def decode(self, index: int, stored: dict, items: list[Pair]) -> ChunkResult[PairResult]:
+        """Verdicts reconciled again under this run's rules, each with the run's own pair."""
+        verdicts = stored["verdicts"]
+        if len(verdicts) != len(items):
+            raise ResultCodecError(f"stored chunk holds {len(verdicts)} verdicts for "
+                                   f"{len(items)} pairs")
+        return ChunkResult(
+            index, self._results(items, [decode_pair_verdict(v, self.options) for v in verdicts]),
             decode_usage(stored["usage"]), _stored_calls(stored["calls"]))
 
-    def size(self, result: PairChunkResult) -> int:
+    def size(self, result: ChunkResult[PairResult]) -> int:
         """Pairs judged."""
-        return len(result.verdicts)
+        return len(result.results)
 
-
-    def errors(self, result: PairChunkResult) -> int:
+    def errors(self, result: ChunkResult[PairResult]) -> int:
         """Pairs without a verdict."""
-        return sum(v.verdict == "error" for v in result.verdicts)
+        return sum(r.verdict.verdict == "error" for r in result.results)
 
-    def failed(self, index: int, items: list[Pair], failure: str) -> PairChunkResult:
+    def failed(self, index: int, items: list[Pair], failure: str) -> ChunkResult[PairResult]:
         """Every pair is an error verdict carrying the failure."""
         return self.missing(index, items, f"chunk task failed: {failure}")
 
-    def first_errors(self, result: PairChunkResult) -> dict[str, str]:
+    def first_errors(self, result: ChunkResult[PairResult]) -> dict[str, str]:
         """The chunk's first pair without a verdict, as the pairwise judge's error."""
-        first = next((v.error_message for v in result.verdicts if v.error_message), None)
+        first = next((r.verdict.error_message for r in result.results
+                      if r.verdict.error_message), None)
         return {"pairwise": first} if first else {}
 
-    def missing(self, index: int, items: list[Pair], why: str) -> PairChunkResult:
+    def missing(self, index: int, items: list[Pair], why: str) -> ChunkResult[PairResult]:
         """Every pair is an error verdict saying why."""
         verdicts = [failed_verdict(why, self.options.swap) for _ in items]
-        records = [pair_fields(PairResult(p, v, self.options.swap))
-                   for p, v in zip(items, verdicts, strict=True)]
-        return PairChunkResult(index, records, verdicts, Usage())
+        return ChunkResult(index, self._results(items, verdicts), Usage())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,16 +50,34 @@ class PairSet:
         pairs: the pairs to judge, in input order.
         problems: invalid rows; `on_invalid` decides whether they stop the run.
         rejected: one entry per row set aside (invalid or unmatched), with its record.
+        rubric: the fixed rubric every pair is judged by, if any.
     """
 
     pairs: list[Pair]
     problems: list[RowProblem]
     rejected: list[dict] = field(default_factory=list)
+    rubric: Rubric | None = None  # the fixed rubric the pairs are judged by (None: dynamic)
 
     @property
     def total(self) -> int:
         """Input rows: each is a pair or a rejected entry, never neither."""
         return len(self.pairs) + len(self.rejected)
+
+    @property
+    def valid_count(self) -> int:
+        """Pairs that will be judged."""
+        return len(self.pairs)
+
+    def items(self) -> Iterator[Pair]:
+        """The pairs to judge, in input order."""
+        return iter(self.pairs)
+
+    def rejected_rows(self) -> list[dict]:
+        """Each input row set aside (invalid or unmatched), with why and its record."""
+        return self.rejected
+
+    def cleanup(self) -> None:
+        """Nothing: the pairs are held in memory."""
 
 
 def _nova_schema() -> pa.DataFrameSchema:

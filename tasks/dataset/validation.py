@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 import pandera.pandas as pa
@@ -308,6 +308,31 @@ class SetValidator:
 def whole_set_broken(problems: list[RowProblem]) -> bool:
     """Whether a problem concerns the set as a whole (no row can be judged)."""
     return any(p.row_index is None for p in problems)
+
+
+class CheckedSet(Protocol):
+    """What the invalid-set rule reads of a checked set, of rows or of pairs alike."""
+
+    problems: list[RowProblem]
+    total: int
+
+    @property
+    def valid_count(self) -> int:
+        """Rows (or pairs) that will be judged."""
+
+
+def refuse_invalid(checked: CheckedSet, on_invalid: str, source: str | None) -> None:
+    """The one invalid-set rule, of rows and of pairs: raise unless the set may be judged.
+
+    It may when it has no problems, or only rows that may be skipped (`on_invalid` "skip")
+    and some rows left.
+
+    Raises:
+        InvalidDatasetError: naming every problem (row and column, or the set as a whole).
+    """
+    if checked.problems and (on_invalid == "fail" or whole_set_broken(checked.problems)
+                             or checked.valid_count == 0):
+        raise InvalidDatasetError(checked.problems, checked.total, source)
 
 
 def finished_problems(validator: SetValidator, row_problems: list[RowProblem]) -> list[RowProblem]:

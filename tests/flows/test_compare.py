@@ -20,6 +20,7 @@ from flows.run.chunk_kinds import JudgedPairChunks
 from judges.builtin.pairwise import PairwiseOptions, compare_metrics
 from judges.model.settings import LLMSettings
 from judges.pairwise.metrics import PassCounts, bootstrap_winrate
+from judges.result_names.pairwise import pair_fields
 from tasks.dataset.pairs import join_sets, validate_nova
 from tasks.dataset.sources import read_table
 from tasks.dataset.validation import InvalidDatasetError
@@ -283,9 +284,11 @@ def test_a_dead_chunk_task_still_yields_every_pair(swap):
     pairs = validate_nova(read_table(str(EXAMPLE))).pairs[:2]
     kind = JudgedPairChunks(PairwiseOptions(swap=swap), LLMSettings(model="x"))
     result = kind.failed(0, pairs, "boom")
-    assert [r["pairwise/verdict"] for r in result.records] == ["error", "error"]
-    assert "chunk task failed: boom" in result.records[0]["pairwise/error_message"]
-    metrics = compare_metrics(result.verdicts, PairwiseOptions(swap=swap), seed=0, resamples=10)
+    records = [pair_fields(r) for r in result.results]  # as published
+    verdicts = [r.verdict for r in result.results]
+    assert [r["pairwise/verdict"] for r in records] == ["error", "error"]
+    assert "chunk task failed: boom" in records[0]["pairwise/error_message"]
+    metrics = compare_metrics(verdicts, PairwiseOptions(swap=swap), seed=0, resamples=10)
     assert (metrics["pairs_error"], metrics["inference_error"]) == (2, 4 if swap else 2)
 
 
