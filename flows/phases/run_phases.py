@@ -23,11 +23,11 @@ from flows.phases.manifest import build_manifest
 from flows.preflight.budget import Estimate
 from flows.preflight.suite_lock import baseline_lock
 from flows.preflight.trust import parameters_untrusted
-from flows.run.chunk_kinds import ChunkResult
+from flows.run.chunk_kinds import ChunkResult, JudgedKind
 from flows.run.common import run_location
 from flows.run.completeness import Completeness, with_budget_reason
 from flows.run.context import RunContext
-from flows.run.execution import JudgedKind, auto_chunk_size, judge_all
+from flows.run.execution import auto_chunk_size, judge_all
 from flows.run.judged import JudgedRun
 from flows.run.progress import with_progress
 from flows.run.timeline import mark

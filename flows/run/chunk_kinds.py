@@ -8,14 +8,19 @@ them (execution.py); the store only keeps what they encode.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
+from flows.run.kind_specs import plan_spec, rebuild_plan
+from judges.builtin.custom import fields_present
 from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, failed_verdict, judge_pairs
 from judges.calls import JudgeContext
+from judges.catalogue import JudgeCatalogue
 from judges.engine import failed_rows, judge_rows
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
+from judges.pairwise.models import Rubric
 from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
 from judges.results import RowResult
@@ -33,6 +38,7 @@ from tasks.storage.row_codec import (
     judge_fingerprint,
     row_json,
 )
+from tasks.storage.shard_inputs import PairSpec, PlanSpec
 
 
 def _stored_calls(value: Any) -> CallLog:
@@ -66,6 +72,17 @@ class JudgedRowChunks:
     settings: LLMSettings
     name: str = "judge"
     item: ClassVar[type[EvalRow]] = EvalRow
+    noun: ClassVar[str] = "rows"
+    spec_model: ClassVar[type[PlanSpec]] = PlanSpec
+
+    def spec(self, catalogue: JudgeCatalogue, items: Sequence[EvalRow]) -> PlanSpec:
+        """The plan, the catalogue it came from and the fields the rows have (`rebuilt`)."""
+        return plan_spec(self.plan, catalogue, fields_present(items))
+
+    @classmethod
+    def rebuilt(cls, spec: PlanSpec, settings: LLMSettings) -> JudgedRowChunks:
+        """The parent's kind, in a shard (raises ShardPlanError when its judges differ)."""
+        return cls(rebuild_plan(spec), settings)
 
     async def judge(self, ctx: JudgeContext, index: int, items: list[EvalRow]
                     ) -> ChunkResult[RowResult]:
@@ -167,6 +184,20 @@ class JudgedPairChunks:
     settings: LLMSettings
     name: str = "pairs"
     item: ClassVar[type[Pair]] = Pair
+    noun: ClassVar[str] = "pairs"
+    spec_model: ClassVar[type[PairSpec]] = PairSpec
+
+    def spec(self, catalogue: JudgeCatalogue, items: Sequence[Pair]) -> PairSpec:
+        """How the pairs are judged: rubric, swap, tie rule."""
+        rubric = self.options.rubric
+        return PairSpec(rubric=rubric.model_dump() if rubric else None, swap=self.options.swap,
+                        strict_ties=self.options.strict_ties)
+
+    @classmethod
+    def rebuilt(cls, spec: PairSpec, settings: LLMSettings) -> JudgedPairChunks:
+        """The parent's kind, in a shard."""
+        rubric = Rubric.model_validate(spec.rubric) if spec.rubric is not None else None
+        return cls(PairwiseOptions(rubric, spec.swap, spec.strict_ties), settings)
 
     async def judge(self, ctx: JudgeContext, index: int, items: list[Pair]
                     ) -> ChunkResult[PairResult]:
@@ -219,3 +250,10 @@ class JudgedPairChunks:
         """Every pair is an error verdict saying why."""
         verdicts = [failed_verdict(why, self.options.swap) for _ in items]
         return ChunkResult(index, self._results(items, verdicts), Usage())
+
+
+JudgedKind = JudgedRowChunks | JudgedPairChunks
+# Every kind a shard can judge, by name: what a sharded run's parent names in its shards'
+# parameters (flows/shards/flow.py `ShardParams.kind`) and a shard rebuilds from its spec.
+JUDGED_KINDS: dict[str, type[JudgedRowChunks] | type[JudgedPairChunks]] = {
+    kind.name: kind for kind in (JudgedRowChunks, JudgedPairChunks)}
