@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from prefect import get_run_logger
 
@@ -26,7 +26,7 @@ from flows.preflight.trust import parameters_untrusted
 from flows.run.chunk_kinds import ChunkResult, JudgedKind
 from flows.run.common import run_location
 from flows.run.completeness import Completeness, with_budget_reason
-from flows.run.context import RunContext
+from flows.run.context import ContextParams, RunContext
 from flows.run.execution import auto_chunk_size, judge_all
 from flows.run.judged import JudgedRun
 from flows.run.progress import with_progress
@@ -47,8 +47,23 @@ from tasks.report.rows import ReportInputs
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.staging import ResultStaging
 
+if TYPE_CHECKING:  # the parameter models' import is not needed at run time
+    from flows.params import JudgeModel
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
+
+
+class PhaseParams(ContextParams, Protocol):
+    """The fields of every flow's parameters the generic phases read (the kind reads more)."""
+
+    judge: JudgeModel
+    on_invalid: str
+    max_cost_usd: float | None
+    chunk_size: int | None
+
+
+P = TypeVar("P", bound=PhaseParams)
 
 
 class ItemSet(Protocol[Item]):
@@ -98,7 +113,7 @@ class Tally(Protocol[Result]):
         """The run's figures, once every chunk is in."""
 
 
-class RunKind(Protocol[Item]):
+class RunKind(Protocol[Item, P]):
     """What differs between runs of rows and runs of pairs, above the chunk.
 
     `name` is what the manifest calls the run; `progress` the judge phase's progress line;
@@ -112,22 +127,22 @@ class RunKind(Protocol[Item]):
     max_bytes: int | None
     head_to_head: bool
 
-    def catalogue(self, params: Any) -> JudgeCatalogue:
+    def catalogue(self, params: P) -> JudgeCatalogue:
         """The judges the run may plan (read once, here)."""
 
-    def load(self, params: Any, catalogue: JudgeCatalogue) -> ItemSet[Item]:
+    def load(self, params: P, catalogue: JudgeCatalogue) -> ItemSet[Item]:
         """Read and check the set (the one rule refuses it afterwards, `refuse_invalid`)."""
 
-    def source(self, params: Any) -> str:
+    def source(self, params: P) -> str:
         """The set as the manifest and the errors name it."""
 
-    def plan(self, params: Any, checked: ItemSet[Item], catalogue: JudgeCatalogue) -> JudgePlan:
+    def plan(self, params: P, checked: ItemSet[Item], catalogue: JudgeCatalogue) -> JudgePlan:
         """The judges that run, decided over the whole set."""
 
-    def estimate(self, params: Any, checked: ItemSet[Item], plan: JudgePlan) -> Estimate | None:
+    def estimate(self, params: P, checked: ItemSet[Item], plan: JudgePlan) -> Estimate | None:
         """With a budget: the run's estimate, refused above it (flows/preflight/budget.py)."""
 
-    def candidate(self, params: Any) -> LLMSettings | None:
+    def candidate(self, params: P) -> LLMSettings | None:
         """The candidate model's settings, when one answers the set."""
 
     def chunks(self, ctx: RunContext, prepared: Prepared[Item]) -> JudgedKind:
@@ -148,7 +163,7 @@ class RunKind(Protocol[Item]):
 class Prepared(Generic[Item]):
     """A prepared run's set and its kind: what the judge and publish phases read besides `ctx`."""
 
-    kind: RunKind[Item]
+    kind: RunKind
     checked: ItemSet[Item]
     load_seconds: float = 0.0
 
@@ -157,8 +172,8 @@ class Prepared(Generic[Item]):
         return self.checked.items()
 
 
-def prepare(params: Any, started_at: datetime, kind: RunKind[Item], name: str | None = None
-            ) -> tuple[RunContext, Prepared[Item]]:
+def prepare(params: P, started_at: datetime, kind: RunKind[Item, P], name: str | None = None
+            ) -> tuple[RunContext[P], Prepared[Item]]:
     """Read and check the set once and plan it; raise on invalid items unless they may be skipped.
 
     Returns:
