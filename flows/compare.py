@@ -8,12 +8,8 @@ from prefect import flow, get_run_logger
 
 from flows import flow_names
 from flows.compare_params import CompareParams
-from flows.phases.compare import (
-    judge_prepared_pairs,
-    prepare_pairs,
-    publish_pairs,
-    warn_notices,
-)
+from flows.phases.compare import PAIRS, warn_notices
+from flows.phases.run_phases import judge, prepare, publish
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import guard_parameters
@@ -34,10 +30,10 @@ async def compare(params: CompareParams) -> dict:
     check_before_any_call(params)  # a deployment run has had no command-line preflight
     started_at = datetime.now(UTC)
     warn_notices(params)
-    ctx, prepared = prepare_pairs(params, started_at)
+    ctx, prepared = prepare(params, started_at, PAIRS)
     with batch_mode(params, ctx.store):
-        judged = await judge_prepared_pairs(ctx, prepared)
-    manifest, urls = publish_pairs(ctx, prepared, judged)
+        judged = await judge(ctx, prepared)
+    manifest, urls = publish(ctx, prepared, judged)
     publish_artifacts(manifest, judged.metrics, urls)
     tracked = log_if_asked(params, ctx.location, urls, artifact_policy())
     get_run_logger().info("report: %s", visible(urls["report.html"]))

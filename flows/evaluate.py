@@ -8,14 +8,8 @@ from prefect import flow, get_run_logger
 
 from flows import flow_names
 from flows.params import EvaluateParams
-from flows.phases.evaluation import (
-    RunExtras,
-    generate_responses,
-    judge,
-    prepare,
-    publish,
-    warn_if_offline,
-)
+from flows.phases.evaluation import ROWS, generate_responses, warn_if_offline
+from flows.phases.run_phases import RunExtras, judge, prepare, publish
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import guard_parameters
@@ -36,7 +30,7 @@ async def evaluate(params: EvaluateParams) -> dict:
     mark("flow started")
     started_at = datetime.now(UTC)
     warn_if_offline(params)
-    ctx, prepared = prepare(params, started_at)
+    ctx, prepared = prepare(params, started_at, ROWS)
     mark("flow prepared")
     with batch_mode(params, ctx.store):
         generation_usage = await generate_responses(ctx, prepared)

@@ -19,7 +19,7 @@ from flows import flow_names
 from flows.params import NO_CANDIDATE_MODEL, RegressionParams  # noqa: F401 - tests read it here
 from flows.phases.baseline_rejudge import baseline_for_tonight
 from flows.phases.canary import run_canary
-from flows.phases.evaluation import generate_responses, judge, prepare, warn_if_offline
+from flows.phases.evaluation import generate_responses, prepare, warn_if_offline
 from flows.phases.regression import (
     DETECTED_EVENT,
     Night,
@@ -30,6 +30,7 @@ from flows.phases.regression import (
     start_night,
 )
 from flows.phases.regression_publish import emit_verdict, log_verdict, one_line, publish_night
+from flows.phases.run_phases import judge
 from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import guard_parameters
 from flows.rejudge import rejudged_baseline

@@ -14,15 +14,9 @@ from prefect import flow, get_run_logger
 
 from flows import flow_names
 from flows.params import EvaluateParams, RejudgeParams
-from flows.phases.evaluation import (
-    JudgedRun,
-    RunExtras,
-    judge,
-    prepare,
-    publish,
-    warn_if_offline,
-)
+from flows.phases.evaluation import JudgedRun, prepare, warn_if_offline
 from flows.phases.rejudge import rejudge_section, source_run, with_source
+from flows.phases.run_phases import RunExtras, judge, publish
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.preflight.tracking import check_before_any_call
 from flows.preflight.trust import ParameterRefused, guard_parameters

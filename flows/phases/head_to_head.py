@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol
 from pydantic import ValidationError
 
 from flows.params import JudgeModel
-from flows.run.chunk_kinds import JudgedPairChunks, PairChunkResult
+from flows.run.chunk_kinds import ChunkResult, JudgedPairChunks
 from flows.run.common import cache_url
 from flows.run.execution import Chunking, auto_chunk_size, judge_all
 from flows.run.progress import with_progress
@@ -176,8 +176,8 @@ async def _judge(params: HeadToHeadParams, spool: PairSpool, store: ChunkStore |
     fields, tallies, kept, failures = ResultStaging(), {}, {}, Counter()
     panel: dict[int, list[MemberVotes]] = {}  # a panel's member verdicts, by chunk
 
-    def consume(index: int, chunk: list[Pair], result: PairChunkResult) -> None:
-        judged = [PairResult(p, v) for p, v in zip(chunk, result.verdicts, strict=True)]
+    def consume(index: int, chunk: list[Pair], result: ChunkResult[PairResult]) -> None:
+        judged = result.results
         fields.write_chunk(index, [{"request_id": r.pair.pair_id,
                                     "fields": head_to_head_fields(r)} for r in judged],
                            result.calls.in_phase("head_to_head"))

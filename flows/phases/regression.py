@@ -19,8 +19,9 @@ from prefect import get_run_logger
 from flows.params import RegressionParams
 from flows.phases.baseline_rejudge import BaselineRejudge, judge_changes
 from flows.phases.canary import Canary
-from flows.phases.evaluation import JudgedRun, PreparedSet
+from flows.phases.evaluation import JudgedRun
 from flows.phases.head_to_head import head_to_head, merge_fields
+from flows.phases.run_phases import Prepared
 from flows.preflight.regression import check_gate_metrics
 from flows.run.completeness import assess, pair_panel_shares, with_budget_reason
 from judges.blocks.plain_text import visible
@@ -92,11 +93,11 @@ class Matched(NamedTuple):
     paired: set[str]
 
 
-async def _judge_head_to_head(params: RegressionParams, prepared: PreparedSet, judged: JudgedRun,
+async def _judge_head_to_head(params: RegressionParams, prepared: Prepared, judged: JudgedRun,
                               matched: Matched, comparison: Comparison,
                               store: ChunkStore | None) -> None:
     try:
-        result = await head_to_head(params, prepared.row_stream(), matched.rows, matched.paired,
+        result = await head_to_head(params, prepared.items(), matched.rows, matched.paired,
                                     store, judged.report.rows.request_ids())
     except Exception as error:  # noqa: BLE001 - the evaluation is still worth publishing
         comparison.head_to_head_error = f"{type(error).__name__}: {error}"
@@ -123,7 +124,7 @@ async def _judge_head_to_head(params: RegressionParams, prepared: PreparedSet, j
 
 
 async def compare_with_baseline(params: RegressionParams, baseline: BaselineRun | None,
-                                prepared: PreparedSet, judged: JudgedRun,
+                                prepared: Prepared, judged: JudgedRun,
                                 store: ChunkStore | None = None) -> Comparison:
     """Slices, paired deltas and head-to-head; adds slices and head-to-head metrics to the run's.
 

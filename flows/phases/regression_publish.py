@@ -14,9 +14,9 @@ from prefect import get_run_logger
 from prefect.events import emit_event
 
 from flows.params import EvaluateParams
-from flows.phases.evaluation import PreparedSet, RunExtras, publish
 from flows.phases.integrity import integrity_section
 from flows.phases.regression import DETECTED_EVENT, INCOMPLETE_EVENT, Night, baseline_check
+from flows.phases.run_phases import Prepared, RunExtras, publish
 from flows.preflight.mlflow_artifacts import artifact_policy
 from flows.run.common import run_summary
 from flows.run.context import RunContext
@@ -50,7 +50,7 @@ def regression_ledger(ctx: RunContext[EvaluateParams], night: Night) -> Ledger:
         "canary": canary.usage if canary and canary.section.get("sample") else None})
 
 
-def publish_night(ctx: RunContext[EvaluateParams], prepared: PreparedSet, night: Night,
+def publish_night(ctx: RunContext[EvaluateParams], prepared: Prepared, night: Night,
                   section: dict) -> dict:
     """Publish the run (passed, failed or incomplete alike); returns the flow's summary."""
     params, location = ctx.params, ctx.location

@@ -23,7 +23,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from judges.base import JudgeSpec
 from judges.blocks.call_token import tokened_prompt
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # the parameter models' import is not needed at run time
     from flows.params import RunOptions
 
 ESTIMATE_ROWS = 200
+Item = TypeVar("Item", contravariant=True)
 
 
 class BudgetError(ConfigError):
@@ -186,33 +187,92 @@ def canary_rows(rows: Iterable[EvalRow], judges: list[JudgeSpec], size: int,
                            request_id=lambda row: str(row.request_id))
 
 
+class Prompts(Protocol[Item]):
+    """What a kind of item asks of the models (the estimate's view of a run's kind)."""
+
+    plan: JudgePlan  # the planned judges (a regression's canary re-judges some of them)
+
+    def judge_prompts(self, item: Item) -> Iterator[list[dict]]:
+        """Every first-attempt judge prompt for the item, as sent."""
+
+    def generation_request(self, item: Item) -> Any | None:
+        """The candidate's request when it is to answer the item; None: nothing to generate."""
+
+
+@dataclass(frozen=True)
+class RowPrompts:
+    """Rows: every planned judge's prompts, once per sample.
+
+    A row without a response is answered by the candidate first.
+    """
+
+    plan: JudgePlan
+
+    def judge_prompts(self, item: EvalRow) -> Iterator[list[dict]]:
+        """The planned judges' prompts, as the row will be judged."""
+        return _prompts(self.plan.judges, as_planned(item))
+
+    def generation_request(self, item: EvalRow) -> Any | None:
+        """The request, when the row has no response."""
+        return item.request if item.response is None else None
+
+
+@dataclass(frozen=True)
+class PairPrompts:
+    """Pairs: the pairwise judge's prompt, once per order (both unless the swap is off)."""
+
+    passes: int
+    plan: JudgePlan = JudgePlan((), (), ())
+
+    def judge_prompts(self, item: Any) -> Iterator[list[dict]]:
+        """The pair's prompt (criteria chosen by the judge), once per pass."""
+        rendered = render_pair(item.prompt, item.response_A, item.response_B, None)
+        return itertools.repeat(rendered, self.passes)
+
+    def generation_request(self, item: Any) -> Any | None:
+        """None: both responses are given."""
+        return None
+
+
 def estimate_rows(params: RunOptions, rows: Iterable[EvalRow], total: int, plan: JudgePlan,
                   unpriced: list[str] | None = None) -> Estimate:
-    """The estimate of an evaluate or regression run over `total` rows like `rows`.
+    """The estimate of an evaluate or regression run over `total` rows like `rows`."""
+    return estimate(params, rows, total, RowPrompts(plan), unpriced)
+
+
+def estimate_pairs(params: RunOptions, pairs: Iterable[Any], total: int) -> Estimate:
+    """The estimate of a compare run over `total` pairs like `pairs`, both orders unless not."""
+    return estimate(params, pairs, total, PairPrompts(2 if params.swap else 1))
+
+
+def estimate(params: RunOptions, items: Iterable[Any], total: int, prompts: Prompts,
+             unpriced: list[str] | None = None) -> Estimate:
+    """The estimate of a run over `total` items like `items`, rows or pairs alike.
 
     Args:
         params: the run's parameters (judge, candidate, head-to-head, canary).
-        rows: the set's rows, as a stream: the first `ESTIMATE_ROWS` are rendered (a
-            regression's canary reads it to the end, drawing its rows).
-        total: how many rows the set has.
-        plan: the judges that will run.
+        items: the set's rows (or pairs), as a stream: the first `ESTIMATE_ROWS` are rendered
+            (a regression's canary reads it to the end, drawing its rows).
+        total: how many items the set has.
+        prompts: what each item asks of the models, by its kind (`RowPrompts`, `PairPrompts`).
         unpriced: collects models without a price (then counted at $0) instead of refusing.
     """
     judge = params.judge.settings()
     # A panel asks each member every judgment: each member's calls at its own price.
     panel = _Panel(judge, unpriced)
     reply = judge.max_tokens or ESTIMATED_REPLY_TOKENS
-    stream = iter(rows)
+    stream, plan = iter(items), prompts.plan
     sample = list(itertools.islice(stream, ESTIMATE_ROWS))
     calls = prompt = generation_in = generations = 0
     cost = _Cost()
     first_prompts: list[list[dict]] = []
-    for row in sample:
-        planned = as_planned(row)
-        if row.response is None:
+    generation_requests = []
+    for item in sample:
+        if (request := prompts.generation_request(item)) is not None:
             generations += 1
-            generation_in += len(str(row.request)) // CHARS_PER_TOKEN
-        for messages in _prompts(plan.judges, planned):
+            generation_in += len(str(request)) // CHARS_PER_TOKEN
+            generation_requests.append(request)
+        for messages in prompts.judge_prompts(item):
             calls += 1
             prompt += _tokens(messages)
             first_prompts.append(messages)
@@ -272,8 +332,8 @@ def estimate_rows(params: RunOptions, rows: Iterable[EvalRow], total: int, plan:
         output_total += gen_calls * gen_reply
         generation_most = _Cost()
         generation_most.add_most(candidate_prices, candidate, "--candidate-max-tokens",
-                                 [[{"role": "user", "content": str(row.request)}]
-                                  for row in sample if row.response is None])
+                                 [[{"role": "user", "content": str(request)}]
+                                  for request in generation_requests])
         most += generation_most.most * Fraction(scale)
         uncapped += generation_most.uncapped
     return Estimate(calls_total, prompt_total, output_total, cost.online, tuple(unpriced or ()),
@@ -292,27 +352,6 @@ def _gates_read_head_to_head(params: RunOptions, plan: JudgePlan) -> bool:
     except GateConfigError:
         return True
     return Registry.of(plan.judges, plan.metrics).pairwise_gated(g.metric for g in gates)
-
-
-def estimate_pairs(params: RunOptions, pairs: Iterable[Any], total: int) -> Estimate:
-    """The estimate of a compare run over `total` pairs like `pairs`, both orders unless not."""
-    judge = params.judge.settings()
-    prices = priced(judge, "--judge-model")
-    reply = judge.max_tokens or ESTIMATED_REPLY_TOKENS
-    sample = list(itertools.islice(pairs, ESTIMATE_ROWS))
-    passes = 2 if params.swap else 1
-    rendered = [render_pair(p.prompt, p.response_A, p.response_B, None) for p in sample]
-    prompt = sum(_tokens(messages) for messages in rendered) * passes
-    calls = round(passes * total)
-    prompt_total = round(prompt * total / len(sample)) if sample else 0
-    cost = _Cost()
-    cost.add(prices, prompt_total, calls * reply)
-    cost.add_most(prices, judge, "--judge-max-tokens",
-                  [*rendered, *(_reasked(m, reply) for m in rendered)])
-    most = cost.most * passes * Fraction(total, len(sample)) if sample else Fraction(0)
-    return Estimate(calls, prompt_total, calls * reply, cost.online, batch_cost_usd=cost.batch,
-                    reasks=calls, most_cost_usd=None if cost.uncapped else float(most),
-                    uncapped=tuple(cost.uncapped))
 
 
 def check_budget(params: RunOptions, estimate: Estimate) -> None:

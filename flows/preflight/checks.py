@@ -29,12 +29,7 @@ from judges.planning.set_summary import SetSummary
 from tasks.dataset.row_stream import RowSource, SetCheck, scan_set, valid_rows
 from tasks.dataset.sources import read_table, table_from_rows
 from tasks.dataset.table import DatasetReadError, RawTable
-from tasks.dataset.validation import (
-    CheckOptions,
-    InvalidDatasetError,
-    ValidatedSet,
-    whole_set_broken,
-)
+from tasks.dataset.validation import CheckOptions, refuse_invalid
 
 
 class PreflightError(ConfigError):
@@ -95,18 +90,6 @@ def scan_source(source: RowSource, options: CheckOptions, keep_rows: bool = Fals
         raise
     except Exception as error:  # noqa: BLE001 - remote stores raise many kinds; all mean "cannot read"
         raise _unreadable(source.name, error) from None
-
-
-def refuse_invalid(validated: SetCheck | ValidatedSet, on_invalid: str, source: str) -> None:
-    """Raise unless the set may be judged: no problems, or only skippable rows and some left.
-
-    Raises:
-        InvalidDatasetError: naming every problem (row and column, or the set as a whole).
-    """
-    nothing_left = validated.valid_count == 0
-    if validated.problems and (on_invalid == "fail" or whole_set_broken(validated.problems)
-                               or nothing_left):
-        raise InvalidDatasetError(validated.problems, validated.total, source)
 
 
 def extra_judges(params: EvaluateParams, summary: SetSummary,

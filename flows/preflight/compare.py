@@ -10,7 +10,7 @@ from __future__ import annotations
 from flows.compare_params import CompareParams
 from flows.preflight.checks import check_run_options, read_source
 from tasks.dataset.pairs import read_rubric, validate_nova  # imports Prefect (no API)
-from tasks.dataset.validation import InvalidDatasetError
+from tasks.dataset.validation import refuse_invalid
 
 
 def preflight_compare(params: CompareParams) -> None:
@@ -24,6 +24,4 @@ def preflight_compare(params: CompareParams) -> None:
         read_rubric(params.rubric, params.storage_options)
     if params.data is not None:
         pair_set = validate_nova(read_source(params.data, None, params.storage_options))
-        whole_set_broken = any(p.row_index is None for p in pair_set.problems)
-        if pair_set.problems and (params.on_invalid == "fail" or whole_set_broken):
-            raise InvalidDatasetError(pair_set.problems, pair_set.total, params.data)
+        refuse_invalid(pair_set, params.on_invalid, params.data)

@@ -8,17 +8,21 @@ them (execution.py); the store only keeps what they encode.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
+from flows.run.kind_specs import plan_spec, rebuild_plan
+from judges.builtin.custom import fields_present
 from judges.builtin.pairwise import Pair, PairResult, PairwiseOptions, failed_verdict, judge_pairs
 from judges.calls import JudgeContext
+from judges.catalogue import JudgeCatalogue
 from judges.engine import failed_rows, judge_rows
 from judges.model.settings import LLMSettings
 from judges.model.usage import Usage
+from judges.pairwise.models import Rubric
 from judges.pairwise.reconcile import PairVerdict
 from judges.plan import JudgePlan
-from judges.result_names.pairwise import pair_fields
 from judges.results import RowResult
 from judges.rows import GENERATION_ERROR, EvalRow
 from tasks.call_log import CallLog, CallLogError
@@ -34,6 +38,7 @@ from tasks.storage.row_codec import (
     judge_fingerprint,
     row_json,
 )
+from tasks.storage.shard_inputs import PairSpec, PlanSpec
 
 
 def _stored_calls(value: Any) -> CallLog:
@@ -43,23 +48,18 @@ def _stored_calls(value: Any) -> CallLog:
         raise ResultCodecError(str(error)) from None
 
 
-@dataclass
-class ChunkResult:
-    """A judged chunk of rows: one typed result per row in input order, usage, the call log."""
-
-    index: int
-    results: list[RowResult]
-    usage: Usage
-    calls: CallLog = field(default_factory=CallLog)
+R = TypeVar("R", RowResult, PairResult)
 
 
 @dataclass
-class PairChunkResult:
-    """A judged chunk of pairs: one results record and one verdict per pair, in input order."""
+class ChunkResult(Generic[R]):
+    """A judged chunk: one typed result per item (row or pair) in input order, usage, calls.
+
+    Results stay typed up to the publish edge: the phase that stages them makes the records.
+    """
 
     index: int
-    records: list[dict]
-    verdicts: list[PairVerdict]
+    results: list[R]
     usage: Usage
     calls: CallLog = field(default_factory=CallLog)
 
@@ -72,8 +72,20 @@ class JudgedRowChunks:
     settings: LLMSettings
     name: str = "judge"
     item: ClassVar[type[EvalRow]] = EvalRow
+    noun: ClassVar[str] = "rows"
+    spec_model: ClassVar[type[PlanSpec]] = PlanSpec
 
-    async def judge(self, ctx: JudgeContext, index: int, items: list[EvalRow]) -> ChunkResult:
+    def spec(self, catalogue: JudgeCatalogue, items: Sequence[EvalRow]) -> PlanSpec:
+        """The plan, the catalogue it came from and the fields the rows have (`rebuilt`)."""
+        return plan_spec(self.plan, catalogue, fields_present(items))
+
+    @classmethod
+    def rebuilt(cls, spec: PlanSpec, settings: LLMSettings) -> JudgedRowChunks:
+        """The parent's kind, in a shard (raises ShardPlanError when its judges differ)."""
+        return cls(rebuild_plan(spec), settings)
+
+    async def judge(self, ctx: JudgeContext, index: int, items: list[EvalRow]
+                    ) -> ChunkResult[RowResult]:
         """Every planned judge over the rows, all their calls concurrent."""
         return ChunkResult(index, await judge_rows(ctx, self.plan, items), ctx.usage,
                            CallLog.of(ctx.calls))
@@ -172,52 +184,76 @@ class JudgedPairChunks:
     settings: LLMSettings
     name: str = "pairs"
     item: ClassVar[type[Pair]] = Pair
+    noun: ClassVar[str] = "pairs"
+    spec_model: ClassVar[type[PairSpec]] = PairSpec
 
-    async def judge(self, ctx: JudgeContext, index: int, items: list[Pair]) -> PairChunkResult:
-        """Every pass of every pair, concurrent; the verdicts reconciled and recorded."""
+    def spec(self, catalogue: JudgeCatalogue, items: Sequence[Pair]) -> PairSpec:
+        """How the pairs are judged: rubric, swap, tie rule."""
+        rubric = self.options.rubric
+        return PairSpec(rubric=rubric.model_dump() if rubric else None, swap=self.options.swap,
+                        strict_ties=self.options.strict_ties)
+
+    @classmethod
+    def rebuilt(cls, spec: PairSpec, settings: LLMSettings) -> JudgedPairChunks:
+        """The parent's kind, in a shard."""
+        rubric = Rubric.model_validate(spec.rubric) if spec.rubric is not None else None
+        return cls(PairwiseOptions(rubric, spec.swap, spec.strict_ties), settings)
+
+    async def judge(self, ctx: JudgeContext, index: int, items: list[Pair]
+                    ) -> ChunkResult[PairResult]:
+        """Every pass of every pair, concurrent; the verdicts reconciled."""
         verdicts = await judge_pairs(ctx, items, self.options)
-        records = [pair_fields(PairResult(p, v, self.options.swap))
-                   for p, v in zip(items, verdicts, strict=True)]
-        return PairChunkResult(index, records, verdicts, ctx.usage, CallLog.of(ctx.calls))
+        return ChunkResult(index, self._results(items, verdicts), ctx.usage,
+                           CallLog.of(ctx.calls))
+
+    def _results(self, items: list[Pair], verdicts: list[PairVerdict]) -> list[PairResult]:
+        return [PairResult(p, v, self.options.swap) for p, v in zip(items, verdicts, strict=True)]
 
     def fingerprint(self, items: list[Pair]) -> str:
         """Pairs, rubric, rules and model."""
         return pairs_fingerprint(items, self.options, self.settings)
 
-    def encode(self, result: PairChunkResult) -> dict:
-        """Published records, verdicts, usage and the call log."""
-        return {"records": result.records,
-                "verdicts": [encode_pair_verdict(v) for v in result.verdicts],
+    def encode(self, result: ChunkResult[PairResult]) -> dict:
+        """Verdicts, usage and the call log (the records are made from them where published)."""
+        return {"verdicts": [encode_pair_verdict(r.verdict) for r in result.results],
                 "usage": encode_usage(result.usage), "calls": result.calls.text}
 
-    def decode(self, index: int, stored: dict, items: list[Pair]) -> PairChunkResult:
-        """Verdicts reconciled again under this run's rules."""
-        return PairChunkResult(
-            index, list(stored["records"]),
-            [decode_pair_verdict(v, self.options) for v in stored["verdicts"]],
+    def decode(self, index: int, stored: dict, items: list[Pair]) -> ChunkResult[PairResult]:
+        """Verdicts reconciled again under this run's rules, each with the run's own pair."""
+        verdicts = stored["verdicts"]
+        if len(verdicts) != len(items):
+            raise ResultCodecError(f"stored chunk holds {len(verdicts)} verdicts for "
+                                   f"{len(items)} pairs")
+        return ChunkResult(
+            index, self._results(items, [decode_pair_verdict(v, self.options) for v in verdicts]),
             decode_usage(stored["usage"]), _stored_calls(stored["calls"]))
 
-    def size(self, result: PairChunkResult) -> int:
+    def size(self, result: ChunkResult[PairResult]) -> int:
         """Pairs judged."""
-        return len(result.verdicts)
+        return len(result.results)
 
-
-    def errors(self, result: PairChunkResult) -> int:
+    def errors(self, result: ChunkResult[PairResult]) -> int:
         """Pairs without a verdict."""
-        return sum(v.verdict == "error" for v in result.verdicts)
+        return sum(r.verdict.verdict == "error" for r in result.results)
 
-    def failed(self, index: int, items: list[Pair], failure: str) -> PairChunkResult:
+    def failed(self, index: int, items: list[Pair], failure: str) -> ChunkResult[PairResult]:
         """Every pair is an error verdict carrying the failure."""
         return self.missing(index, items, f"chunk task failed: {failure}")
 
-    def first_errors(self, result: PairChunkResult) -> dict[str, str]:
+    def first_errors(self, result: ChunkResult[PairResult]) -> dict[str, str]:
         """The chunk's first pair without a verdict, as the pairwise judge's error."""
-        first = next((v.error_message for v in result.verdicts if v.error_message), None)
+        first = next((r.verdict.error_message for r in result.results
+                      if r.verdict.error_message), None)
         return {"pairwise": first} if first else {}
 
-    def missing(self, index: int, items: list[Pair], why: str) -> PairChunkResult:
+    def missing(self, index: int, items: list[Pair], why: str) -> ChunkResult[PairResult]:
         """Every pair is an error verdict saying why."""
         verdicts = [failed_verdict(why, self.options.swap) for _ in items]
-        records = [pair_fields(PairResult(p, v, self.options.swap))
-                   for p, v in zip(items, verdicts, strict=True)]
-        return PairChunkResult(index, records, verdicts, Usage())
+        return ChunkResult(index, self._results(items, verdicts), Usage())
+
+
+JudgedKind = JudgedRowChunks | JudgedPairChunks
+# Every kind a shard can judge, by name: what a sharded run's parent names in its shards'
+# parameters (flows/shards/flow.py `ShardParams.kind`) and a shard rebuilds from its spec.
+JUDGED_KINDS: dict[str, type[JudgedRowChunks] | type[JudgedPairChunks]] = {
+    kind.name: kind for kind in (JudgedRowChunks, JudgedPairChunks)}

@@ -1,7 +1,7 @@
 """One run, built once: what every phase of a run reads instead of its parameters.
 
-The prepare phase makes it (flows/phases/evaluation.py `prepare`, flows/phases/compare.py
-`prepare_pairs`) once the set is read: where the run publishes, its chunk store, its judge
+The prepare phase makes it (flows/phases/run_phases.py `prepare`, over the run's kind) once the
+set is read: where the run publishes, its chunk store, its judge
 catalogue (the custom judges file read there, once a run), its plan (from the whole set), the
 judge's settings, the chunk size and the reply cache. Every later phase takes it and returns
 values; none rebuilds the catalogue or the plan from the parameters.

@@ -12,7 +12,7 @@ from typing import TypeVar
 from prefect.client.schemas.objects import State
 from prefect.utilities.annotations import quote
 
-from flows.run.chunk_kinds import GeneratedRowChunks, JudgedPairChunks, JudgedRowChunks
+from flows.run.chunk_kinds import GeneratedRowChunks, JudgedKind
 from flows.run.progress import ChunkTally, PhaseProgress
 from flows.run.stored_chunks import Persistence, Resumed, StoredChunks
 from flows.run.timeline import mark
@@ -47,7 +47,6 @@ MAX_CHUNKS_IN_FLIGHT = 8
 BATCH_CHUNKS_IN_FLIGHT = 10_000
 T = TypeVar("T")
 R = TypeVar("R")
-JudgedKind = JudgedRowChunks | JudgedPairChunks
 
 
 def auto_chunk_size(row_count: int, shards: int = 1) -> int:

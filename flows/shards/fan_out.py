@@ -9,9 +9,10 @@ parent's ordinary judge phase reads every chunk from the run's chunk store throu
 `MergeView` (flows/shards/store.py) and publishes once; what no shard finished is reported as
 errors of the shard that owned it, and makes the run incomplete.
 
-A compare run shards the same way, through the same function: its pairs instead of rows, how
-pairs are judged (`PairSpec`) instead of the judge plan, and shard flow runs of kind "pairs" on
-the same deployment; its judge phase merges through the same `MergeView`.
+A compare run shards the same way, through the same function: its pairs instead of rows, and
+the kind of chunk's own spec (flows/run/chunk_kinds.py `spec`: how pairs are judged instead of
+the judge plan) under the kind's name, on the same deployment; its judge phase merges through
+the same `MergeView`.
 """
 
 from __future__ import annotations
@@ -24,29 +25,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import get_client, get_run_logger
+from pydantic import BaseModel
 
 from flows.params import RunOptions
-from flows.run.chunk_kinds import JudgedPairChunks
+from flows.run.chunk_kinds import JudgedKind
 from flows.run.context import RunContext
-from flows.run.execution import JudgedKind
 from flows.shards.flow import ShardParams
 from flows.shards.launch import shard_names, shard_pool, start_shard
 from flows.shards.limits import limit_name, model_slots
-from flows.shards.plan import ShardRange, check_budget, plan_spec, share, split_shards
+from flows.shards.plan import ShardRange, check_budget, share, split_shards
 from flows.shards.store import MergeView
 from flows.shards.watch import ShardWatch, wait_for_end
 from judges.blocks.plain_text import visible
-from judges.builtin.custom import fields_present
 from judges.builtin.pairwise import Pair
-from judges.catalogue import JudgeCatalogue
 from judges.model.pricing import adopt_reported_prices
 from judges.model.settings import LLMSettings
 from judges.rows import EvalRow
 from judges.storage import url_to_fs
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.shard_inputs import (
-    PairSpec,
-    PlanSpec,
     ShardOutcome,
     read_model,
     remove_shard_files,
@@ -156,8 +153,8 @@ def absolute_url(url: str, storage_options: dict) -> str:
 
 
 def write_inputs(ctx: RunContext, rows: Sequence[EvalRow] | Sequence[Pair],
-                 spec: PlanSpec | PairSpec, ranges: list[ShardRange]) -> None:
-    """The plan and each shard's rows under `{run}/.shards/` (anything older removed)."""
+                 spec: BaseModel, ranges: list[ShardRange]) -> None:
+    """The kind's spec and each shard's rows under `{run}/.shards/` (anything older removed)."""
     run_url, options = ctx.location.url(), ctx.storage_options
     # No outcome.json of an earlier attempt of this run id may remain.
     remove_shard_files(run_url, max(ctx.params.shards, len(ranges)), options)
@@ -177,7 +174,7 @@ async def _run_slots(settings: LLMSettings):
 
 
 def shard_params(ctx: RunContext[RunOptions], shard: ShardRange, shards: int, concurrency: int,
-                 kind: str = "judge") -> ShardParams:
+                 kind: str) -> ShardParams:
     """One shard's flow parameters: URLs, its chunk range and its share of the budget."""
     params = ctx.params
     judge = params.judge.model_copy(update={
@@ -211,31 +208,17 @@ async def _run_shard(deployment: str, params: ShardParams, run: ShardRun,
                        visible(ended.state.message))  # the shard's error may quote a reply
 
 
-def shard_spec(kind: JudgedKind, catalogue: JudgeCatalogue,
-               items: Sequence[EvalRow] | Sequence[Pair]) -> PlanSpec | PairSpec:
-    """The parent's kind of chunk as data a shard rebuilds it from (flows/shards/flow.py).
-
-    Rows: the plan, the catalogue it came from and the fields the rows have; pairs: how they
-    are judged (rubric, swap, tie rule).
-    """
-    if isinstance(kind, JudgedPairChunks):
-        rubric = kind.options.rubric
-        return PairSpec(rubric=rubric.model_dump() if rubric else None, swap=kind.options.swap,
-                        strict_ties=kind.options.strict_ties)
-    return plan_spec(kind.plan, catalogue, fields_present(items))
-
-
 async def judge_in_shards(ctx: RunContext[RunOptions], items: Sequence[EvalRow] | Sequence[Pair],
                           kind: JudgedKind) -> ShardedJudging:
     """Run the shards of this run to their end; their chunks are then in the run's store.
 
     The shards judge the items (rows, or pairs in both orders) as `kind` says: its spec
-    (flows/shards/plan.py `shard_spec`) is what they rebuild it from.
+    (flows/run/chunk_kinds.py `spec`) is what they rebuild it from.
 
     Raises:
         ShardSetupError: the shards cannot run (budget too small, no deployment, no worker).
     """
-    spec = shard_spec(kind, ctx.catalogue, items)
+    spec = kind.spec(ctx.catalogue, items)
     return await _in_shards(ctx, kind.name,
                             lambda ranges: write_inputs(ctx, items, spec, ranges), len(items))
 

@@ -6,9 +6,10 @@ in-process limits, here at its share of the run's budget), stores each finished 
 run's chunk store under its global index, and writes what it did (`outcome.json`). It publishes
 nothing: the parent merges every shard into the run's one publish.
 
-One deployment serves every kind of run: `kind` "judge" (evaluate and regression runs: rows
-judged by the planned judges) or "pairs" (compare runs: pairs judged head to head in both
-orders, as the parent's `PairSpec` says).
+One deployment serves every kind of run: `kind` names the kind of chunk
+(flows/run/chunk_kinds.py `JUDGED_KINDS`: "judge", rows of evaluate and regression runs judged
+by the planned judges, or "pairs", a compare run's pairs judged head to head), which the shard
+rebuilds from the spec its parent wrote.
 """
 
 from __future__ import annotations
@@ -33,23 +34,17 @@ from flows.params import (
     locations_of,
 )
 from flows.preflight.trust import guard_parameters
-from flows.run.chunk_kinds import JudgedPairChunks, JudgedRowChunks
-from flows.run.execution import Chunking, JudgedKind, judge_all
+from flows.run.chunk_kinds import JUDGED_KINDS
+from flows.run.execution import Chunking, judge_all
 from flows.run.heartbeat import sends_heartbeats
 from flows.run.tls_contexts import share_prefect_tls_contexts
-from flows.shards.plan import rebuild_plan
 from flows.shards.store import ShardStoreView
 from flows.shards.warm_start import WARM_STARTED_ENV
-from judges.builtin.pairwise import PairwiseOptions
 from judges.model.local_models import is_local_model
 from judges.model.pricing import map_price_fields
-from judges.model.settings import LLMSettings
-from judges.pairwise.models import Rubric
 from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
 from tasks.storage.shard_inputs import (
-    PairSpec,
-    PlanSpec,
     ShardOutcome,
     read_model,
     read_shard_items,
@@ -58,7 +53,8 @@ from tasks.storage.shard_inputs import (
 )
 
 SHARD_FLOW_NAME = "judge-shard"
-SPECS: dict[str, type[PlanSpec] | type[PairSpec]] = {"judge": PlanSpec, "pairs": PairSpec}
+# The kinds' names, as the deployment's parameter schema lists them (one declaration: the kinds).
+KindName = Literal[tuple(JUDGED_KINDS)]  # type: ignore[valid-type]
 # A cold shard's later API clients share one TLS context (a warm one's all do).
 share_prefect_tls_contexts()
 
@@ -78,7 +74,7 @@ class ShardParams(BaseModel):
     judge: JudgeModel = Field(description="The judge model, at this shard's share of the budget")
     cache: StorageURL | None = Field(None, description="Judge reply cache URL (None: no cache)")
     storage_options: StorageOptions = Field(default_factory=dict)
-    kind: Literal["judge", "pairs"] = Field(
+    kind: KindName = Field(
         "judge", description="judge: rows of an evaluate or regression run; pairs: a compare run")
 
 
@@ -126,18 +122,6 @@ async def judge_shard(params: ShardParams) -> dict:
     return outcome.model_dump(mode="json")
 
 
-def rebuild_kind(spec: PlanSpec | PairSpec, settings: LLMSettings) -> JudgedKind:
-    """The parent's kind of chunk, rebuilt from its spec (flows/shards/fan_out.py `shard_spec`).
-
-    Raises:
-        ShardPlanError: the plan differs from the parent's (flows/shards/plan.py).
-    """
-    if isinstance(spec, PairSpec):
-        rubric = Rubric.model_validate(spec.rubric) if spec.rubric is not None else None
-        return JudgedPairChunks(PairwiseOptions(rubric, spec.swap, spec.strict_ties), settings)
-    return JudgedRowChunks(rebuild_plan(spec), settings)
-
-
 async def _judge(params: ShardParams, location: RunLocation, store: ShardStoreView
                  ) -> tuple[int, dict[str, str]]:
     """The shard's rows (or pairs) judged as the parent's spec says. Items, first errors.
@@ -146,14 +130,16 @@ async def _judge(params: ShardParams, location: RunLocation, store: ShardStoreVi
     the store, so a shard only judges and saves.
     """
     options, run_url = params.storage_options, location.url()
-    spec = read_model(shard_url(run_url, name="plan.json"), SPECS[params.kind], options)
+    kind_of = JUDGED_KINDS[params.kind]
+    spec = read_model(shard_url(run_url, name="plan.json"), kind_of.spec_model, options)
     if spec is None:
         raise FileNotFoundError(f"no plan.json under {shard_url(run_url)}")
-    kind = rebuild_kind(spec, params.judge.settings())
+    # Raises ShardPlanError when the parent's judges differ from this worker's.
+    kind = kind_of.rebuilt(spec, params.judge.settings())
     items = read_shard_items(shard_url(run_url, params.shard, "rows.jsonl"), options, kind.item)
     get_run_logger().info("shard %d of %d: %d %s from chunk %d, concurrency %s",
                           params.shard + 1, params.shards, len(items),
-                          "pairs" if params.kind == "pairs" else "rows", params.first_chunk,
+                          kind.noun, params.first_chunk,
                           params.judge.concurrency or "adaptive")
     first_errors: dict[str, str] = {}
 

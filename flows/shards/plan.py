@@ -11,22 +11,13 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from judges.builtin.custom import CustomJudgeDefinition
-from judges.builtin.deterministic import DETERMINISTIC_METRICS
-from judges.catalogue import JudgeCatalogue
 from judges.errors import ConfigError
-from judges.plan import JudgePlan, SkippedJudge
-from tasks.storage.shard_inputs import PlannedJudge, PlanSpec
 
 
 # A ConfigError, not a PreflightError: a shard imports this module, and the preflight's module
 # imports pandas and pandera, which a shard never needs.
 class ShardSetupError(ConfigError):
     """A sharded run cannot start as asked (exit 2): the message says what to start or fix."""
-
-
-class ShardPlanError(RuntimeError):
-    """A child rebuilt another plan than its parent's: the worker runs other judgeflow code."""
 
 
 class ShardRange(NamedTuple):
@@ -76,44 +67,3 @@ def check_budget(shards: int, concurrency: int, rpm: int | None, tpm: int | None
                 f"--shards {shards} is more than the judge's {name} ({total}): each shard gets "
                 f"its share of the run's {name}; lower --shards or raise --{name}"
             )
-
-
-def plan_spec(plan: JudgePlan, catalogue: JudgeCatalogue, fields: set[str]) -> PlanSpec:
-    """The parent's plan as data a child rebuilds it from (`rebuild_plan`)."""
-    return PlanSpec(
-        judges=[PlannedJudge(name=j.name, version=j.version, prompt_hash=j.prompt_hash)
-                for j in plan.judges],
-        metrics=[m.name for m in plan.metrics],
-        skipped=[{"name": s.name, "reason": s.reason} for s in plan.skipped],
-        custom_judges=[d.model_dump(mode="json") for d in catalogue.custom],
-        aspects=list(catalogue.aspects), strictness=catalogue.strictness, fields=sorted(fields),
-    )
-
-
-def rebuild_plan(spec: PlanSpec) -> JudgePlan:
-    """The parent's plan, rebuilt in a child from its spec.
-
-    Raises:
-        ShardPlanError: a judge is unknown here, or its version or prompt differs from the
-            parent's (the worker runs another judgeflow than the parent).
-    """
-    catalogue = JudgeCatalogue(
-        tuple(CustomJudgeDefinition.model_validate(d) for d in spec.custom_judges),
-        tuple(spec.aspects), spec.strictness)
-    known = catalogue.known(set(spec.fields))
-    judges = []
-    for planned in spec.judges:
-        judge = next((j for j in known if (j.name, j.version, j.prompt_hash)
-                      == (planned.name, planned.version, planned.prompt_hash)), None)
-        if judge is None:
-            raise ShardPlanError(
-                f"judge {planned.name!r} differs between the parent run and this worker "
-                f"(version {planned.version}, prompt {planned.prompt_hash} there): workers must "
-                "run the same judgeflow version as the command that started the run"
-            )
-        judges.append(judge)
-    unknown = [name for name in spec.metrics if name not in DETERMINISTIC_METRICS]
-    if unknown:
-        raise ShardPlanError(f"metric(s) {unknown} unknown to this worker's judgeflow")
-    return JudgePlan(tuple(judges), tuple(DETERMINISTIC_METRICS[n] for n in spec.metrics),
-                     tuple(SkippedJudge(**s) for s in spec.skipped))

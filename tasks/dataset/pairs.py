@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +24,18 @@ from pydantic import ValidationError
 
 from judges.blocks.plain_text import visible, visible_lines
 from judges.builtin.pairwise import Pair
-from judges.errors import ConfigError
+from judges.errors import ConfigError, shown
 from judges.pairwise.models import Rubric, parse_rubric
 from judges.rows import PREFERENCE_COLUMN, EvalRow
 from judges.storage import open_url, url_to_fs
 from judges.trajectory.render import render_for_judge
 from tasks.dataset.cells import preference_problem
+from tasks.dataset.set_check import (
+    common_explanation,
+    object_frame,
+    rejected_entries,
+    schema_problems,
+)
 from tasks.dataset.sources import read_table
 from tasks.dataset.table import RawTable, RowProblem
 from tasks.dataset.validation import ValidatedSet, validate_table
@@ -49,16 +56,34 @@ class PairSet:
         pairs: the pairs to judge, in input order.
         problems: invalid rows; `on_invalid` decides whether they stop the run.
         rejected: one entry per row set aside (invalid or unmatched), with its record.
+        rubric: the fixed rubric every pair is judged by, if any.
     """
 
     pairs: list[Pair]
     problems: list[RowProblem]
     rejected: list[dict] = field(default_factory=list)
+    rubric: Rubric | None = None  # the fixed rubric the pairs are judged by (None: dynamic)
 
     @property
     def total(self) -> int:
         """Input rows: each is a pair or a rejected entry, never neither."""
         return len(self.pairs) + len(self.rejected)
+
+    @property
+    def valid_count(self) -> int:
+        """Pairs that will be judged."""
+        return len(self.pairs)
+
+    def items(self) -> Iterator[Pair]:
+        """The pairs to judge, in input order."""
+        return iter(self.pairs)
+
+    def rejected_rows(self) -> list[dict]:
+        """Each input row set aside (invalid or unmatched), with why and its record."""
+        return self.rejected
+
+    def cleanup(self) -> None:
+        """Nothing: the pairs are held in memory."""
 
 
 def _nova_schema() -> pa.DataFrameSchema:
@@ -86,38 +111,17 @@ def _nova_schema() -> pa.DataFrameSchema:
     )
 
 
-def _frame(records: dict[int, dict]) -> pd.DataFrame:
-    # Object columns keep values exactly as read (no NaN, no coercion); index = row index.
-    index = pd.Index(list(records), dtype="int64")
-    columns = list(dict.fromkeys(k for r in records.values() for k in r))
-    data = {c: pd.Series([r.get(c) for r in records.values()], index=index, dtype=object)
-            for c in columns}
-    return pd.DataFrame(data, index=index)
-
-
 def _explain(check: str, value: Any) -> str:
-    if check == "not_nullable":
-        return "a value is required"
+    if (common := common_explanation(check)) is not None:
+        return common
     if check == DUPLICATE_ID:
         return f"duplicate id {value!r}"
-    if check.startswith("column_in_dataframe"):
-        return "column is missing"
-    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-    return f"{check}; got {shown}"
+    return f"{check}; got {shown(value)}"
 
 
-def _schema_problems(errors: SchemaErrors, frame: pd.DataFrame) -> list[RowProblem]:
-    problems: dict[tuple, RowProblem] = {}
-    for case in errors.failure_cases.to_dict("records"):
-        index = case.get("index")
-        row = None if index is None or pd.isna(index) else int(index)
-        check, value = str(case.get("check") or ""), case.get("failure_case")
-        column = str(case.get("column") or value)
-        pair_id = frame.at[row, "id"] if row is not None and "id" in frame.columns else None
-        problem = RowProblem(row, None if pair_id is None else str(pair_id), column,
-                             _explain(check, value))
-        problems.setdefault((row, column, check), problem)
-    return list(problems.values())
+def _pair_id_at(frame: pd.DataFrame, row: int | None) -> str | None:
+    pair_id = frame.at[row, "id"] if row is not None and "id" in frame.columns else None
+    return None if pair_id is None else str(pair_id)
 
 
 def _in_row_order(problems: list[RowProblem]) -> list[RowProblem]:
@@ -146,31 +150,21 @@ def validate_nova(table: RawTable) -> PairSet:
     problems = list(table.problems)
     unreadable = {p.row_index for p in problems}
     readable = {i: r for i, r in enumerate(table.records) if i not in unreadable}
-    frame = _frame(readable)
+    frame = object_frame(readable)
     try:
         _nova_schema().validate(frame, lazy=True)
     except SchemaErrors as errors:
-        problems = _in_row_order(problems + _schema_problems(errors, frame))
+        problems = _in_row_order(problems + schema_problems(errors, frame, _explain, _pair_id_at))
     if any(p.row_index is None for p in problems):  # a missing column: no row can be judged
-        return PairSet([], problems, rejected_entries(table, problems, "pairs"))
+        return PairSet([], problems, _rejected(table, problems, "pairs"))
     bad = {p.row_index for p in problems}
     seen: dict[str, int] = {}
     pairs = [_nova_pair(i, r, seen) for i, r in readable.items() if i not in bad]
-    return PairSet(pairs, problems, rejected_entries(table, problems, "pairs"))
+    return PairSet(pairs, problems, _rejected(table, problems, "pairs"))
 
 
-def rejected_entries(table: RawTable, problems: list[RowProblem], side: str) -> list[dict]:
-    """Each rejected row once, with its problems and the record exactly as given."""
-    by_row: dict[int, dict] = {}
-    for p in problems:
-        if p.row_index is None:
-            continue
-        entry = by_row.setdefault(p.row_index, {
-            "set": side, "row_index": p.row_index, "request_id": p.request_id, "problems": [],
-            "record": table.records[p.row_index],
-        })
-        entry["problems"].append({"column": p.column, "problem": p.problem})
-    return [by_row[i] for i in sorted(by_row)]
+def _rejected(table: RawTable, problems: list[RowProblem], side: str) -> list[dict]:
+    return rejected_entries(problems, enumerate(table.records), side)
 
 
 def results_url(url: str, storage_options: dict | None = None) -> str:
@@ -204,8 +198,8 @@ def join_sets(baseline: str, candidate: str, storage_options: dict | None = None
     (b_table, b_set), (c_table, c_set) = (
         _side(baseline, "baseline", options), _side(candidate, "candidate", options))
     problems = b_set.problems + c_set.problems
-    rejected = (rejected_entries(b_table, b_set.problems, "baseline")
-                + rejected_entries(c_table, c_set.problems, "candidate"))
+    rejected = (_rejected(b_table, b_set.problems, "baseline")
+                + _rejected(c_table, c_set.problems, "candidate"))
     candidates = {row.request_id: row for row in c_set.rows}
     pairs, matched = [], set()
     for b in b_set.rows:

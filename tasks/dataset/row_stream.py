@@ -18,6 +18,7 @@ from judges.planning.set_summary import SetSummary
 from judges.rows import EvalRow
 from tasks.dataset.input_limits import InputLimits, SetMeter
 from tasks.dataset.labels import LabelJoin
+from tasks.dataset.set_check import rejected_entries
 from tasks.dataset.sources import batches_of_rows, iter_batches
 from tasks.dataset.table import DatasetReadError, RecordBatch, RowProblem
 from tasks.dataset.validation import CheckOptions, SetValidator, finished_problems, whole_set_broken
@@ -166,19 +167,6 @@ def valid_rows(source: RowSource, check: SetCheck, options: CheckOptions) -> Ite
 
 def rejected_rows(source: RowSource, problems: list[RowProblem]) -> list[dict]:
     """Each rejected row once, in order: its problems and the record exactly as given."""
-    by_row: dict[int, dict] = {}
-    for problem in problems:
-        if problem.row_index is None:
-            continue
-        entry = by_row.setdefault(problem.row_index, {
-            "row_index": problem.row_index, "request_id": problem.request_id,
-            "problems": [], "record": None,
-        })
-        entry["problems"].append({"column": problem.column, "problem": problem.problem})
-    if not by_row:
-        return []
-    for batch in source.batches(source.label_join()):
-        for index, record in enumerate(batch.records, batch.start):
-            if index in by_row:
-                by_row[index]["record"] = record
-    return [by_row[index] for index in sorted(by_row)]
+    return rejected_entries(problems, ((index, record)
+                                       for batch in source.batches(source.label_join())
+                                       for index, record in enumerate(batch.records, batch.start)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 import pandera.pandas as pa
@@ -37,6 +37,7 @@ from tasks.dataset.cells import (
 from tasks.dataset.chat import request_problem
 from tasks.dataset.columns import column_problems
 from tasks.dataset.normalise import normalise_rows
+from tasks.dataset.set_check import common_explanation, object_frame, schema_problems
 from tasks.dataset.table import RawTable, RecordBatch, RowProblem
 
 # What each known column's cells must be: the check's label is the column name, so that a
@@ -151,33 +152,6 @@ class InvalidDatasetError(ConfigError):
         )
 
 
-def _frame(records: list[dict]) -> pd.DataFrame:
-    # Object columns keep lists, dicts and None exactly as read (no NaN, no string dtype).
-    # `request` is always there: a batch none of whose rows has one is a value missing in each
-    # row, not a missing column (whether the set lacks it is decided over the whole set).
-    columns = list(dict.fromkeys(["request", *(key for record in records for key in record)]))
-    data = {c: pd.Series([r.get(c) for r in records], dtype=object) for c in columns}
-    return pd.DataFrame(data, index=pd.RangeIndex(len(records)))
-
-
-def _problems_from(errors: SchemaErrors, frame: pd.DataFrame,
-                   checks: CellChecks) -> list[RowProblem]:
-    problems: dict[tuple, RowProblem] = {}
-    for case in errors.failure_cases.to_dict("records"):
-        index = case.get("index")
-        row_index = None if index is None or pd.isna(index) else int(index)
-        check = str(case.get("check") or "")
-        column = ROW_CHECK_COLUMNS.get(check) or case.get("column") or case.get("failure_case")
-        problem = RowProblem(
-            row_index,
-            _request_id_at(frame, row_index),
-            str(column),
-            _explain(check, case.get("failure_case"), checks),
-        )
-        problems.setdefault((row_index, problem.column, check), problem)
-    return list(problems.values())
-
-
 def _request_id_at(frame: pd.DataFrame, row_index: int | None) -> str | None:
     if row_index is None or "request_id" not in frame.columns:
         return None
@@ -186,12 +160,10 @@ def _request_id_at(frame: pd.DataFrame, row_index: int | None) -> str | None:
 
 
 def _explain(check: str, failure_case: Any, checks: CellChecks) -> str:
-    if check == "not_nullable":
-        return "a value is required"
+    if (common := common_explanation(check)) is not None:
+        return common
     if check == "field_uniqueness":
         return f"duplicate request_id {failure_case!r}"
-    if check.startswith("column_in_dataframe"):
-        return "column is missing"
     if check in checks:
         return _problem(checks, check, failure_case) or check
     if check in ROW_CHECK_COLUMNS or failure_case is None:
@@ -259,13 +231,13 @@ class SetValidator:
         unreadable = {p.row_index for p in problems}
         readable = {i: r for i, r in enumerate(batch.records, batch.start) if i not in unreadable}
         self._note_ids(readable)
-        frame = _frame(list(readable.values()))
-        frame.index = pd.Index(list(readable), dtype="int64")
+        frame = object_frame(readable, ("request",))
         try:
             try:
                 self.schema.validate(frame, lazy=True)
             except SchemaErrors as errors:
-                problems += _problems_from(errors, frame, self.checks)
+                problems += schema_problems(errors, frame, partial(_explain, checks=self.checks),
+                                            _request_id_at, ROW_CHECK_COLUMNS)
             rejected = {p.row_index for p in problems}
             rows, row_problems = normalise_rows(
                 {i: r for i, r in readable.items() if i not in rejected}, self._derived_ids,
@@ -308,6 +280,31 @@ class SetValidator:
 def whole_set_broken(problems: list[RowProblem]) -> bool:
     """Whether a problem concerns the set as a whole (no row can be judged)."""
     return any(p.row_index is None for p in problems)
+
+
+class CheckedSet(Protocol):
+    """What the invalid-set rule reads of a checked set, of rows or of pairs alike."""
+
+    problems: list[RowProblem]
+    total: int
+
+    @property
+    def valid_count(self) -> int:
+        """Rows (or pairs) that will be judged."""
+
+
+def refuse_invalid(checked: CheckedSet, on_invalid: str, source: str | None) -> None:
+    """The one invalid-set rule, of rows and of pairs: raise unless the set may be judged.
+
+    It may when it has no problems, or only rows that may be skipped (`on_invalid` "skip")
+    and some rows left.
+
+    Raises:
+        InvalidDatasetError: naming every problem (row and column, or the set as a whole).
+    """
+    if checked.problems and (on_invalid == "fail" or whole_set_broken(checked.problems)
+                             or checked.valid_count == 0):
+        raise InvalidDatasetError(checked.problems, checked.total, source)
 
 
 def finished_problems(validator: SetValidator, row_problems: list[RowProblem]) -> list[RowProblem]:

@@ -5,8 +5,9 @@ All of it lives under the run's folder, on any fsspec URL, so that a worker on a
 it from disk; the children's flow parameters then stay small (URLs and a chunk range, never
 rows: Prefect stores parameters and the UI caps them).
 
-    {run}/.shards/plan.json        the judges the parent planned (tasks/shard_inputs.PlanSpec),
-                                   or for a compare run how pairs are judged (PairSpec)
+    {run}/.shards/plan.json        the judges the parent planned (PlanSpec),
+                                   or for a compare run how pairs are judged (PairSpec): the
+                                   spec of the kind of chunk (flows/run/chunk_kinds.py)
     {run}/.shards/{k}/rows.jsonl   shard k's rows (or pairs), validated (and generated) by the
                                    parent
     {run}/.shards/{k}/outcome.json what shard k did (ShardOutcome), written at its end

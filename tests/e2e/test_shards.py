@@ -27,8 +27,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from flows.run.kind_specs import ShardPlanError, rebuild_plan
 from flows.shards.limits import limit_name
-from flows.shards.plan import ShardPlanError, rebuild_plan, share, split_shards
+from flows.shards.plan import share, split_shards
 from judges.plan import plan_judges
 from tests.e2e import test_deployments
 from tests.e2e.test_deployments import BIN, POOL, REPO, Server, _tail, _wait_for
@@ -82,7 +83,7 @@ def test_limit_name_is_the_sanitized_model():
 
 
 def test_a_worker_with_other_prompts_refuses_the_plan():
-    from flows.shards.plan import plan_spec
+    from flows.run.kind_specs import plan_spec
     from judges.catalogue import JudgeCatalogue
     from judges.rows import EvalRow
 

@@ -20,6 +20,7 @@ from flows.run.chunk_kinds import JudgedPairChunks
 from judges.builtin.pairwise import PairwiseOptions, compare_metrics
 from judges.model.settings import LLMSettings
 from judges.pairwise.metrics import PassCounts, bootstrap_winrate
+from judges.result_names.pairwise import pair_fields
 from tasks.dataset.pairs import join_sets, validate_nova
 from tasks.dataset.sources import read_table
 from tasks.dataset.validation import InvalidDatasetError
@@ -283,9 +284,11 @@ def test_a_dead_chunk_task_still_yields_every_pair(swap):
     pairs = validate_nova(read_table(str(EXAMPLE))).pairs[:2]
     kind = JudgedPairChunks(PairwiseOptions(swap=swap), LLMSettings(model="x"))
     result = kind.failed(0, pairs, "boom")
-    assert [r["pairwise/verdict"] for r in result.records] == ["error", "error"]
-    assert "chunk task failed: boom" in result.records[0]["pairwise/error_message"]
-    metrics = compare_metrics(result.verdicts, PairwiseOptions(swap=swap), seed=0, resamples=10)
+    records = [pair_fields(r) for r in result.results]  # as published
+    verdicts = [r.verdict for r in result.results]
+    assert [r["pairwise/verdict"] for r in records] == ["error", "error"]
+    assert "chunk task failed: boom" in records[0]["pairwise/error_message"]
+    metrics = compare_metrics(verdicts, PairwiseOptions(swap=swap), seed=0, resamples=10)
     assert (metrics["pairs_error"], metrics["inference_error"]) == (2, 4 if swap else 2)
 
 
@@ -500,3 +503,21 @@ def test_a_length_biased_judge_gets_a_length_controlled_win_rate(fake_llm, tmp_p
     run_dir = tmp_path / "out" / "t" / "r1"
     assert "Length explains a large part" in (run_dir / "summary.md").read_text()
     assert "Win rate of B at equal length" in (run_dir / "report.html").read_text()
+
+
+def test_the_one_invalid_set_rule_refuses_pairs_with_none_left_naming_the_set(fake_llm, tmp_path):
+    # Rows and pairs share one rule (tasks/dataset/validation.py `refuse_invalid`): skipping
+    # invalid pairs that leaves none is refused before any call, in the preflight and in the
+    # flow alike, and the error names the file, as an evaluate run's does.
+    from flows.preflight.compare import preflight_compare
+
+    path = write_pairs(tmp_path, [{"id": "p1", "prompt": " ", "response_A": "a",
+                                   "response_B": "b"}], "none_left.jsonl")
+    params = CompareParams(data=path, judge=JudgeModel(model="judgeflow/offline"),
+                           output=str(tmp_path / "out"), on_invalid="skip")
+    with pytest.raises(InvalidDatasetError, match=r"invalid evaluation set .*none_left\.jsonl: "
+                       r"row 0 .*column 'prompt'"):
+        preflight_compare(params)
+    with pytest.raises(InvalidDatasetError, match=r"none_left\.jsonl: row 0 .*column 'prompt'"):
+        run(fake_llm, tmp_path, path, on_invalid="skip")
+    assert fake_llm.requests == [] and not (tmp_path / "out").exists()

@@ -108,3 +108,31 @@ def test_the_estimate_counts_the_canary_s_head_to_head_pairs_when_a_gate_reads_t
     assert gated.calls - plain.calls == 2 * 30
     assert gated.reasks - plain.reasks == 2 * 30  # each may be asked once more
     assert gated.input_tokens > plain.input_tokens
+
+
+def test_a_compare_run_s_estimate_counts_the_calls_it_makes(fake_llm, tmp_path):
+    # The one estimate over the kind: for pairs, each pair's prompt once per order.
+    from flows.compare_params import CompareParams
+    from flows.params import JudgeModel
+    from flows.preflight.budget import estimate_pairs
+    from judges.builtin.pairwise import render
+    from judges.model.limits import CHARS_PER_TOKEN
+    from tasks.dataset.pairs import validate_nova
+    from tasks.dataset.sources import read_table
+    from tests.flows.test_compare import BiasedJudge, pair, run, write_pairs
+
+    fake_llm.script = BiasedJudge()
+    path = write_pairs(tmp_path, [pair(f"p{i}", f"#q={1 + i % 5}", f"#q={5 - i % 5}")
+                                  for i in range(5)])
+    pairs = validate_nova(read_table(path)).pairs
+    for swap, passes in ((True, 2), (False, 1)):
+        fake_llm.reset()
+        p = CompareParams(data=path, judge=JudgeModel(model="openai/gpt-4o-mini"),
+                          output=str(tmp_path / "out"), swap=swap)  # a priced model
+        estimate = estimate_pairs(p, pairs, len(pairs))
+        run(fake_llm, tmp_path, path, swap=swap, run_id=f"swap-{swap}")
+        assert estimate.calls == len(fake_llm.requests) == passes * len(pairs)
+        # input tokens: every rendered pair's characters / 4, once per order (independently)
+        chars = [sum(len(str(m["content"])) for m in render(x.prompt, x.response_A,
+                                                            x.response_B, None)) for x in pairs]
+        assert estimate.input_tokens == passes * sum(c // CHARS_PER_TOKEN for c in chars)

@@ -47,3 +47,37 @@ def test_window_bounds_chunks_in_flight_and_refills_without_draining():
     assert sorted(finished) == list(range(10))
     assert finished[4] == ["lost: worker died"] * 2  # a failed chunk still accounts for its items
     assert finished[0] == [0, 10]
+
+
+def test_a_shard_rebuilds_each_judged_kind_from_its_spec_as_its_parent_judges_it():
+    # A kind carries its spec: the parent writes it (plan.json), a shard reads it back and
+    # rebuilds the kind its deployment's `kind` parameter names. Same fingerprint: the chunks
+    # the shard stores are the very chunks the parent's judge phase takes from the store.
+    from typing import get_args
+
+    from flows.run.chunk_kinds import JUDGED_KINDS, JudgedPairChunks, JudgedRowChunks
+    from flows.shards.flow import ShardParams
+    from judges.builtin.pairwise import Pair, PairwiseOptions
+    from judges.catalogue import JudgeCatalogue
+    from judges.model.settings import LLMSettings
+    from judges.pairwise.models import Rubric
+    from judges.plan import plan_judges
+    from judges.rows import EvalRow
+
+    settings = LLMSettings(model="judgeflow/offline")
+    rows = [EvalRow(row_index=0, request_id="a", request="q",
+                    messages=[{"role": "user", "content": "q"}], response="r")]
+    pairs = [Pair(row_index=0, pair_id="p", prompt="q", response_A="a", response_B="b")]
+    rubric = Rubric.model_validate({"criteria": [{
+        "name": "accuracy", "description": "Is it right?", "type": "scale", "weight": 1}]})
+    parents = [(JudgedRowChunks(plan_judges(rows, ["safety"]), settings), rows),
+               (JudgedPairChunks(PairwiseOptions(rubric, swap=False, strict_ties=True),
+                                 settings), pairs)]
+    assert sorted(kind.name for kind, _ in parents) == sorted(JUDGED_KINDS)
+    assert get_args(ShardParams.model_fields["kind"].annotation) == tuple(JUDGED_KINDS)
+    for parent, items in parents:
+        written = parent.spec(JudgeCatalogue(), items).model_dump_json()
+        shard_kind = JUDGED_KINDS[parent.name]
+        child = shard_kind.rebuilt(shard_kind.spec_model.model_validate_json(written), settings)
+        assert child == parent
+        assert child.fingerprint(items) == parent.fingerprint(items)

@@ -14,7 +14,7 @@ import flows.evaluate  # noqa: F401 - binds Prefect's log handler outside CliRun
 from flows.cli import app
 from flows.evaluate import evaluate
 from flows.params import EvaluateParams, JudgeModel
-from flows.shards.plan import rebuild_plan
+from flows.run.kind_specs import rebuild_plan
 from judges.builtin.custom import CustomJudgeDefinition, build_custom_judge, load_custom_judges
 from judges.builtin.template_sandbox import CustomJudgeError, template_sandbox
 from judges.rows import Chunk, EvalRow, Message

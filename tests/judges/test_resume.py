@@ -13,15 +13,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from flows.phases.compare import judge_all_pairs
 from flows.run.chunk_kinds import ChunkResult, JudgedPairChunks
-from flows.run.execution import Chunking
+from flows.run.execution import Chunking, judge_all
 from judges.builtin.aspect_critic import make_aspect
 from judges.builtin.offline import MODEL as OFFLINE
 from judges.builtin.pairwise import PairwiseOptions
 from judges.engine import judge_rows
 from judges.model.settings import LLMSettings
 from judges.plan import plan_judges
+from judges.result_names.pairwise import pair_fields
 from judges.result_names.rows import row_record
 from tasks.call_log import CallLog
 from tasks.chunk_task import judge_context
@@ -270,11 +270,17 @@ def _judge_pairs_with(store: ChunkStore, api_base: str, options: PairwiseOptions
     pairs = validate_nova(table_from_rows(rows))
     pairs = pairs.pairs
     settings = LLMSettings(model="openai/biased-judge", api_base=api_base, max_attempts=1)
-    staging = ResultStaging()
+    staging, by_chunk = ResultStaging(), {}
+
+    def consume(index: int, chunk: list, result: ChunkResult) -> None:  # as the compare run's
+        staging.write_chunk(index, [pair_fields(r) for r in result.results],
+                            result.calls.in_phase("judging"))
+        by_chunk[index] = [r.verdict for r in result.results]
+
     try:
-        verdicts, usage = asyncio.run(judge_all_pairs(
-            pairs, JudgedPairChunks(options, settings),
-            Chunking(3, settings.window_ceiling, store), staging))
+        usage = asyncio.run(judge_all(pairs, JudgedPairChunks(options, settings),
+                                      Chunking(3, settings.window_ceiling, store), consume))
+        verdicts = [v for index in sorted(by_chunk) for v in by_chunk[index]]
         return verdicts, usage, list(staging.iter_records())
     finally:
         staging.cleanup()

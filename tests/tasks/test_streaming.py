@@ -192,7 +192,7 @@ def test_every_problem_of_a_big_set_is_found_however_late(tmp_path):
 
 
 def test_a_sharded_run_s_parent_keeps_the_checked_rows_and_reads_the_set_once(tmp_path):
-    from flows.phases.evaluation import PreparedSet
+    from flows.phases.evaluation import RowSet
     from flows.preflight.checks import check_options, preflight_evaluate, row_source
 
     path = _big_set_with_late_problems(tmp_path)
@@ -202,17 +202,17 @@ def test_a_sharded_run_s_parent_keeps_the_checked_rows_and_reads_the_set_once(tm
     assert kept.rows == second_pass and len(second_pass) == BIG - 4
     assert scan_set(RowSource(str(path)), CheckOptions()).rows is None  # streamed by default
 
-    def prepared(shards: int) -> PreparedSet:
+    def prepared(shards: int) -> RowSet:
         params = EvaluateParams(data=str(path), output=str(tmp_path / "out"), on_invalid="skip",
                                 judge=JudgeModel(model="judgeflow/offline"), shards=shards)
         check = preflight_evaluate(params)
-        return PreparedSet(row_source(params), check_options(params), check)
+        return RowSet(row_source(params), check_options(params), check)
 
     sharded, single = prepared(2), prepared(1)
     path.unlink()  # a second read of the set would fail now
-    assert list(sharded.row_stream()) == second_pass
+    assert list(sharded.items()) == second_pass
     with pytest.raises(DatasetReadError, match="big.jsonl"):  # one process reads it again
-        next(single.row_stream())
+        next(single.items())
 
 
 def test_planning_on_the_set_summary_decides_as_the_whole_set(tmp_path):
