@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from flows.phases.compare import judge_all_pairs
-from flows.run.chunk_kinds import JudgedPairChunks, JudgedRowChunks
+from flows.run.chunk_kinds import ChunkResult, JudgedPairChunks, JudgedRowChunks
 from flows.run.execution import Chunking, judge_all
 from judges.builtin.pairwise import PairwiseOptions
 from judges.model.settings import LLMSettings
 from judges.plan import plan_judges
+from judges.result_names.pairwise import pair_fields
 from tasks.dataset.pairs import validate_nova
 from tasks.dataset.sources import table_from_rows
 from tasks.dataset.validation import validate_table
@@ -119,11 +119,17 @@ def _pair_judge(body: dict) -> Reply:
 def _judge_pairs(store: ChunkStore, settings: LLMSettings):
     rows = [pair(f"p{i}", f"#q={1 + i % 5}", f"#q={5 - i % 5}") for i in range(7)]
     pairs = validate_nova(table_from_rows(rows)).pairs
-    staging = ResultStaging()
+    staging, by_chunk = ResultStaging(), {}
+
+    def consume(index: int, chunk: list, result: ChunkResult) -> None:  # as the compare run's
+        staging.write_chunk(index, [pair_fields(r) for r in result.results],
+                            result.calls.in_phase("judging"))
+        by_chunk[index] = [r.verdict for r in result.results]
+
     try:
-        verdicts, _ = asyncio.run(judge_all_pairs(
-            pairs, JudgedPairChunks(PairwiseOptions(), settings),
-            Chunking(3, settings.window_ceiling, store), staging))
+        asyncio.run(judge_all(pairs, JudgedPairChunks(PairwiseOptions(), settings),
+                              Chunking(3, settings.window_ceiling, store), consume))
+        verdicts = [v for index in sorted(by_chunk) for v in by_chunk[index]]
         return verdicts, list(staging.iter_records())
     finally:
         staging.cleanup()
