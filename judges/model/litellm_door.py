@@ -36,7 +36,8 @@ def _drop_parsed_tokenizer() -> None:
     On import it parses the tokenizer's JSON (about 13 MB of dicts and strings) only to dump it
     back into `claude_json_str`, the form its token counter reads, and keeps both. Dropping
     the parsed one lowers a run's peak memory by as much: the calls reuse the freed memory.
-    Only when the string is there, so that a litellm that reads the dicts keeps them.
+    Only when the string is there; tests/judges/test_llm.py fails for a litellm whose Claude
+    token count needs the dicts.
     """
     utils = sys.modules.get("litellm.utils")
     if utils is not None and isinstance(getattr(utils, "claude_json_str", None), str):
