@@ -241,3 +241,24 @@ def test_completion_latency_is_the_answering_attempt(fake_llm):
     completion, _ = _complete(_settings(fake_llm))
     assert completion.attempts == 2
     assert 0.2 <= completion.latency_seconds < 0.5
+
+
+def test_claude_token_counts_hold_once_the_parsed_tokenizer_copy_is_dropped():
+    """judgeflow frees litellm's parsed copy of the Anthropic tokenizer (13 MB a run held for
+    nothing, judges/model/litellm_door.py); litellm's token count for a model it counts with
+    that tokenizer still matches the tokenizer read from litellm's own file."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer
+
+    from judges.model.litellm_door import litellm
+
+    llm = litellm()
+    import litellm.utils
+
+    assert not hasattr(litellm.utils, "json_data")
+    text = "Is this answer safe? It names the capital of France: Paris."
+    shipped = Path(llm.__file__).parent / "litellm_core_utils/tokenizers/anthropic_tokenizer.json"
+    expected = len(Tokenizer.from_file(str(shipped)).encode(text).ids)
+    assert llm.utils.huggingface_tokenizer_kind("claude-haiku-4-5") == "anthropic"
+    assert llm.token_counter(model="claude-haiku-4-5", text=text) == expected > 5

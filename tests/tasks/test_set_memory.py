@@ -157,3 +157,18 @@ def test_a_compare_run_s_kept_pair_is_clipped_too():
     assert kept.result.pair.response_A == "a" * SHOWN_CHARS + (
         " … [1 more characters not shown here; results.jsonl holds the whole value]")
     assert kept.result.pair.response_B == "b" and kept.result.verdict.verdict == "error"
+
+
+@pytest.mark.parametrize(("chosen", "expected"), [(None, "system"), ("jemalloc", "jemalloc")])
+def test_arrow_allocates_with_the_system_allocator_unless_the_user_chose_one(chosen, expected):
+    """Arrow's default allocator (mimalloc) keeps its own arenas, about 5 MB at a run's peak;
+    judgeflow's pandas and pyarrow use the system's, and an operator's choice is kept."""
+    env = {key: value for key, value in os.environ.items()
+           if key != "ARROW_DEFAULT_MEMORY_POOL"} | ({} if chosen is None else
+                                                    {"ARROW_DEFAULT_MEMORY_POOL": chosen})
+    code = ("import tasks.dataset.sources, pandas, pyarrow; "
+            "pandas.DataFrame({'a': ['x']}).to_parquet(__import__('io').BytesIO()); "
+            "print(pyarrow.default_memory_pool().backend_name)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.strip() == expected, done.stderr
