@@ -6,12 +6,14 @@ answer is a heartbeat event from the flow run and an automation that marks a run
 its heartbeats stop (`judgeflow install-automations` installs it, flows/commands/automations.py);
 the crash automation then runs the night again as the same run.
 
-Prefect sends heartbeats only when `PREFECT_FLOWS_HEARTBEAT_FREQUENCY` is in the flow run's
-environment, which judgeflow's locked pools cannot set from a job variable and an operator on
-the quick path does not set. So a deployment run sends them itself, the same event Prefect
+Prefect's own heartbeats come every `PREFECT_FLOWS_HEARTBEAT_FREQUENCY` seconds: 180 by default
+in Prefect 3.8, twice the automation's 90 s window, so a healthy night would be taken for dead.
+judgeflow's locked pools cannot set that variable from a job variable and an operator on the
+quick path does not set it. So a deployment run sends them itself, the same event Prefect
 sends, every `JUDGEFLOW_HEARTBEAT_SECONDS` (default 30) from a thread of its own, while the
-flow's body runs; when Prefect already sends them, it sends none of its own. Runs outside a
-deployment (the command line, a subflow) have a process that reports its own end.
+flow's body runs; only when Prefect already sends them at least that often does it send
+none. Runs outside a deployment (the command line, a subflow) have a process that reports
+its own end.
 """
 
 from __future__ import annotations
@@ -43,10 +45,15 @@ def heartbeat_seconds() -> int:
         return DEFAULT_INTERVAL_SECONDS
 
 
-def _prefect_sends_them() -> bool:
+def prefect_sends_them_often_enough() -> bool:
+    """Whether Prefect's own heartbeats come at least as often as ours.
+
+    The automation's window is sized for ours; Prefect's default (180 s) is too seldom.
+    """
     from prefect.settings import get_current_settings
 
-    return get_current_settings().flows.heartbeat_frequency is not None
+    frequency = get_current_settings().flows.heartbeat_frequency
+    return frequency is not None and frequency <= heartbeat_seconds()
 
 
 def _deployment_run() -> tuple[Any, str] | None:
@@ -84,7 +91,7 @@ def heartbeats() -> Iterator[bool]:
     automation's window); the last one before the body ends at most one interval earlier.
     """
     found = _deployment_run()
-    if found is None or _prefect_sends_them():
+    if found is None or prefect_sends_them_often_enough():
         yield False
         return
     from prefect.events import emit_event
