@@ -59,6 +59,10 @@ demo: install
 # process-free. Each pass prints its slowest tests and the time per tier.
 FAST_WORKERS ?= auto
 TEST_WORKERS ?= 4
+# pytest rewrites every test module's asserts as it imports it and keeps the result in
+# __pycache__, unless PYTHONDONTWRITEBYTECODE forbids it: then each worker rewrites all 130
+# modules on every run (about 5 CPU-s a worker). The tests' own bytecode is only a cache.
+test test-fast test-process: export PYTHONDONTWRITEBYTECODE :=
 SERIAL_FILES = $(shell grep -rl --include='test_*.py' 'mark.serial' tests)
 
 # The inner loop: pure tests and in-process flows, no process started but each worker's API.

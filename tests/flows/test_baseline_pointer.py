@@ -10,6 +10,8 @@ pointer older than the newest baseline the suite's signed history names: it ends
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -43,6 +45,32 @@ def _two_baselines(fake_llm, tmp_path) -> bytes:
     return weak_pointer
 
 
+@pytest.fixture(scope="module")
+def _signed_suite(tmp_path_factory, llm_server) -> tuple[Path, bytes]:
+    """The two baselines published once, signed with KEY, for the module's signed tests."""
+    root = tmp_path_factory.mktemp("signed-suite")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SIGNING_KEY_ENV, KEY)
+        llm_server.reset()
+        weak_pointer = _two_baselines(llm_server, root)
+    shutil.copytree(root / "out", root / "as-published")
+    return root, weak_pointer
+
+
+@pytest.fixture
+def two_baselines(_signed_suite, key, fake_llm) -> tuple[Path, bytes]:
+    """The folder holding the suite as the two baselines left it, and the weak pointer's bytes.
+
+    Put back in place before each test, never copied elsewhere: a signed run is bound to
+    where it was published (tests/flows/test_integrity.py), and each test rewrites the suite.
+    """
+    root, weak_pointer = _signed_suite
+    shutil.rmtree(root / "out")
+    shutil.copytree(root / "as-published", root / "out")
+    fake_llm.script = PlantedJudge()
+    return root, weak_pointer
+
+
 def _regression_cli(fake_llm, tmp_path, data: list[dict], run_id: str):
     set_file = tmp_path / f"{run_id}.jsonl"
     set_file.write_text("".join(json.dumps(r) + "\n" for r in data))
@@ -54,8 +82,8 @@ def _regression_cli(fake_llm, tmp_path, data: list[dict], run_id: str):
         "--no-cache", "--run-id", run_id])
 
 
-def test_an_older_signed_pointer_put_back_is_refused_and_exits_3(key, fake_llm, tmp_path):
-    weak_pointer = _two_baselines(fake_llm, tmp_path)
+def test_an_older_signed_pointer_put_back_is_refused_and_exits_3(two_baselines, fake_llm):
+    tmp_path, weak_pointer = two_baselines
     _pointer(tmp_path).write_bytes(weak_pointer)  # the bucket writer's rollback, MAC and all
     done = _regression_cli(fake_llm, tmp_path, rows(20, set(range(10))), "pointer-cand")
     assert done.exit_code == 3, done.output
@@ -69,8 +97,8 @@ def test_an_older_signed_pointer_put_back_is_refused_and_exits_3(key, fake_llm, 
     assert json.loads(_pointer(tmp_path).read_text())["run_id"] == "weak"
 
 
-def test_the_newest_signed_pointer_is_verified(key, fake_llm, tmp_path):
-    _two_baselines(fake_llm, tmp_path)
+def test_the_newest_signed_pointer_is_verified(two_baselines, fake_llm):
+    tmp_path, _ = two_baselines
     state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "pointer-cand"))
     assert state.is_failed() and state.message.startswith("FAILED")  # judged against strong
     integrity = manifest(tmp_path, "pointer-cand")["integrity"]
@@ -78,9 +106,9 @@ def test_the_newest_signed_pointer_is_verified(key, fake_llm, tmp_path):
 
 
 @pytest.mark.parametrize("forgery", ["unsigned", "renamed", "from latest.json", "rotated"])
-def test_an_unsigned_or_altered_pointer_is_refused(key, fake_llm, tmp_path, monkeypatch,
+def test_an_unsigned_or_altered_pointer_is_refused(two_baselines, fake_llm, monkeypatch,
                                                    forgery):
-    _two_baselines(fake_llm, tmp_path)
+    tmp_path, _ = two_baselines
     signed = json.loads(_pointer(tmp_path).read_text())
     if forgery == "unsigned":
         planted = {k: v for k, v in signed.items() if k != "mac"} | {"run_id": "weak"}
@@ -110,8 +138,8 @@ def test_without_a_key_the_pointer_is_taken_as_found_and_the_manifest_says_so(
     assert integrity["signing"] == "none" and integrity["baseline_pointer"] == "unchecked"
 
 
-def test_a_baseline_named_explicitly_is_the_operator_s_choice(key, fake_llm, tmp_path):
-    _two_baselines(fake_llm, tmp_path)
+def test_a_baseline_named_explicitly_is_the_operator_s_choice(two_baselines, fake_llm):
+    tmp_path, _ = two_baselines
     state = run(params(fake_llm, tmp_path, rows(20, set(range(10))), "pointer-cand",
                        baseline="weak"))
     assert state.is_completed(), state.message

@@ -200,8 +200,17 @@ def _serve(handler) -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def test_a_slow_tracking_server_is_not_called_unreachable(tmp_path):
-    """/health answers in 3 s, past the first 2 s bound: asked again, the run goes ahead."""
+def test_a_slow_tracking_server_is_not_called_unreachable(tmp_path, monkeypatch):
+    """/health answers past the first bound: asked again, the run goes ahead.
+
+    The answer comes in 0.3 s rather than 3 s, past a first bound of 0.2 s rather than 2 s:
+    the same order of events without five seconds of waiting (the later bounds keep their
+    margin for a loaded machine)."""
+    import flows.preflight.tracking as tracking
+
+    assert tracking.TIMEOUTS_SECONDS[0] < _SlowHealth.delay < tracking.TIMEOUTS_SECONDS[1]
+    monkeypatch.setattr(tracking, "TIMEOUTS_SECONDS", (0.2, 2.0, 5.0))
+    monkeypatch.setattr(_SlowHealth, "delay", 0.3)
     server, url = _serve(_SlowHealth)
     try:
         result = _evaluate(tmp_path, "rag", "slow", "--mlflow-tracking-uri", url)

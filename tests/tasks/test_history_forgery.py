@@ -10,6 +10,7 @@ published is shown as NOT SIGNED and is never the page's latest.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -23,15 +24,28 @@ from tests.planted import PlantedJudge
 KEY = "judgeflow-test-history-key-93ab"
 
 
+@pytest.fixture(scope="module")
+def _published_nights(tmp_path_factory, llm_server):
+    """A signed suite: a seed, a failed night, a passed night, published once for the module."""
+    root = tmp_path_factory.mktemp("nights")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SIGNING_KEY_ENV, KEY)
+        llm_server.reset(PlantedJudge())
+        seed(llm_server, root, rows(20, set()))
+        assert run(params(llm_server, root, rows(20, set(range(10))), "night1")).is_failed()
+        assert run(params(llm_server, root, rows(20, set()), "night2")).is_completed()
+    shutil.copytree(root / "out", root / "as-published")
+    return root
+
+
 @pytest.fixture
-def nights(monkeypatch, fake_llm, tmp_path):
-    """A signed suite: a seed, a failed night, a passed night."""
+def nights(_published_nights, monkeypatch):
+    """The signed suite's folder as the three runs published it (put back before each test, in
+    place: a signed entry is bound to its suite's location; each test alters it)."""
     monkeypatch.setenv(SIGNING_KEY_ENV, KEY)
-    fake_llm.script = PlantedJudge()
-    seed(fake_llm, tmp_path, rows(20, set()))
-    assert run(params(fake_llm, tmp_path, rows(20, set(range(10))), "night1")).is_failed()
-    assert run(params(fake_llm, tmp_path, rows(20, set()), "night2")).is_completed()
-    return tmp_path / "out" / "nightly"
+    shutil.rmtree(_published_nights / "out")
+    shutil.copytree(_published_nights / "as-published", _published_nights / "out")
+    return _published_nights / "out" / "nightly"
 
 
 def _history(suite_dir) -> dict:
@@ -55,7 +69,8 @@ def test_the_history_is_signed(nights):
     assert _outcomes(nights) == {"seed": "complete", "night1": "failed", "night2": "passed"}
 
 
-def test_a_failed_night_turned_passed_is_rebuilt_from_its_signed_manifest(nights, tmp_path):
+def test_a_failed_night_turned_passed_is_rebuilt_from_its_signed_manifest(nights):
+    tmp_path = nights.parents[1]  # the folder the suite was published in
     entry_file = nights / "history" / "night1.json"
     entry_file.write_text(entry_file.read_text().replace('"failed"', '"passed"'))
     history = _history(nights)
@@ -68,7 +83,8 @@ def test_a_failed_night_turned_passed_is_rebuilt_from_its_signed_manifest(nights
     assert "ALTERED" not in (nights / "index.html").read_text()  # rebuilt, so nothing to mark
 
 
-def test_a_hidden_run_comes_back(nights, tmp_path):
+def test_a_hidden_run_comes_back(nights):
+    tmp_path = nights.parents[1]  # the folder the suite was published in
     history = _history(nights)
     history["entries"] = [e for e in history["entries"] if e["run_id"] != "night1"]
     history["not_listed"] = ["night1"]
@@ -78,7 +94,8 @@ def test_a_hidden_run_comes_back(nights, tmp_path):
     assert _history(nights)["not_listed"] == []
 
 
-def test_a_fake_latest_is_marked_and_never_the_latest(nights, tmp_path):
+def test_a_fake_latest_is_marked_and_never_the_latest(nights):
+    tmp_path = nights.parents[1]  # the folder the suite was published in
     real = json.loads((nights / "history" / "night2.json").read_text())
     fake = {**real, "run_id": "zz-fake", "published_at": "2999-01-01T00:00:00+00:00",
             "outcome": "passed", "became_baseline": True, "mac": "0" * 64}
