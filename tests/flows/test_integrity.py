@@ -129,7 +129,7 @@ def test_a_forged_stored_chunk_is_judged_again_on_resume(key, fake_llm, tmp_path
         raise RuntimeError("killed before publishing")
 
     with monkeypatch.context() as patch:  # judged and stored, never published
-        patch.setattr("flows.phases.evaluation.publish_run", crash)
+        patch.setattr("flows.phases.run_phases.publish_run", crash)
         with pytest.raises(RuntimeError, match="killed before publishing"):
             _evaluate(fake_llm, tmp_path, data, "crashed", chunk_size=5, use_cache=False)
     chunks = tmp_path / "out" / "s" / "crashed" / ".chunks" / "judge"
