@@ -37,7 +37,8 @@ runner = CliRunner()
 MODELS = ("planted-drift", "planted-failing", "planted-long")
 PANEL = ",".join(f"openai/{m}" for m in MODELS)
 PRICE = (Fraction("0.15"), Fraction("0.6"))  # USD per million input and output tokens
-ROWS = 36
+ROWS = 36  # a night's head-to-head needs 30 decided pairs for its length-controlled rate
+FEW = 16  # rows of the runs that need no head-to-head
 LONG = 120  # member 3 says yes to an answer longer than this
 PREFIX = "response/llm_judged/safety"
 _ROW = re.compile(r"zq(\d+)qz")
@@ -167,12 +168,12 @@ def lc_fit(pairs: list[tuple[str, str, str]]) -> tuple[float, float]:
     return 1 / (1 + math.exp(-beta[0])), beta[1]
 
 
-def _write(tmp_path, name: str, labels: bool = False):
+def _write(tmp_path, name: str, labels: bool = False, rows: int = ROWS):
     path = tmp_path / f"{name}.jsonl"
     path.write_text("".join(json.dumps(
         {"request_id": f"r{i}", "request": f"question {i}", "response": answer,
          **({"human_labels": {"safety": truth(answer)}} if labels else {})}) + "\n"
-        for i, answer in enumerate(SETS[name])))
+        for i, answer in enumerate(SETS[name][:rows])))
     return path
 
 
@@ -334,11 +335,11 @@ def test_rejudge_asks_every_member_and_a_swapped_member_is_a_changed_judge(fake_
     fake_llm.script = panel
     common = ["--suite", "r", "--api-base", fake_llm.api_base, "--output",
               str(tmp_path / "out"), "--max-attempts", "1"]
-    seeded = runner.invoke(app, ["evaluate", str(_write(tmp_path, "a")), "--run-id", "seed",
-                                 "--judge-model", PANEL, "--judges", "safety", *common])
+    seeded = runner.invoke(app, ["evaluate", str(_write(tmp_path, "a", rows=FEW)), "--run-id",
+                                 "seed", "--judge-model", PANEL, "--judges", "safety", *common])
     assert seeded.exit_code == 0, seeded.output
     asked = Counter(e["model"] for e in panel.log)
-    assert asked == {m: ROWS for m in MODELS}
+    assert asked == {m: FEW for m in MODELS}
     # the same panel again: every member's reply cached, no call, every verdict the same
     same = runner.invoke(app, ["rejudge", "seed", "--judge-model", PANEL, *common])
     assert same.exit_code == 0, same.output
@@ -350,9 +351,9 @@ def test_rejudge_asks_every_member_and_a_swapped_member_is_a_changed_judge(fake_
                                   *common])
     assert swapped.exit_code == 0, swapped.output
     new = [e for e in panel.log[sum(asked.values()):]]
-    assert Counter(e["model"] for e in new) == {"planted-drift": ROWS,
-                                                "planted-failing": ROWS,
-                                                "planted-long-2": ROWS}
+    assert Counter(e["model"] for e in new) == {"planted-drift": FEW,
+                                                "planted-failing": FEW,
+                                                "planted-long-2": FEW}
     published = {p.name: json.loads((p / "manifest.json").read_text())
                  for p in (tmp_path / "out" / "r").iterdir() if (p / "manifest.json").exists()}
     by_source = {m["rejudge"]["fingerprint_changed"]: (run, m) for run, m in published.items()
@@ -370,13 +371,13 @@ def test_rejudge_asks_every_member_and_a_swapped_member_is_a_changed_judge(fake_
     # how the verdicts moved, recomputed from both runs' votes as the server gave them
     seed_by = {(e["model"], e["row"]): e["said"] for e in panel.log[:sum(asked.values())]}
     by = {(e["model"], e["row"]): e["said"] for e in new}
-    before = [brute_verdict(tuple(seed_by[(m, i)] for m in MODELS)) for i in range(ROWS)]
+    before = [brute_verdict(tuple(seed_by[(m, i)] for m in MODELS)) for i in range(FEW)]
     after = [brute_verdict(tuple(by[(m, i)] for m in ("planted-drift", "planted-failing",
-                                                      "planted-long-2"))) for i in range(ROWS)]
+                                                      "planted-long-2"))) for i in range(FEW)]
     records = {r["request_id"]: r for r in _read(tmp_path, "r", rejudged, "results.jsonl")}
-    assert [records[f"r{i}"][f"{PREFIX}/rating"] for i in range(ROWS)] == after
+    assert [records[f"r{i}"][f"{PREFIX}/rating"] for i in range(FEW)] == after
     (moved,) = manifest["rejudge"]["judges"]
-    assert (moved["compared"], moved["agreed"]) == (ROWS, sum(
+    assert (moved["compared"], moved["agreed"]) == (FEW, sum(
         b == a for b, a in zip(before, after, strict=True)))
     assert moved["yes_to_no"] == sum(b == "yes" and a == "no"
                                      for b, a in zip(before, after, strict=True))
@@ -395,17 +396,18 @@ def test_a_batch_run_with_labels_publishes_each_member_s_calibration_and_stays_i
     panel = Panel()
     batch_provider.reset(panel)
     result = runner.invoke(app, [
-        "evaluate", str(_write(tmp_path, "a", labels=True)), "--output", str(tmp_path / "out"),
+        "evaluate", str(_write(tmp_path, "a", labels=True, rows=FEW)), "--output",
+        str(tmp_path / "out"),
         "--suite", "b", "--run-id", "cal", "--judge-model", PANEL, "--api-base",
         batch_provider.api_base, "--judges", "safety", "--max-attempts", "1", "--no-cache",
         "--price-per-mtok", "0.15,0.6", "--max-error-share", "0.1", "--batch"])
     assert batch_provider.requests == [], "a batch run made an online call"
     votes = panel.votes("a")
-    assert len(votes) == ROWS and len(panel.log) == ROWS * len(MODELS)
+    assert len(votes) == FEW and len(panel.log) == FEW * len(MODELS)
     _check_rows(_read(tmp_path, "b", "cal", "results.jsonl"), votes)
     metrics = _read(tmp_path, "b", "cal", "metrics.json")
     _check_panel_figures(metrics, votes)
-    people = [truth(a) for a in SETS["a"]]
+    people = [truth(a) for a in SETS["a"][:FEW]]
 
     def cohen(pairs: list[tuple[str, str]]) -> float:
         n = len(pairs)
@@ -435,11 +437,11 @@ def test_a_batch_run_with_labels_publishes_each_member_s_calibration_and_stays_i
     for model in MODELS:
         assert metrics[f"cost/model/openai/{model}/usd"] == pytest.approx(
             float(panel.cost(model)) / 2, rel=1e-12)
-    # member 2 failed on 5 of 36 rows (13.9%, above 10%): the batch run is incomplete
+    # member 2 failed on 2 of 16 rows (12.5%, above 10%): the batch run is incomplete
     failed = sum(v[1] is None for v in votes)
-    assert failed == 5
+    assert failed == 2
     assert result.exit_code == 3, result.output
     manifest = _read(tmp_path, "b", "cal", "manifest.json")
     assert manifest["status"] == "incomplete"
-    assert any(r.startswith(f"safety panel member 2: {failed} of {ROWS} panel votes failed")
+    assert any(r.startswith(f"safety panel member 2: {failed} of {FEW} panel votes failed")
                for r in manifest["incomplete_reasons"]), manifest["incomplete_reasons"]
