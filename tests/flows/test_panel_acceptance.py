@@ -64,6 +64,13 @@ def truth(answer: str) -> str:
     return "yes" if int(_QUALITY.search(answer).group(1)) >= 3 else "no"
 
 
+def tokens(body: dict) -> dict[str, int]:
+    """The usage the server reports for a request: planted, different for every member."""
+    text = prompt_text(body)
+    return {"prompt": 30 + len(text) % 43 + 7 * len(body["model"]),
+            "completion": 4 + int(_ROW.search(text).group(1)) % 6}
+
+
 class Panel:
     """The three members on one server; every request, its answer and its tokens are logged."""
 
@@ -84,9 +91,7 @@ class Panel:
         else:
             reply, said = self._yes_no(model, row, blocks["response"])
         entry = {"model": model, "row": row, "said": said,
-                 "sets": "".join(_SET.findall(text)),
-                 "prompt": 30 + len(text) % 43 + 7 * len(model),
-                 "completion": 4 + row % 6}
+                 "sets": "".join(_SET.findall(text)), **tokens(body)}
         with self._lock:
             self.log.append(entry)
         return dataclasses.replace(reply, prompt_tokens=entry["prompt"],
@@ -445,3 +450,50 @@ def test_a_batch_run_with_labels_publishes_each_member_s_calibration_and_stays_i
     assert manifest["status"] == "incomplete"
     assert any(r.startswith(f"safety panel member 2: {failed} of {FEW} panel votes failed")
                for r in manifest["incomplete_reasons"]), manifest["incomplete_reasons"]
+
+
+def test_a_batch_regression_s_canary_names_the_drifting_member_and_prices_every_call(
+        batch_provider, tmp_path):
+    panel = Panel()
+    batch_provider.reset(panel)
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(f"gates:\n  - metric: {PREFIX}/rating/average\n    max_drop: 0.5\n")
+    common = ["--suite", "bn", "--judge-model", PANEL, "--api-base", batch_provider.api_base,
+              "--judges", "safety", "--max-attempts", "1", "--no-cache", "--output",
+              str(tmp_path / "out"), "--price-per-mtok", "0.15,0.6", "--max-error-share",
+              "0.15", "--batch"]
+    seeded = runner.invoke(app, ["evaluate", str(_write(tmp_path, "a", rows=FEW)), "--run-id",
+                                 "seed", *common])
+    assert seeded.exit_code == 0, seeded.output
+    batch_provider.reset(panel)
+    panel.log.clear()
+    panel.drift = True
+    night = runner.invoke(app, ["regression", str(_write(tmp_path, "b", rows=FEW)), "--run-id",
+                                "night", "--gates", str(gates), "--no-pairwise",
+                                "--canary-rows", "8", *common])
+    assert night.exit_code != 0, night.output
+    manifest = _read(tmp_path, "bn", "night", "manifest.json")
+    assert manifest["status"] == "incomplete"
+    canary = manifest["regression"]["canary"]
+    checked = {j["name"]: j for j in canary["judges"]}
+    assert checked["safety panel member 1 (openai/planted-drift)"]["agreement"] < 0.9
+    assert canary["drifted"] is True
+    # tonight's rows in batches; every call of the night, batched or online, priced as sent
+    assert sorted(b["model"] for b in batch_provider.batch_requests
+                  if "set-b" in prompt_text(b)) == sorted(MODELS * FEW)
+    _check_rows(_read(tmp_path, "bn", "night", "results.jsonl"), panel.votes("b"))
+
+    def cost(bodies: list[dict], model: str, share: Fraction) -> Fraction:
+        return sum(((t := tokens(b))["prompt"] * PRICE[0] + t["completion"] * PRICE[1])
+                   * share / 10**6 for b in bodies if b["model"] == model
+                   and not (model == "planted-failing"
+                            and int(_ROW.search(prompt_text(b)).group(1)) % 8 == 3))
+
+    metrics = _read(tmp_path, "bn", "night", "metrics.json")
+    for model in MODELS:
+        exact = (cost(batch_provider.batch_requests, model, Fraction(1, 2))
+                 + cost(batch_provider.requests, model, Fraction(1)))
+        assert metrics[f"cost/model/openai/{model}/usd"] == pytest.approx(float(exact),
+                                                                          rel=1e-12), model
+        assert manifest["ledger"]["models"][f"openai/{model}"]["cost_usd"] == pytest.approx(
+            float(exact), rel=1e-12)
