@@ -497,3 +497,38 @@ def test_a_batch_regression_s_canary_names_the_drifting_member_and_prices_every_
                                                                           rel=1e-12), model
         assert manifest["ledger"]["models"][f"openai/{model}"]["cost_usd"] == pytest.approx(
             float(exact), rel=1e-12)
+
+
+def test_an_advisory_member_that_drifts_still_stops_the_night(fake_llm, tmp_path):
+    panel = Panel()
+    fake_llm.script = panel
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(f"gates:\n  - metric: {PREFIX}/rating/average\n    max_drop: 0.5\n")
+    # the drifting and length-biased members advise (as calibration suggests for the latter);
+    # the failing one decides alone
+    common = ["--suite", "adv", "--judge-model", PANEL, "--advisory-judge-model",
+              "openai/planted-drift,openai/planted-long", "--api-base", fake_llm.api_base,
+              "--judges", "safety", "--max-attempts", "1", "--no-cache", "--output",
+              str(tmp_path / "out"), "--max-error-share", "0.15"]
+    seeded = runner.invoke(app, ["evaluate", str(_write(tmp_path, "a", rows=FEW)), "--run-id",
+                                 "seed", *common])
+    assert seeded.exit_code == 0, seeded.output
+    panel.log.clear()
+    panel.drift = True
+    night = runner.invoke(app, ["regression", str(_write(tmp_path, "b", rows=FEW)), "--run-id",
+                                "night", "--gates", str(gates), "--no-pairwise",
+                                "--canary-rows", "8", *common])
+    # the verdicts are the voting member's; where it failed, the row's error, whatever the
+    # advisers said
+    records = {r["request_id"]: r for r in _read(tmp_path, "adv", "night", "results.jsonl")}
+    votes = panel.votes("b")
+    assert [records[f"r{i}"][f"{PREFIX}/rating"] for i in range(FEW)] == [v[1] for v in votes]
+    assert None in [v[1] for v in votes]
+    # its drift changed no verdict, but the canary names it and the night does not pass
+    canary = _read(tmp_path, "adv", "night", "manifest.json")["regression"]["canary"]
+    checked = {j["name"]: j for j in canary["judges"]}
+    assert checked["safety"]["agreement"] == 1.0
+    assert checked["safety panel member 1 (openai/planted-drift)"]["agreement"] < 0.9
+    assert canary["drifted"] is True
+    assert night.exit_code != 0, night.output
+    assert _read(tmp_path, "adv", "night", "manifest.json")["status"] == "incomplete"
