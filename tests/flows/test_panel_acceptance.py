@@ -213,6 +213,13 @@ def _check_panel_figures(metrics: dict, votes: list[tuple[str | None, ...]]) -> 
     # the exact fraction, rounded once: the published float is that number, not near it
     assert metrics[f"{PREFIX}/panel/fleiss_kappa"] == float(exact_fleiss(table))
     assert metrics[f"{PREFIX}/panel/fleiss_kappa_count"] == len(complete)
+    # its interval: 1000 resamples of those rows drawn with seed 0 (docs/judges.md), each
+    # resample's kappa exact here
+    draws = np.random.default_rng(0).integers(0, len(table), size=(1000, len(table)))
+    kappas = [k for draw in draws if (k := exact_fleiss([table[d] for d in draw])) is not None]
+    low, high = np.percentile([float(k) for k in kappas], [2.5, 97.5])
+    assert metrics[f"{PREFIX}/panel/fleiss_kappa_lower"] == pytest.approx(low, abs=1e-12)
+    assert metrics[f"{PREFIX}/panel/fleiss_kappa_upper"] == pytest.approx(high, abs=1e-12)
     decided = [v for v in votes if brute_verdict(v) is not None]
     one_vote = [v for v in decided if abs(v.count("yes") - v.count("no")) == 1]
     assert metrics[f"{PREFIX}/panel/one_vote_share"] == len(one_vote) / len(decided)
@@ -262,6 +269,8 @@ def test_a_panel_s_regression_nights_match_a_recomputation_and_its_drift_is_name
     records = {r["request_id"]: r for r in _read(tmp_path, "n", "n1", "results.jsonl")}
     for row, outcome in outcomes.items():
         assert records[f"r{row}"]["pairwise/verdict"] == outcome, (row, pairs[row])
+        assert [records[f"r{row}"][f"pairwise/panel/{n}/verdict"] for n in (1, 2, 3)] == list(
+            pairs[row])
     count = Counter(outcomes.values())
     assert count["error"] > 0  # the failing member left a pair split, and it decided nothing
     assert metrics["winrate"] == count["B"] / (count["A"] + count["B"])
