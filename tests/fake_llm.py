@@ -123,6 +123,12 @@ def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
     return handler.rfile.read(length) if length else b""
 
 
+class _LoopbackHTTPServer(ThreadingHTTPServer):
+    # A panel's members open many connections at once; the default listen backlog (5)
+    # overflows on a loaded machine and the kernel resets connections a provider would accept.
+    request_queue_size = 128
+
+
 class FakeLLMServer:
     """Threaded HTTP server; `requests` records every body it received."""
 
@@ -131,7 +137,7 @@ class FakeLLMServer:
         self.requests: list[dict] = []
         self.headers_seen: list[dict[str, str]] = []
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd = _LoopbackHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 

@@ -14,6 +14,7 @@ many members that is.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from fractions import Fraction
 from itertools import combinations
 
 import numpy as np
@@ -69,8 +70,13 @@ def fleiss_kappa(counts: np.ndarray) -> float | None:
     totals = counts.sum(axis=1)
     if totals.min() != totals.max() or totals[0] < 2:
         raise ValueError("Fleiss' kappa needs the same number (at least 2) of ratings a row")
-    value = float(_fleiss(counts))
-    return None if np.isnan(value) else value
+    # In exact integers and fractions, rounded once: the published figure is the definition's
+    # number itself, not a float sum's neighbour (the bootstrap's resamples stay in floats).
+    rows, raters = len(counts), int(totals[0])
+    squares = sum(int(c) ** 2 for c in counts.ravel())
+    observed = Fraction(squares - rows * raters, rows * raters * (raters - 1))
+    chance = Fraction(sum(int(c) ** 2 for c in counts.sum(axis=0)), (rows * raters) ** 2)
+    return None if chance == 1 else float((observed - chance) / (1 - chance))
 
 
 def fleiss_interval(counts: np.ndarray, *, seed: int = 0, resamples: int = RESAMPLES

@@ -76,7 +76,9 @@ def pair_panel_stats(verdicts: Sequence[Sequence[str]], members: Sequence[str],
             verdicts (A, B or tie) are the same, and how many pairs that is;
         kappa, kappa_lower, kappa_upper, kappa_rows, kappa_raters: Fleiss' kappa of the voting
             members (`voting`; advisory ones are not) over A, B and tie on the pairs every one
-            of them judged, its 95% bootstrap interval, that pair count and member count.
+            of them judged, its 95% bootstrap interval, that pair count and member count;
+        decided_rows, one_vote_rows, one_vote_share: pairs the panel decided, those won by a
+            single vote (A, A, B: yes; A, A, error: no, a margin of two), and their share.
     """
     rows = [list(row) for row in verdicts]
     per_member = {}
@@ -97,7 +99,25 @@ def pair_panel_stats(verdicts: Sequence[Sequence[str]], members: Sequence[str],
     kappa = fleiss_kappa(counts) if rater_count >= 2 and complete else None
     low, high = (fleiss_interval(counts, seed=seed, resamples=resamples)
                  if kappa is not None else (None, None))
+    decided = [margin for margin in (_margin(row, members, voting) for row in rows)
+               if margin is not None]
+    one_vote = sum(margin == 1 for margin in decided)
     return {"members": per_member, "agreement": agreement, "kappa": kappa,
             "kappa_lower": low, "kappa_upper": high,
             "kappa_rows": len(complete) if rater_count >= 2 else 0, "kappa_raters": rater_count,
-            "advisory": [m for m in members if m not in voters(members, members, voting)[1]]}
+            "advisory": [m for m in members if m not in voters(members, members, voting)[1]],
+            "decided_rows": len(decided), "one_vote_rows": one_vote,
+            "one_vote_share": one_vote / len(decided) if decided else None}
+
+
+def _margin(row: Sequence[str], members: Sequence[str], voting: Sequence[bool] | None
+            ) -> int | None:
+    """A decided pair's margin: its outcome's voting members less any other verdict's.
+
+    None when undecided. 1 is a pair won by a single vote, as a yes/no row's |yes − no| = 1.
+    """
+    outcome = pair_panel_vote(row, members, voting).outcome
+    if outcome is None:
+        return None
+    said = Counter(v for v in voters(row, members, voting)[0] if v != "error")
+    return said[outcome] - max((n for v, n in said.items() if v != outcome), default=0)

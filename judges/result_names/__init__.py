@@ -17,7 +17,8 @@ Every key a run publishes is written here, from typed values:
 - A panel of judge models: per row `{prefix}/panel/{n}/model|rating|rationale|error_message`
   (or `…/ratings|rationales|error_messages`, one per prompt asked); per run
   `{prefix}/panel/{n}/rate|rated_count|error_count`, `{prefix}/panel/{i}-{j}/agreement`,
-  `{prefix}/panel/fleiss_kappa…` and `{prefix}/panel/one_vote_share` (`panel_metrics`).
+  `{prefix}/panel/fleiss_kappa…` and `{prefix}/panel/one_vote_share` (`panel_metrics`); a
+  head-to-head panel's the same under `pairwise/panel/` (`pair_panel_metrics`).
 - Calibration: `calibration/{key}/{stat}` and the per-row `calibration/{key}/disagrees`; a
   panel member's `calibration/{key}/panel/{n}/{stat}`.
 - Per tag: `tag/{tag}/{name}`.

@@ -70,14 +70,12 @@ def panel_metrics(prefix: str, members: tuple[str, ...], stats: Mapping[str, Any
         if model in stats.get("advisory", ()):
             out[f"{base}/{ADVISORY}"] = True
     out |= _agreement_fields(f"{prefix}/panel", members, stats)
-    out |= {f"{prefix}/panel/{PANEL_ONE_VOTE}": stats["one_vote_share"],
-            f"{prefix}/panel/one_vote_count": stats["one_vote_rows"],
-            f"{prefix}/panel/decided_count": stats["decided_rows"]}
-    return out
+    return out | _one_vote_fields(f"{prefix}/panel", stats)
 
 
 # A head-to-head panel's figures (judges/panel/pairs.py `pair_panel_stats`), beside the run's
-# own win rates: member n's win rate over the pairs it decided, agreement and kappa over A/B/tie.
+# own win rates: member n's win rate over the pairs it decided, agreement and kappa over A/B/tie,
+# and the share of decided pairs won by a single vote.
 PAIR_PANEL = "pairwise/panel"
 
 
@@ -92,7 +90,15 @@ def pair_panel_metrics(members: tuple[str, ...], stats: Mapping[str, Any]) -> di
                 errors: figures["errors"]}
         if model in stats.get("advisory", ()):
             out[f"{base}/{ADVISORY}"] = True
-    return out | _agreement_fields(PAIR_PANEL, members, stats)
+    return out | _agreement_fields(PAIR_PANEL, members, stats) | _one_vote_fields(PAIR_PANEL,
+                                                                                  stats)
+
+
+def _one_vote_fields(base: str, stats: Mapping[str, Any]) -> dict:
+    """The share of decided votes (rows, prompts or pairs) won by a single vote, and counts."""
+    return {f"{base}/{PANEL_ONE_VOTE}": stats["one_vote_share"],
+            f"{base}/one_vote_count": stats["one_vote_rows"],
+            f"{base}/decided_count": stats["decided_rows"]}
 
 
 def _agreement_fields(base: str, members: tuple[str, ...], stats: Mapping[str, Any]) -> dict:

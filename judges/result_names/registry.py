@@ -225,9 +225,13 @@ def pair_panel_declaration(name: str) -> Declared | None:
     elif rest in (PANEL_KAPPA, f"{PANEL_KAPPA}_lower", f"{PANEL_KAPPA}_upper"):
         declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE,
                             f"{PAIR_PANEL}/{PANEL_KAPPA}_count", None, "higher", True)
+    elif rest == PANEL_ONE_VOTE:  # the fewer outcomes rest on one vote, the better
+        declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE,
+                            f"{PAIR_PANEL}/decided_count", None, "lower", True, share=True)
     elif _PANEL_ADVISORY.match(rest):
         declared = _advisory_flag(name, PAIRWISE_JUDGE, PAIRWISE_JUDGE)
-    elif not (_PANEL_PAIR.match(rest) or rest in _KAPPA_COUNTS):
+    elif not (_PANEL_PAIR.match(rest)
+              or rest in (*_KAPPA_COUNTS, "one_vote_count", "decided_count")):
         return None
     return declared or _count(name, PAIRWISE_JUDGE, PAIRWISE_JUDGE, True)
 

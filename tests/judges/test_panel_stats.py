@@ -115,3 +115,15 @@ def test_run_figures_equal_a_brute_force_count():
     by_one = [row for row in decided if abs(row.count("yes") - row.count("no")) == 1]
     assert (stats["decided_rows"], stats["one_vote_rows"]) == (len(decided), len(by_one))
     assert stats["one_vote_share"] == len(by_one) / len(decided)
+
+
+def test_fleiss_kappa_is_the_exact_fraction_rounded_once():
+    rng = random.Random(11)
+    for _ in range(300):
+        raters, categories, subjects = rng.randint(2, 6), rng.randint(2, 4), rng.randint(1, 40)
+        table = [[0] * categories for _ in range(subjects)]
+        for row in table:
+            for _ in range(raters):
+                row[rng.randrange(categories)] += 1
+        expected = exact_fleiss(table)
+        assert fleiss_kappa(np.array(table)) == (None if expected is None else float(expected))
