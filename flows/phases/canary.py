@@ -46,6 +46,7 @@ from tasks.regression.canary import (
     member_agreements,
     pair_agreement,
     pair_member_agreements,
+    unchecked_member_reasons,
     unchecked_reasons,
     unit_pairs,
 )
@@ -175,6 +176,7 @@ async def run_canary(params: RegressionParams, baseline: BaselineRun | None, jud
         agreements += head_to_head
     reasons = drift_reasons(agreements, params.canary_min_agreement, params.max_error_share)
     reasons += unchecked_reasons(needed, agreements)
+    reasons += unchecked_member_reasons(needed, [m.model for m in settings.panel], agreements)
     compared = sum(a.compared for a in agreements)
     section = {
         "sample": len(rows), "requested": size, "seed": params.canary_seed,

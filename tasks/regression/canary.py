@@ -88,6 +88,30 @@ def unchecked_reasons(needed: Iterable[JudgeSpec], agreements: Sequence[JudgeAgr
             "candidate's change" for j in needed if j.prefix not in checked]
 
 
+def unchecked_member_reasons(needed: Iterable[JudgeSpec], members: Sequence[str],
+                             agreements: Sequence[JudgeAgreement]) -> list[str]:
+    """A sentence per panel member of a gated answer judge that the canary did not check.
+
+    The baseline's sampled rows hold none of that member's own verdicts (it failed on all of
+    them, or another model had its place). A member's drift hides behind a steady majority, so
+    a member the canary cannot see is a gate it cannot vouch for.
+
+    Args:
+        needed: the LLM judges a gate depends on.
+        members: tonight's panel, one model per member in order (one model: no panel).
+        agreements: what the canary compared, judges and members.
+    """
+    if len(members) < 2:
+        return []
+    checked = {a.prefix for a in agreements if a.compared + a.errors}
+    return [f"the judge drift canary did not check {j.name} panel member {number} ({model}): "
+            "none of the baseline's sampled rows has that member's own verdicts, so its drift "
+            "cannot be told from the candidate's change"
+            for j in needed if j.mode == "answer" and j.prefix in checked
+            for number, model in enumerate(members, start=1)
+            if panel_base(j.prefix, number) not in checked]
+
+
 def sample_key(seed: int, request_id: str) -> str:
     """A row's place in the seeded order: the same rows are drawn every night for a baseline."""
     return hashlib.sha256(f"{seed}\x00{request_id}".encode()).hexdigest()

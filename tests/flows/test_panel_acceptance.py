@@ -541,3 +541,48 @@ def test_an_advisory_member_that_drifts_still_stops_the_night(fake_llm, tmp_path
     assert canary["drifted"] is True
     assert night.exit_code != 0, night.output
     assert _read(tmp_path, "adv", "night", "manifest.json")["status"] == "incomplete"
+
+
+class MuteMember(Panel):
+    """The panel without its failing member's faults; the length-biased member answers
+    nothing (HTTP 500) while `mute` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(failing=False)
+        self.mute = True
+
+    def __call__(self, body: dict) -> Reply:
+        if body["model"] == "planted-long" and self.mute:
+            return Reply(status=500, content="member down")
+        return super().__call__(body)
+
+
+def test_a_member_the_canary_cannot_see_in_the_baseline_leaves_the_night_undecided(
+        fake_llm, tmp_path):
+    panel = MuteMember()
+    fake_llm.script = panel
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(f"gates:\n  - metric: {PREFIX}/rating/average\n    max_drop: 0.5\n")
+    # an advisory member that failed on every row leaves the baseline complete, without one
+    # verdict of its own to compare tonight's with
+    common = ["--suite", "mute", "--judge-model", PANEL, "--advisory-judge-model",
+              "openai/planted-long", "--api-base", fake_llm.api_base, "--judges", "safety",
+              "--max-attempts", "1", "--no-cache", "--output", str(tmp_path / "out")]
+    seeded = runner.invoke(app, ["evaluate", str(_write(tmp_path, "a", rows=FEW)), "--run-id",
+                                 "seed", *common])
+    assert seeded.exit_code == 0, seeded.output
+    assert _read(tmp_path, "mute", "seed", "manifest.json")["status"] == "complete"
+    panel.mute = False
+    night = runner.invoke(app, ["regression", str(_write(tmp_path, "a", rows=FEW)), "--run-id",
+                                "night", "--gates", str(gates), "--no-pairwise",
+                                "--canary-rows", "8", *common])
+    manifest = _read(tmp_path, "mute", "night", "manifest.json")
+    canary = manifest["regression"]["canary"]
+    checked = {j["name"]: j for j in canary["judges"] if j["compared"] + j["errors"]}
+    assert checked["safety"]["agreement"] == 1.0  # the voters are checked and steady
+    assert "safety panel member 3 (openai/planted-long)" not in checked
+    assert night.exit_code != 0, night.output
+    assert manifest["status"] == "incomplete"
+    reasons = manifest["regression"]["incomplete_reasons"]
+    assert any("did not check safety panel member 3 (openai/planted-long)" in r
+               for r in reasons), reasons
