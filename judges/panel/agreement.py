@@ -100,6 +100,24 @@ def fleiss_interval(counts: np.ndarray, *, seed: int = 0, resamples: int = RESAM
     return float(low), float(high)
 
 
+def voters_kappa(complete: Sequence[Sequence[str]], members: Sequence[str],
+                 voting: Sequence[bool] | None, categories: Sequence[str] = _CATEGORIES, *,
+                 seed: int = 0, resamples: int = RESAMPLES) -> dict:
+    """Fleiss' kappa over the voting members' rows every one of them answered.
+
+    With its interval, how many rows and raters it rests on, and which members did not vote
+    (advisory), for yes/no rows and pairs alike.
+    """
+    counted = voters(members, members, voting)[1]
+    counts = category_counts(complete, categories)
+    kappa = fleiss_kappa(counts) if len(counted) >= 2 and complete else None
+    low, high = (fleiss_interval(counts, seed=seed, resamples=resamples)
+                 if kappa is not None else (None, None))
+    return {"kappa": kappa, "kappa_lower": low, "kappa_upper": high,
+            "kappa_rows": len(complete) if len(counted) >= 2 else 0,
+            "kappa_raters": len(counted), "advisory": [m for m in members if m not in counted]}
+
+
 def panel_stats(votes: Sequence[Sequence[str | None]], members: Sequence[str],
                 voting: Sequence[bool] | None = None, *, seed: int = 0,
                 resamples: int = RESAMPLES) -> dict:
@@ -130,17 +148,10 @@ def panel_stats(votes: Sequence[Sequence[str | None]], members: Sequence[str],
                                                if both else None), "rows": len(both)}
     raters = [voters(row, members, voting)[0] for row in votes]
     complete = [row for row in raters if all(v is not None for v in row)]
-    counts = category_counts(complete)
-    rater_count = len(voters(members, members, voting)[1])
-    kappa = fleiss_kappa(counts) if rater_count >= 2 and complete else None
-    low, high = (fleiss_interval(counts, seed=seed, resamples=resamples)
-                 if kappa is not None else (None, None))
     decided = [vote for vote in (panel_vote(row, members, voting) for row in votes)
                if vote.rating is not None]
     one_vote = sum(vote.by_one_vote for vote in decided)
-    return {"members": per_member, "agreement": agreement, "kappa": kappa,
-            "kappa_lower": low, "kappa_upper": high,
-            "kappa_rows": len(complete) if rater_count >= 2 else 0, "kappa_raters": rater_count,
-            "advisory": [m for m in members if m not in voters(members, members, voting)[1]],
+    return {"members": per_member, "agreement": agreement,
+            **voters_kappa(complete, members, voting, seed=seed, resamples=resamples),
             "decided_rows": len(decided), "one_vote_rows": one_vote,
             "one_vote_share": one_vote / len(decided) if decided else None}

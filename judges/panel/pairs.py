@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from itertools import combinations
 from typing import NamedTuple
 
-from judges.panel.agreement import RESAMPLES, category_counts, fleiss_interval, fleiss_kappa
+from judges.panel.agreement import RESAMPLES, voters_kappa
 from judges.panel.votes import quorum, voters
 
 PAIR_VOTES = ("A", "B", "tie")
@@ -94,18 +94,12 @@ def pair_panel_stats(verdicts: Sequence[Sequence[str]], members: Sequence[str],
                                                if both else None), "rows": len(both)}
     raters = [voters(row, members, voting)[0] for row in rows]
     complete = [row for row in raters if "error" not in row]
-    counts = category_counts(complete, PAIR_VOTES)
-    rater_count = len(voters(members, members, voting)[1])
-    kappa = fleiss_kappa(counts) if rater_count >= 2 and complete else None
-    low, high = (fleiss_interval(counts, seed=seed, resamples=resamples)
-                 if kappa is not None else (None, None))
     decided = [margin for margin in (_margin(row, members, voting) for row in rows)
                if margin is not None]
     one_vote = sum(margin == 1 for margin in decided)
-    return {"members": per_member, "agreement": agreement, "kappa": kappa,
-            "kappa_lower": low, "kappa_upper": high,
-            "kappa_rows": len(complete) if rater_count >= 2 else 0, "kappa_raters": rater_count,
-            "advisory": [m for m in members if m not in voters(members, members, voting)[1]],
+    return {"members": per_member, "agreement": agreement,
+            **voters_kappa(complete, members, voting, PAIR_VOTES, seed=seed,
+                           resamples=resamples),
             "decided_rows": len(decided), "one_vote_rows": one_vote,
             "one_vote_share": one_vote / len(decided) if decided else None}
 
