@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
-from judges.base import JudgeSpec, MetricSpec
+from judges.base import KIND_AREAS, JudgeSpec, MetricSpec
 from judges.result_names.calibration import CALIBRATION_AREA, PAIRWISE_KEY
 from judges.result_names.cost import COST_AREA
 from judges.result_names.counts import count_names
@@ -196,7 +196,9 @@ _PAIRWISE_HIGHER = frozenset({"winrate", "lower_rate", "upper_rate", "score", "b
                               *LC_WINRATE_FIELDS})
 _PAIRWISE_LOWER = frozenset({"a_scores", "weighted_score_A", "inference_error", "pairs_error",
                              "pairs_single_pass", "position_flips"})
-PAIRWISE_JUDGE = "pairwise"
+# The pairwise judge (judges/builtin/pairwise.py) as the registry names it: by its prefix, for
+# the judge and its name alike (as published since the registry was), one judge per run.
+PAIR_JUDGE_PREFIX = KIND_AREAS["pairwise"]
 
 
 _PAIR_PANEL_MEMBER = re.compile(r"^(\d+)/(winrate|decided_count|rated_count|error_count)$")
@@ -216,20 +218,20 @@ def pair_panel_declaration(name: str) -> Declared | None:
         number, stat = member.groups()
         if stat == "winrate":
             base = f"{PAIR_PANEL}/{number}"
-            declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE,
+            declared = Declared(name, "panel", PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX,
                                 f"{base}/decided_count", f"{base}/error_count", "none", True,
                                 unit="pairs", share=True)
     elif (pair := _PANEL_PAIR.match(rest)) and pair.group(3) == "agreement":
-        declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE, f"{name}_count",
+        declared = Declared(name, "panel", PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX, f"{name}_count",
                             None, "higher", True, share=True)
     elif rest in (PANEL_KAPPA, f"{PANEL_KAPPA}_lower", f"{PANEL_KAPPA}_upper"):
-        declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE,
+        declared = Declared(name, "panel", PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX,
                             f"{PAIR_PANEL}/{PANEL_KAPPA}_count", None, "higher", True)
     elif _PANEL_ADVISORY.match(rest):
-        declared = _advisory_flag(name, PAIRWISE_JUDGE, PAIRWISE_JUDGE)
+        declared = _advisory_flag(name, PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX)
     elif not (_PANEL_PAIR.match(rest) or rest in _KAPPA_COUNTS):
         return None
-    return declared or _count(name, PAIRWISE_JUDGE, PAIRWISE_JUDGE, True)
+    return declared or _count(name, PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX, True)
 
 
 def pairwise_declaration(name: str) -> Declared | None:
@@ -243,7 +245,7 @@ def pairwise_declaration(name: str) -> Declared | None:
         return None
     direction: Direction = ("none" if name != base else "higher" if base in _PAIRWISE_HIGHER
                             else "lower" if base in _PAIRWISE_LOWER else "none")
-    return Declared(name, "pairwise", PAIRWISE_JUDGE, PAIRWISE_JUDGE, "pairs_total",
+    return Declared(name, "pairwise", PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX, "pairs_total",
                     "pairs_error", direction, True,
                     share=name in WINRATE_FIELDS or name in LC_WINRATE_FIELDS)
 
@@ -269,7 +271,7 @@ def area_declaration(name: str, judge_of_key: Mapping[str, tuple[str, str]]
         key = name[len(CALIBRATION_AREA) + 1:].rsplit("/", 1)[0]
         judge = judge_of_key.get(key.split("/panel/", 1)[0])  # a panel member's: its judge
         if key == PAIRWISE_KEY:
-            judge = (PAIRWISE_JUDGE, PAIRWISE_JUDGE)
+            judge = (PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX)
         return Declared(name, "calibration", judge[0] if judge else None,
                         judge[1] if judge else None, None, None, "none", False)
     return None
