@@ -31,8 +31,8 @@ from judges.builtin.deterministic import DETERMINISTIC_METRICS
 from judges.builtin.pairwise import PAIRWISE_JUDGE
 from judges.builtin.template_sandbox import referenced_fields
 from judges.result_names.calibration import calibration_keys
+from judges.result_names.registry import PAIRWISE_JUDGE as PAIR_JUDGE_PREFIX
 from judges.result_names.registry import (
-    PAIR_JUDGE_PREFIX,
     Declared,
     Direction,
     MetricKind,

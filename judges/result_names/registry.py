@@ -198,7 +198,7 @@ _PAIRWISE_LOWER = frozenset({"a_scores", "weighted_score_A", "inference_error", 
                              "pairs_single_pass", "position_flips"})
 # The pairwise judge (judges/builtin/pairwise.py) as the registry names it: by its prefix, for
 # the judge and its name alike (as published since the registry was), one judge per run.
-PAIR_JUDGE_PREFIX = KIND_AREAS["pairwise"]
+PAIRWISE_JUDGE = KIND_AREAS["pairwise"]
 
 
 _PAIR_PANEL_MEMBER = re.compile(r"^(\d+)/(winrate|decided_count|rated_count|error_count)$")
@@ -218,20 +218,20 @@ def pair_panel_declaration(name: str) -> Declared | None:
         number, stat = member.groups()
         if stat == "winrate":
             base = f"{PAIR_PANEL}/{number}"
-            declared = Declared(name, "panel", PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX,
+            declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE,
                                 f"{base}/decided_count", f"{base}/error_count", "none", True,
                                 unit="pairs", share=True)
     elif (pair := _PANEL_PAIR.match(rest)) and pair.group(3) == "agreement":
-        declared = Declared(name, "panel", PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX, f"{name}_count",
+        declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE, f"{name}_count",
                             None, "higher", True, share=True)
     elif rest in (PANEL_KAPPA, f"{PANEL_KAPPA}_lower", f"{PANEL_KAPPA}_upper"):
-        declared = Declared(name, "panel", PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX,
+        declared = Declared(name, "panel", PAIRWISE_JUDGE, PAIRWISE_JUDGE,
                             f"{PAIR_PANEL}/{PANEL_KAPPA}_count", None, "higher", True)
     elif _PANEL_ADVISORY.match(rest):
-        declared = _advisory_flag(name, PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX)
+        declared = _advisory_flag(name, PAIRWISE_JUDGE, PAIRWISE_JUDGE)
     elif not (_PANEL_PAIR.match(rest) or rest in _KAPPA_COUNTS):
         return None
-    return declared or _count(name, PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX, True)
+    return declared or _count(name, PAIRWISE_JUDGE, PAIRWISE_JUDGE, True)
 
 
 def pairwise_declaration(name: str) -> Declared | None:
@@ -245,7 +245,7 @@ def pairwise_declaration(name: str) -> Declared | None:
         return None
     direction: Direction = ("none" if name != base else "higher" if base in _PAIRWISE_HIGHER
                             else "lower" if base in _PAIRWISE_LOWER else "none")
-    return Declared(name, "pairwise", PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX, "pairs_total",
+    return Declared(name, "pairwise", PAIRWISE_JUDGE, PAIRWISE_JUDGE, "pairs_total",
                     "pairs_error", direction, True,
                     share=name in WINRATE_FIELDS or name in LC_WINRATE_FIELDS)
 
@@ -271,7 +271,7 @@ def area_declaration(name: str, judge_of_key: Mapping[str, tuple[str, str]]
         key = name[len(CALIBRATION_AREA) + 1:].rsplit("/", 1)[0]
         judge = judge_of_key.get(key.split("/panel/", 1)[0])  # a panel member's: its judge
         if key == PAIRWISE_KEY:
-            judge = (PAIR_JUDGE_PREFIX, PAIR_JUDGE_PREFIX)
+            judge = (PAIRWISE_JUDGE, PAIRWISE_JUDGE)
         return Declared(name, "calibration", judge[0] if judge else None,
                         judge[1] if judge else None, None, None, "none", False)
     return None
