@@ -73,8 +73,7 @@ async def regression(params: RegressionParams) -> dict | State:
         generation = await generate_responses(ctx, prepared)
         judged = await judge(ctx, prepared)
         rejudge = await baseline_for_tonight(params, baseline, judged, rejudged_baseline)
-        comparison = await compare_with_baseline(params, rejudge.baseline, prepared, judged,
-                                                 store)
+        comparison = await compare_with_baseline(ctx, rejudge.baseline, prepared, judged)
         canary = await run_canary(params, rejudge.baseline, judged, gates)
     night = Night(gates, rejudge, judged, comparison, canary, generation, unfinished)
     section = regression_section(params, night, decide_run(params, night))

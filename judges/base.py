@@ -81,11 +81,14 @@ class BinaryVerdict(BaseModel):
         return self.rating
 
 
-JudgeKind = Literal["answer", "retrieval", "deterministic", "agent", "session", "turn"]
-JudgeMode = Literal["answer", "per_chunk", "deterministic", "per_turn"]
+JudgeKind = Literal["answer", "retrieval", "deterministic", "agent", "session", "turn",
+                   "pairwise"]
+JudgeMode = Literal["answer", "per_chunk", "deterministic", "per_turn", "pairwise"]
+# What one verdict is about: a row (once, or per chunk or turn), or a pair judged in both orders.
+JudgeUnit = Literal["row", "pair"]
 Requirement = Literal["response", "expected", "context", "expected_context",
                       "expected_tool_calls", "agent_run", "session", "turn_context",
-                      "turn_expected"]
+                      "turn_expected", "pair"]
 TOOL_CALLS_AREA = "agent/tool_calls"  # every tool-call judge, deterministic or not
 # Where each kind's per-row fields and run metrics are published.
 KIND_AREAS: dict[str, str] = {
@@ -95,6 +98,7 @@ KIND_AREAS: dict[str, str] = {
     "agent": "agent/llm_judged",
     "session": "session/llm_judged",
     "turn": "turn/llm_judged",
+    "pairwise": "pairwise",  # the one pairwise judge of a run: its fields are the area's
 }
 
 REQUIREMENT_TESTS: dict[str, Callable[[EvalRow], bool]] = {
@@ -107,6 +111,9 @@ REQUIREMENT_TESTS: dict[str, Callable[[EvalRow], bool]] = {
     "session": lambda row: row.is_session,
     "turn_context": lambda row: has_turn_context(row.trajectory),
     "turn_expected": lambda row: any(e is not None for e in row.expected_turns or ()),
+    # A row alone is never a pair: pairs are read as pairs (tasks/dataset/pairs.py) or made
+    # of a regression's row and its baseline's answer (flows/phases/head_to_head.py).
+    "pair": lambda row: False,
 }
 REQUIREMENT_COLUMNS: dict[str, str] = {
     "response": "response (or trace)",
@@ -118,6 +125,7 @@ REQUIREMENT_COLUMNS: dict[str, str] = {
     "session": "a conversation of two or more user turns",
     "turn_context": "a conversation turn with retrieved documents",
     "turn_expected": "expected_turns",
+    "pair": "a prompt and two responses (a pairs file, or a baseline and a candidate)",
 }
 
 
@@ -164,6 +172,9 @@ class JudgeSpec:
         area: where its fields go when not its kind's area (tool-call judges of any kind
             share `agent/tool_calls`, the name DESIGN.md keeps).
         field_name: its name in output fields when not `name`.
+        unit: what one verdict is about: a row (the default), or a pair of responses to one
+            prompt judged in both orders and reconciled (the pairwise judge,
+            judges/builtin/pairwise.py); a pair judge publishes its fields in its area itself.
     """
 
     name: str
@@ -175,15 +186,19 @@ class JudgeSpec:
     aggregate: Literal["percentage", "average"] = "percentage"
     area: str | None = None
     field_name: str | None = None
+    unit: JudgeUnit = "row"
 
     @property
     def prefix(self) -> str:
-        """Where its output fields go, e.g. `response/llm_judged/{name}`."""
-        return f"{self.area or KIND_AREAS[self.kind]}/{self.field_name or self.name}"
+        """Where its output fields go, e.g. `response/llm_judged/{name}`; a pair judge's area."""
+        area = self.area or KIND_AREAS[self.kind]
+        return area if self.unit == "pair" else f"{area}/{self.field_name or self.name}"
 
     @property
     def mode(self) -> JudgeMode:
-        """How the engine runs it: one call per row, or one per retrieved chunk."""
+        """How the engine runs it: one call per row, one per retrieved chunk, or per pair."""
+        if self.unit == "pair":
+            return "pairwise"
         return "per_chunk" if self.per_chunk else "answer"
 
     @property
@@ -230,3 +245,16 @@ class JudgeSpec:
     def prompt_hash(self) -> str:
         """Hash of its prompt template, recorded in the manifest and part of the cache key."""
         return template_hash(self.template)
+
+    def manifest_entry(self) -> dict:
+        """Its provenance, as the manifest's `judges` section records every judge.
+
+        A pair judge's entry has no prefix: compare runs published it without one (its fields
+        are its area's), and a published manifest keeps its shape.
+        """
+        entry = {"name": self.name, "prefix": self.prefix, "kind": self.kind,
+                 "per_chunk": self.per_chunk, "version": self.version,
+                 "template": self.template, "prompt_hash": self.prompt_hash}
+        if self.unit == "pair":
+            del entry["prefix"]
+        return entry

@@ -28,10 +28,11 @@ from judges.builtin.custom import (
     load_custom_judges,
 )
 from judges.builtin.deterministic import DETERMINISTIC_METRICS
+from judges.builtin.pairwise import PAIRWISE_JUDGE
 from judges.builtin.template_sandbox import referenced_fields
 from judges.result_names.calibration import calibration_keys
+from judges.result_names.registry import PAIRWISE_JUDGE as PAIR_JUDGE_PREFIX
 from judges.result_names.registry import (
-    PAIRWISE_JUDGE,
     Declared,
     Direction,
     MetricKind,
@@ -81,6 +82,14 @@ class JudgeCatalogue:
         custom = [build_custom_judge(d, referenced_fields(d.instructions) if fields is None
                                      else set(fields)) for d in self.custom]
         return [*custom, *self.aspect_judges]
+
+    @property
+    def pair_judge(self) -> JudgeSpec:
+        """The judge of a run's pairs (a compare run, a regression's head-to-head).
+
+        Not among `known`, the judges of rows: a pair judge applies to no row.
+        """
+        return PAIRWISE_JUDGE
 
     def known(self, fields: Set[str] | None = None) -> list[JudgeSpec]:
         """Every judge: the built-ins, then the run's own (see `extra`).
@@ -150,17 +159,22 @@ class Registry:
                 or panel_declaration(name, self.judges))
 
     def judge_of(self, name: str) -> JudgeSpec | None:
-        """The judge that decided `name`, if one did (the pairwise judge has no spec here)."""
+        """The judge that decided `name`, if one did: a judge of the run, or the pairwise judge."""
         found = self.entry(name)
-        return self.judges.get(found.judge) if found and found.judge else None
+        if found is None or not found.judge:
+            return None
+        if found.judge == PAIR_JUDGE_PREFIX:
+            return PAIRWISE_JUDGE
+        return self.judges.get(found.judge)
 
     def pairwise_gated(self, names: Iterable[str]) -> bool:
         """Whether any of the metrics `names` is a figure the head-to-head's model decided.
 
-        The pairwise judge has no spec, so `llm_judges` cannot list it: the canary asks here.
+        The pairwise judge is no judge of the run's plan, so `llm_judges` does not list it (and
+        a night is not incomplete for it unchecked): the canary asks here.
         """
         return any((found := self.entry(name)) is not None and found.llm
-                   and found.judge == PAIRWISE_JUDGE for name in names)
+                   and self.judge_of(name) is PAIRWISE_JUDGE for name in names)
 
     def llm_judges(self, names: Iterable[str]) -> list[JudgeSpec]:
         """The LLM judges the metrics `names` depend on, once each, in order."""

@@ -22,7 +22,6 @@ from flows.run.context import RunContext
 from flows.run.judged import JudgedRun
 from judges.builtin.pair_panel import member_votes, pair_panel_figures
 from judges.builtin.pairwise import (
-    PAIRWISE_JUDGE,
     Pair,
     PairResult,
     PairwiseOptions,
@@ -104,6 +103,8 @@ class PairsKind:
     progress: str = "judging pairs"
     max_bytes: int | None = None
     head_to_head: bool = True
+    phase: str = "judging"
+    shards: bool = True
 
     def catalogue(self, params: CompareParams) -> JudgeCatalogue:
         """None: no binary judge is planned."""
@@ -156,7 +157,7 @@ class PairsKind:
     def add_sections(self, ctx: RunContext[CompareParams], prepared: Prepared[Pair],
                      judged: JudgedRun, manifest: dict) -> None:
         """The pairwise judge's provenance and how pairs were judged."""
-        manifest["judges"] = [judge_entry()]
+        manifest["judges"] = [ctx.catalogue.pair_judge.manifest_entry()]
         manifest["pairwise"] = pairwise_section(ctx.params, prepared.checked.rubric)
 
 
@@ -175,7 +176,3 @@ def pairwise_section(params: CompareParams, rubric: Rubric | None) -> dict:
         "bootstrap": {"seed": params.bootstrap_seed, "resamples": params.bootstrap_resamples},
     }
 
-
-def judge_entry() -> dict:
-    """The pairwise judge's provenance, shaped like the manifest's entries for binary judges."""
-    return PAIRWISE_JUDGE.manifest_entry()

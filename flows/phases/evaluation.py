@@ -230,6 +230,8 @@ class RowsKind:
     progress: str = "judging"
     max_bytes: int | None = CHUNK_BYTES
     head_to_head: bool = False
+    phase: str = "judging"
+    shards: bool = True
 
     def catalogue(self, params: EvaluateParams) -> JudgeCatalogue:
         """The built-in judges, the custom judges file (read here, once) and the aspects."""

@@ -2,9 +2,10 @@
 
 The candidate's rows are already validated and judged; the baseline's answers come from its
 published results (tasks/regression/baseline_rows.py). Each row both runs answered becomes a
-pair (A = baseline, B = candidate) judged in both orders by the pairwise rubric judge, chunk by
-chunk through the run's chunk store as the compare flow does, so that a rerun of a crashed run
-resumes the chunks it finished without a call. Nothing held grows with the set but one tally
+pair (A = baseline, B = candidate) judged in both orders by the pairwise rubric judge, by the
+one judge phase (flows/phases/run_phases.py `judge`) over the pairs' kind of chunk, through the
+run's chunk store as the compare flow does, so that a rerun of a crashed run resumes the
+chunks it finished without a call. Nothing held grows with the set but one tally
 per pair (judges/pairwise/metrics.py): the pairs wait in a spool on local disk, each chunk's
 fields for the candidate's records are staged as it finishes and joined to them in input
 order, and only the pairs the report's drill-down shows are kept whole.
@@ -15,16 +16,18 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Container, Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from flows.params import JudgeModel
+from flows.params import RegressionParams
+from flows.phases.run_phases import Prepared, Tallied, judge
 from flows.run.chunk_kinds import ChunkResult, JudgedPairChunks
-from flows.run.common import cache_url
-from flows.run.execution import Chunking, auto_chunk_size, judge_all
-from flows.run.progress import with_progress
+from flows.run.completeness import assess, pair_panel_shares
+from flows.run.context import RunContext
+from flows.run.execution import auto_chunk_size
 from judges.builtin.pair_panel import MemberVotes, PanelShare, member_votes, pair_panel_figures
 from judges.builtin.pairwise import (
     Pair,
@@ -33,6 +36,7 @@ from judges.builtin.pairwise import (
     failure_causes,
     tallied_summary,
 )
+from judges.metrics import RunMetrics
 from judges.model.usage import Usage
 from judges.pairwise.metrics import PairTally, PairwiseSummary
 from judges.result_names.pairwise import head_to_head_fields, pairwise_metric_fields
@@ -41,25 +45,12 @@ from judges.trajectory.model import Trajectory
 from judges.trajectory.render import render_for_judge
 from tasks.dataset.pairs import read_rubric
 from tasks.regression.baseline_rows import BaselineRows
-from tasks.storage.chunk_store import ChunkStore
+from tasks.report.rows import ReportInputs
 from tasks.storage.staging import ResultStaging
 
 BOOTSTRAP_SEED = 0
 HEAD_TO_HEAD_RESAMPLES = 1000
 SPOOLED_PAIRS_PER_FILE = 1000
-
-
-class HeadToHeadParams(Protocol):
-    """What the head-to-head reads of a regression's parameters (flows/regression.py)."""
-
-    judge: JudgeModel
-    rubric: str | None
-    strict_ties: bool
-    chunk_size: int | None
-    output: str
-    cache: str | None
-    use_cache: bool
-    storage_options: dict
 
 
 class HeadToHead(NamedTuple):
@@ -87,7 +78,12 @@ class PairSpool:
         self.staging = ResultStaging()
         self.count = self.missing = 0
 
-    def pairs(self) -> Iterator[Pair]:
+    @property
+    def valid_count(self) -> int:
+        """The pairs to judge."""
+        return self.count
+
+    def items(self) -> Iterator[Pair]:
         """Every spooled pair, in order, read as asked for."""
         return (Pair.model_validate(record) for record in self.staging.iter_records())
 
@@ -148,61 +144,110 @@ def _agent_run(published: Any) -> Trajectory | None:
     return run if run.is_agent_run() else None
 
 
-async def head_to_head(params: HeadToHeadParams, rows: Iterable[EvalRow], baseline: BaselineRows,
-                       paired: Container[str], store: ChunkStore | None = None,
+class PairVerdicts:
+    """The head-to-head's tally: each chunk's pair fields, then the figures once all are in.
+
+    Keeps one tally and one panel ballot per pair, the drill-down's pairs whole, and the
+    passes without a judgment by cause; `finish` sets `panel_shares`.
+    """
+
+    def __init__(self, options: PairwiseOptions, shown: Container[str], max_error_share: float):
+        self.options, self.shown, self.max_error_share = options, shown, max_error_share
+        self.tallies: dict[int, list[PairTally]] = {}
+        self.panel: dict[int, list[MemberVotes]] = {}  # a panel's member verdicts, by chunk
+        self.kept: dict[str, PairResult] = {}
+        self.failures: Counter[str] = Counter()
+        self.panel_shares: list[PanelShare] = []
+
+    def records(self, result: ChunkResult[PairResult]) -> list[dict]:
+        """Each pair's fields for its candidate record (`merge_fields` joins them)."""
+        return [{"request_id": r.pair.pair_id, "fields": head_to_head_fields(r)}
+                for r in result.results]
+
+    def add(self, result: ChunkResult[PairResult]) -> None:
+        """Count the chunk's pairs."""
+        judged = result.results
+        self.tallies[result.index] = [PairTally.of(r.verdict, r.pair) for r in judged]
+        self.panel[result.index] = [member_votes(r.verdict) for r in judged]
+        self.kept.update((r.pair.pair_id, r) for r in judged if r.pair.pair_id in self.shown)
+        for r in judged:
+            self.failures.update(failure_causes(r.verdict))
+
+    def finish(self) -> Tallied:
+        """The head-to-head's figures (a panel's too), in input order."""
+        summary = tallied_summary(
+            [t for index in sorted(self.tallies) for t in self.tallies[index]], self.options,
+            seed=BOOTSTRAP_SEED, resamples=HEAD_TO_HEAD_RESAMPLES)
+        panel_metrics, self.panel_shares = pair_panel_figures(
+            [v for index in sorted(self.panel) for v in self.panel[index]],
+            seed=BOOTSTRAP_SEED, resamples=HEAD_TO_HEAD_RESAMPLES)
+        return Tallied(
+            RunMetrics({}, pairwise={**pairwise_metric_fields(summary), **panel_metrics}),
+            ReportInputs(pairwise=summary),
+            assess(pair_panel_shares(self.panel_shares), self.max_error_share))
+
+
+@dataclass(frozen=True)
+class HeadToHeadKind:
+    """A regression's pairs as the judge phase's kind (`JudgePhaseKind`): both orders each.
+
+    Judged in the regression's own flow run, never by its shards: the pairs are made after
+    the judging, from the rows this flow run reads (and a shard would judge rows, not pairs).
+    """
+
+    verdicts: PairVerdicts
+    progress: str = "judging head to head"
+    max_bytes: int | None = None
+    phase: str = "head_to_head"
+    shards: bool = False
+
+    def chunks(self, ctx: RunContext, prepared: Prepared[Pair]) -> JudgedPairChunks:
+        """The pairs' kind of chunk, as a compare run's."""
+        return JudgedPairChunks(self.verdicts.options, ctx.judge)
+
+    def calls_per_item(self, ctx: RunContext, prepared: Prepared[Pair]) -> float:
+        """One call per order."""
+        return 2.0
+
+    def tally(self, ctx: RunContext, prepared: Prepared[Pair]) -> PairVerdicts:
+        """The run's one tally of its pairs."""
+        return self.verdicts
+
+
+async def head_to_head(ctx: RunContext[RegressionParams], rows: Iterable[EvalRow],
+                       baseline: BaselineRows, paired: Container[str],
                        shown: Container[str] = ()) -> HeadToHead:
     """Judge every paired row's two responses head to head, in both orders.
 
     Args:
-        params: the regression parameters (judge, rubric, strict_ties, cache, chunk size).
+        ctx: the regression's run (judge, rubric, strict_ties, cache, chunk size, and its
+            chunk store: chunks an earlier attempt finished are not judged again).
         rows: the candidate's rows in input order (read once), responses generated if a
             candidate model answered.
         baseline: the baseline's rows and answers by request_id.
         paired: request_ids paired between the runs (same request in both).
-        store: the run's chunk store: chunks an earlier attempt finished are not judged again.
         shown: request_ids of the rows the report's drill-down shows (their pairs are kept).
     """
     spool = spool_pairs(rows, baseline, paired)
     try:
-        return await _judge(params, spool, store, shown)
+        return await _judge(ctx, spool, shown)
     finally:
         spool.cleanup()
 
 
-async def _judge(params: HeadToHeadParams, spool: PairSpool, store: ChunkStore | None,
-                 shown: Container[str]) -> HeadToHead:
+async def _judge(ctx: RunContext[RegressionParams], spool: PairSpool, shown: Container[str]
+                 ) -> HeadToHead:
+    params = ctx.params
     rubric = read_rubric(params.rubric, params.storage_options) if params.rubric else None
     options = PairwiseOptions(rubric, swap=True, strict_ties=params.strict_ties)
-    fields, tallies, kept, failures = ResultStaging(), {}, {}, Counter()
-    panel: dict[int, list[MemberVotes]] = {}  # a panel's member verdicts, by chunk
-
-    def consume(index: int, chunk: list[Pair], result: ChunkResult[PairResult]) -> None:
-        judged = result.results
-        fields.write_chunk(index, [{"request_id": r.pair.pair_id,
-                                    "fields": head_to_head_fields(r)} for r in judged],
-                           result.calls.in_phase("head_to_head"))
-        tallies[index] = [PairTally.of(r.verdict, r.pair) for r in judged]
-        panel[index] = [member_votes(r.verdict) for r in judged]
-        kept.update((r.pair.pair_id, r) for r in judged if r.pair.pair_id in shown)
-        for r in judged:
-            failures.update(failure_causes(r.verdict))
-
-    settings = params.judge.settings()
-    chunking = Chunking(params.chunk_size or auto_chunk_size(spool.count),
-                        settings.window_ceiling, store, None, cache_url(params),
-                        params.storage_options)
-    usage = await with_progress(
-        "judging head to head", spool.count, 2.0,
-        lambda progress: judge_all(spool.pairs(), JudgedPairChunks(options, settings), chunking,
-                                   consume, progress),
-        fields.cleanup)
-    summary = tallied_summary([t for index in sorted(tallies) for t in tallies[index]],
-                              options, seed=BOOTSTRAP_SEED, resamples=HEAD_TO_HEAD_RESAMPLES)
-    panel_metrics, panel_shares = pair_panel_figures(
-        [v for index in sorted(panel) for v in panel[index]], seed=BOOTSTRAP_SEED,
-        resamples=HEAD_TO_HEAD_RESAMPLES)
-    return HeadToHead({**pairwise_metric_fields(summary), **panel_metrics}, summary, fields,
-                      kept, usage, spool.missing, dict(failures), panel_shares)
+    verdicts = PairVerdicts(options, shown, params.max_error_share)
+    # Chunks of pairs are cut by the pairs' count, not the rows' (nor for the run's shards).
+    pairs_ctx = replace(ctx, chunk_size=params.chunk_size or auto_chunk_size(spool.count))
+    judged = await judge(pairs_ctx, Prepared(HeadToHeadKind(verdicts), spool))
+    return HeadToHead(dict(judged.metrics.pairwise), judged.report.pairwise, judged.staging,
+                      verdicts.kept,
+                      judged.usage, spool.missing, dict(verdicts.failures),
+                      verdicts.panel_shares)
 
 
 def merge_fields(staging: ResultStaging, fields: ResultStaging) -> ResultStaging:

@@ -94,18 +94,7 @@ def build_manifest(ctx: RunContext, dataset: dict, judged: JudgedRun) -> dict:
         "judge": judge_section(settings),
         "offline_notice": OFFLINE_NOTICE if settings.is_offline else None,
         "judge_fingerprint": fingerprint(plan.judges, settings, usage.answered_by),
-        "judges": [
-            {
-                "name": j.name,
-                "prefix": j.prefix,
-                "kind": j.kind,
-                "per_chunk": j.per_chunk,
-                "version": j.version,
-                "template": j.template,
-                "prompt_hash": j.prompt_hash,
-            }
-            for j in plan.judges
-        ],
+        "judges": [j.manifest_entry() for j in plan.judges],
         "metrics_computed": [m.name for m in plan.metrics],
         "skipped_judges": [{"name": s.name, "reason": s.reason} for s in plan.skipped],
         "usage": usage.as_dict(),

@@ -24,6 +24,7 @@ from flows.phases.head_to_head import head_to_head, merge_fields
 from flows.phases.run_phases import Prepared
 from flows.preflight.regression import check_gate_metrics
 from flows.run.completeness import assess, pair_panel_shares, with_budget_reason
+from flows.run.context import RunContext
 from judges.blocks.plain_text import visible
 from judges.catalogue import Registry
 from judges.model.budget import current_budget
@@ -37,7 +38,6 @@ from tasks.regression.deltas import DeltaLine, join_rows, paired_deltas
 from tasks.regression.slices import slice_metrics
 from tasks.report.verdict_text import unfinished_sentence
 from tasks.storage.baseline import BaselineRefused, BaselineRun
-from tasks.storage.chunk_store import ChunkStore
 from tasks.storage.outputs import RunLocation
 from tasks.storage.unfinished import mark_started, unfinished_runs
 
@@ -93,12 +93,12 @@ class Matched(NamedTuple):
     paired: set[str]
 
 
-async def _judge_head_to_head(params: RegressionParams, prepared: Prepared, judged: JudgedRun,
-                              matched: Matched, comparison: Comparison,
-                              store: ChunkStore | None) -> None:
+async def _judge_head_to_head(ctx: RunContext[RegressionParams], prepared: Prepared,
+                              judged: JudgedRun, matched: Matched, comparison: Comparison
+                              ) -> None:
     try:
-        result = await head_to_head(params, prepared.items(), matched.rows, matched.paired,
-                                    store, judged.report.rows.request_ids())
+        result = await head_to_head(ctx, prepared.items(), matched.rows, matched.paired,
+                                    judged.report.rows.request_ids())
     except Exception as error:  # noqa: BLE001 - the evaluation is still worth publishing
         comparison.head_to_head_error = f"{type(error).__name__}: {error}"
         comparison.head_to_head_unavailable = (
@@ -120,17 +120,16 @@ async def _judge_head_to_head(params: RegressionParams, prepared: Prepared, judg
     judged.metrics = judged.metrics.with_pairwise(result.metrics)
     # A head-to-head panel member above max_error_share makes the run incomplete, as any judge.
     judged.completeness = judged.completeness.plus(
-        assess(pair_panel_shares(result.panel_shares), params.max_error_share))
+        assess(pair_panel_shares(result.panel_shares), ctx.params.max_error_share))
 
 
-async def compare_with_baseline(params: RegressionParams, baseline: BaselineRun | None,
-                                prepared: Prepared, judged: JudgedRun,
-                                store: ChunkStore | None = None) -> Comparison:
+async def compare_with_baseline(ctx: RunContext[RegressionParams], baseline: BaselineRun | None,
+                                prepared: Prepared, judged: JudgedRun) -> Comparison:
     """Slices, paired deltas and head-to-head; adds slices and head-to-head metrics to the run's.
 
-    The head-to-head's chunks go through `store`, the run's chunk store, when given.
+    The head-to-head's chunks go through the run's chunk store (`ctx.store`).
     """
-    comparison = Comparison()
+    params, comparison = ctx.params, Comparison()
     candidate = candidate_rows(judged)
     specs = metric_fields(judged.metrics, run_registry(judged))
     judged.metrics = judged.metrics.with_slices(slice_metrics(candidate.values(), specs))
@@ -163,8 +162,8 @@ async def compare_with_baseline(params: RegressionParams, baseline: BaselineRun 
             comparison.head_to_head_unavailable = (
                 "no row pairs with the baseline: nothing to compare")
         else:
-            await _judge_head_to_head(params, prepared, judged,
-                                      Matched(rows, set(join.paired)), comparison, store)
+            await _judge_head_to_head(ctx, prepared, judged,
+                                      Matched(rows, set(join.paired)), comparison)
     return comparison
 
 

@@ -113,18 +113,39 @@ class Tally(Protocol[Result]):
         """The run's figures, once every chunk is in."""
 
 
-class RunKind(Protocol[Item, P]):
+class JudgePhaseKind(Protocol[Item]):
+    """What the judge phase reads of a kind: its chunks, its tally and how it shows them.
+
+    `progress` is the phase's progress line; `max_bytes` the byte bound of an unsharded run's
+    chunks (flows/run/execution.py `chunked`); `phase` the calls' phase in calls.jsonl;
+    `shards` whether a run's shards judge it (flows/shards/fan_out.py) when it has any.
+    """
+
+    progress: str
+    max_bytes: int | None
+    phase: str
+    shards: bool
+
+    def chunks(self, ctx: RunContext, prepared: Prepared[Item]) -> JudgedKind:
+        """The kind of chunk the judge phase runs (flows/run/chunk_kinds.py)."""
+
+    def calls_per_item(self, ctx: RunContext, prepared: Prepared[Item]) -> float:
+        """Model calls per item, for the progress line."""
+
+    def tally(self, ctx: RunContext, prepared: Prepared[Item]) -> Tally:
+        """A fresh tally of the judge phase's chunks."""
+
+
+class RunKind(JudgePhaseKind[Item], Protocol[Item, P]):
     """What differs between runs of rows and runs of pairs, above the chunk.
 
-    `name` is what the manifest calls the run; `progress` the judge phase's progress line;
-    `max_bytes` the byte bound of an unsharded run's chunks (flows/run/execution.py `chunked`);
-    `head_to_head` whether its metrics are the pairwise judge's figures: then they are also
-    the run's head-to-head file (nova_results.json), and no judge registry declares them.
+    `name` is what the manifest calls the run; `head_to_head` whether its metrics are the
+    pairwise judge's figures: then they are also the run's head-to-head file
+    (nova_results.json), and no judge registry declares them. The judge phase reads the rest
+    (`JudgePhaseKind`).
     """
 
     name: str
-    progress: str
-    max_bytes: int | None
     head_to_head: bool
 
     def catalogue(self, params: P) -> JudgeCatalogue:
@@ -145,15 +166,6 @@ class RunKind(Protocol[Item, P]):
     def candidate(self, params: P) -> LLMSettings | None:
         """The candidate model's settings, when one answers the set."""
 
-    def chunks(self, ctx: RunContext, prepared: Prepared[Item]) -> JudgedKind:
-        """The kind of chunk the judge phase runs (flows/run/chunk_kinds.py)."""
-
-    def calls_per_item(self, ctx: RunContext, prepared: Prepared[Item]) -> float:
-        """Model calls per item, for the progress line."""
-
-    def tally(self, ctx: RunContext, prepared: Prepared[Item]) -> Tally:
-        """A fresh tally of the judge phase's chunks."""
-
     def add_sections(self, ctx: RunContext, prepared: Prepared[Item], judged: JudgedRun,
                      manifest: dict) -> None:
         """Add the manifest sections only this kind has (and its own calls to the staging)."""
@@ -161,7 +173,11 @@ class RunKind(Protocol[Item, P]):
 
 @dataclass
 class Prepared(Generic[Item]):
-    """A prepared run's set and its kind: what the judge and publish phases read besides `ctx`."""
+    """A prepared run's set and its kind: what the judge and publish phases read besides `ctx`.
+
+    The judge phase reads only the kind's `JudgePhaseKind` part: a regression's head-to-head
+    (flows/phases/head_to_head.py) is judged by the same phase over its pairs.
+    """
 
     kind: RunKind
     checked: ItemSet[Item]
@@ -209,14 +225,14 @@ async def judge(ctx: RunContext, prepared: Prepared) -> JudgedRun:
     tally, chunks = kind.tally(ctx, prepared), kind.chunks(ctx, prepared)
     items, sharded, store, max_bytes = prepared.items(), None, ctx.store, kind.max_bytes
     mark("judging planned")
-    if ctx.params.shards > 1:  # the shards judge; this flow run merges what they stored
+    if ctx.params.shards > 1 and kind.shards:  # the shards judge; this flow run merges
         items = list(items)  # sharding cuts the set into ranges: it holds every item
         sharded = await judge_in_shards(ctx, items, chunks)
         # A sharded run's chunks are cut by items only, as its shards cut them.
         store, max_bytes = sharded.merge_view(store), None
 
     def consume(index: int, chunk: list, result: ChunkResult) -> None:
-        staging.write_chunk(index, tally.records(result), result.calls.in_phase("judging"))
+        staging.write_chunk(index, tally.records(result), result.calls.in_phase(kind.phase))
         tally.add(result)
 
     usage = await with_progress(

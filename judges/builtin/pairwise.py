@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from judges.base import prompt_environment, template_hash
+from judges.base import JudgeSpec, prompt_environment
 from judges.builtin.pair_panel import panel_verdict
 from judges.calls import UNPARSEABLE, JudgeContext, judged_call
 from judges.pairwise.metrics import (
@@ -31,39 +31,19 @@ from judges.pairwise.metrics import (
 from judges.pairwise.models import PairwiseJudgment, Rubric, check_rubric
 from judges.pairwise.reconcile import PREFERENCES, Order, PairVerdict, Pass, reconcile, to_sides
 from judges.result_names.calibration import PAIRWISE_KEY
-from judges.result_names.pairwise import PAIR_PREFIX, pairwise_metric_fields
+from judges.result_names.pairwise import pairwise_metric_fields
 from judges.rows import PREFERENCE_COLUMN
 
 SWAP_DISABLED = "not run: position swap disabled (forward-only diagnosis run)"
 
 
-@dataclass(frozen=True)
-class PairwiseSpec:
-    """The pairwise rubric judge as a spec, like every other judge: what runs and how it parses.
-
-    Its mode is "pairwise": one call per pair and order, each parsed into `output_model` (or its
-    fixed-rubric variant), reconciled by judges/pairwise/reconcile.py.
-    """
-
-    name: str = "pairwise_rubric"
-    mode: str = "pairwise"
-    version: int = 2  # 2: the instructions, rubric and output contract before the pair
-    template: str = "pairwise.j2"
-    output_model: type[PairwiseJudgment] = PairwiseJudgment
-
-    @property
-    def prompt_hash(self) -> str:
-        """The template hash that goes into cache keys and the manifest."""
-        return template_hash(self.template)
-
-    def manifest_entry(self) -> dict:
-        """Its provenance, shaped like the manifest's entries for the other judges."""
-        return {"name": self.name, "kind": self.mode, "per_chunk": False,
-                "version": self.version, "template": self.template,
-                "prompt_hash": self.prompt_hash}
-
-
-PAIRWISE_JUDGE = PairwiseSpec()
+# The pairwise rubric judge: a judge spec like every other, whose unit is a pair (its mode
+# "pairwise"): one call per pair and order, each parsed into `PairwiseJudgment` (or its
+# fixed-rubric variant, `judgment_model`), reconciled by judges/pairwise/reconcile.py.
+PAIRWISE_JUDGE = JudgeSpec(
+    name="pairwise_rubric", kind="pairwise", requires=("pair",), template="pairwise.j2",
+    version=2,  # 2: the instructions, rubric and output contract before the pair
+    unit="pair")
 
 
 class Pair(BaseModel):
@@ -103,7 +83,7 @@ def judgment_model(rubric: Rubric | None) -> type[PairwiseJudgment]:
     So a rubric mismatch takes the same road as malformed JSON: one re-ask, then an error.
     """
     if rubric is None:
-        return PAIRWISE_JUDGE.output_model
+        return PairwiseJudgment
     return _rubric_model(rubric.model_dump_json())
 
 
@@ -129,7 +109,7 @@ async def run_pass(ctx: JudgeContext, pair: Pair, order: Order, rubric: Rubric |
     outcome = await judged_call(
         ctx, render(pair.prompt, first, second, rubric), PAIRWISE_JUDGE.prompt_hash,
         judgment_model(rubric),
-        provenance={"judge": PAIRWISE_JUDGE.name, "output_prefix": PAIR_PREFIX.rstrip("/"),
+        provenance={"judge": PAIRWISE_JUDGE.name, "output_prefix": PAIRWISE_JUDGE.prefix,
                     "judge_version": PAIRWISE_JUDGE.version,
                     "request_id": pair.pair_id, "row_index": pair.row_index, "order": order},
     )

@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from judges.base import KIND_AREAS
 from judges.pairwise.metrics import PairwiseSummary
 from judges.pairwise.reconcile import PairVerdict, Pass, position_to_side
 from judges.result_names.calibration import calibration_row_fields
 from judges.result_names.rows import ROW_COUNT_AREA
 from judges.result_names.tags import TAG_PREFIX
 
-PAIR_PREFIX = "pairwise/"
+# The pairwise judge's area (judges/base.py), where a pair's fields go.
+PAIR_PREFIX = f"{KIND_AREAS['pairwise']}/"
 # Where a regression record keeps the baseline's response that its pair verdict judged.
 BASELINE_RESPONSE = "baseline/response"
 # The win rate and its bootstrap interval (the regression gates read these three together).

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
-from judges.base import JudgeSpec, MetricSpec
+from judges.base import KIND_AREAS, JudgeSpec, MetricSpec
 from judges.result_names.calibration import CALIBRATION_AREA, PAIRWISE_KEY
 from judges.result_names.cost import COST_AREA
 from judges.result_names.counts import count_names
@@ -196,7 +196,9 @@ _PAIRWISE_HIGHER = frozenset({"winrate", "lower_rate", "upper_rate", "score", "b
                               *LC_WINRATE_FIELDS})
 _PAIRWISE_LOWER = frozenset({"a_scores", "weighted_score_A", "inference_error", "pairs_error",
                              "pairs_single_pass", "position_flips"})
-PAIRWISE_JUDGE = "pairwise"
+# The pairwise judge (judges/builtin/pairwise.py) as the registry names it: by its prefix, for
+# the judge and its name alike (as published since the registry was), one judge per run.
+PAIRWISE_JUDGE = KIND_AREAS["pairwise"]
 
 
 _PAIR_PANEL_MEMBER = re.compile(r"^(\d+)/(winrate|decided_count|rated_count|error_count)$")

@@ -12,7 +12,8 @@ judge on each turn, an answer, agent or session judge on each row. An LLM judge 
 on that the canary could not check (the baseline has none of its verdicts) leaves the night
 incomplete, named (`unchecked_reasons`).
 
-The pairwise judge of a regression's head-to-head has no judge spec: when a gate reads a
+The pairwise judge of a regression's head-to-head (a judge spec whose unit is a pair,
+judges/builtin/pairwise.py) is no judge of the run's plan: when a gate reads a
 pairwise figure (`winrate`), the canary re-judges a seeded sample of the baseline's own
 head-to-head pairs (its `baseline/response` against its response), both orders, and compares
 each reconciled verdict (A, B or tie) with the one the baseline published (`pair_agreement`).
@@ -37,6 +38,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from judges.base import JudgeSpec
+from judges.builtin.pairwise import PAIRWISE_JUDGE
 from judges.calibration.stats import cohen_kappa
 from judges.names.metric_fields import member_verdict, unit_verdicts
 from judges.names.pairwise_fields import member_pair_verdict
@@ -54,7 +56,6 @@ DRIFTED = "the judge drifted"  # how a drift reason starts (the others: could no
 PER_UNIT_MODES = ("per_chunk", "per_turn")
 PAIR_VERDICTS = ("A", "B", "tie")
 PAIRWISE_CANARY_NAME = "the pairwise judge (head-to-head)"
-PAIRWISE_CANARY_PREFIX = "pairwise"
 
 
 def canary_judges(judges: Iterable[JudgeSpec]) -> list[JudgeSpec]:
@@ -183,7 +184,7 @@ def pair_agreement(pairs: Sequence[tuple[str, str | None]]) -> JudgeAgreement:
     won_before = [b == "B" for b, _ in compared]
     won_now = [n == "B" for _, n in compared]
     return JudgeAgreement(
-        PAIRWISE_CANARY_NAME, PAIRWISE_CANARY_PREFIX, len(compared),
+        PAIRWISE_CANARY_NAME, PAIRWISE_JUDGE.prefix, len(compared),
         sum(b == n for b, n in compared),
         sum(b and not n for b, n in zip(won_before, won_now, strict=True)),
         sum(n and not b for b, n in zip(won_before, won_now, strict=True)),
@@ -212,7 +213,7 @@ def pair_member_agreements(records: Sequence[Mapping[str, Any]],
             pairs.setdefault((number, member.model), []).append((before, now))
     return [dataclass_replace(pair_agreement(found),
                               name=f"{PAIRWISE_CANARY_NAME} panel member {number} ({model})",
-                              prefix=f"{PAIRWISE_CANARY_PREFIX}/panel/{number}")
+                              prefix=f"{PAIRWISE_JUDGE.prefix}/panel/{number}")
             for (number, model), found in sorted(pairs.items())]
 
 
