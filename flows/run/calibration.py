@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
-from prefect import get_run_logger
-
 from judges.base import JudgeSpec
 from judges.blocks.plain_text import visible
 from judges.calibration.policy import (
@@ -153,6 +151,8 @@ def _member_suggestions(params: CalibrationParams, judge: JudgeSpec, key: str, o
                                [stats_of(own, member_key(key, n))
                                 for n in range(1, len(members) + 1)],
                                stats, params.calibration_floor)
+    from prefect import get_run_logger  # here: `judgeflow --help` imports this module
+
     for line in found:
         get_run_logger().warning("calibration: %s", visible(line))
     return found
