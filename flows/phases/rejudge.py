@@ -19,7 +19,7 @@ from judges.catalogue import JudgeCatalogue
 from judges.errors import ConfigError
 from judges.fingerprint import differences, fingerprint, recorded_judges
 from judges.names.metric_fields import judge_failed, yes_no_verdict
-from tasks.regression.canary import agreement_of, canary_judges
+from tasks.regression.canary import MemberMoves, agreement_of, canary_judges
 from tasks.storage.baseline import (
     BaselineRefused,
     BaselineRun,
@@ -120,10 +120,11 @@ def rejudge_section(params: RejudgeParams, source: BaselineRun, judged: JudgedRu
                     ) -> dict[str, Any]:
     """The manifest's `rejudge` section: the source, both fingerprints, how verdicts moved."""
     judges = canary_judges(judged.plan.judges)
+    members = MemberMoves(judges, [m.model for m in params.judge.settings().panel])
     before: dict[str, dict[str, Any]] = {}
     for record in iter_baseline_records(source, params.storage_options):
         before[str(record.get("request_id"))] = {
-            j.prefix: yes_no_verdict(record, j.prefix) for j in judges}
+            j.prefix: yes_no_verdict(record, j.prefix) for j in judges} | members.kept(record)
     # (the source's verdict, the new one) per judge
     then_and_now: dict[str, list[tuple[str, str | None]]] = {j.prefix: [] for j in judges}
     for record in judged.staging.iter_records():
@@ -132,6 +133,7 @@ def rejudge_section(params: RejudgeParams, source: BaselineRun, judged: JudgedRu
             rating = yes_no_verdict(record, judge.prefix)
             if old.get(judge.prefix) and (rating or judge_failed(record, judge.prefix)):
                 then_and_now[judge.prefix].append((old[judge.prefix], rating))
+        members.add(old, record)
     agreements = [agreement_of(j, then_and_now[j.prefix]) for j in judges]
     compared = sum(a.compared for a in agreements)
     source_digest = (source.manifest.get("judge_fingerprint") or {}).get("digest")
@@ -147,5 +149,8 @@ def rejudge_section(params: RejudgeParams, source: BaselineRun, judged: JudgedRu
         "judge_changes": changes,  # in words, by judge (empty: the same judges)
         "agreement": sum(a.agreed for a in agreements) / compared if compared else None,
         "judges": [a.as_dict() for a in agreements],
+        # a panel's members, each against its own verdicts in the source run: a member that
+        # moved can hide behind a steady majority (as in the drift canary)
+        "members": [a.as_dict() for a in members.agreements()],
     }
 

@@ -89,6 +89,45 @@ def unchecked_reasons(needed: Iterable[JudgeSpec], agreements: Sequence[JudgeAgr
             "candidate's change" for j in needed if j.prefix not in checked]
 
 
+class MemberMoves:
+    """A panel's members of answer judges, each against its own verdicts in an earlier run.
+
+    For rejudge: what each member said is kept per row as the source run is read, and paired
+    with what it says now as the new rows come.
+    """
+
+    def __init__(self, judges: Sequence[JudgeSpec], members: Sequence[str]):
+        self.judges = [j for j in judges if j.mode == "answer"] if len(members) > 1 else []
+        self.members = list(members)
+        self.pairs: dict[tuple[str, int], list[tuple[str, str | None]]] = {}
+
+    def kept(self, record: Mapping[str, Any]) -> dict[tuple[str, int], tuple[Any, str | None]]:
+        """What the rejudge needs of a source row: each member's model and yes/no verdict."""
+        return {(j.prefix, n): member_verdict(record, j.prefix, n)
+                for j in self.judges for n in range(1, len(self.members) + 1)}
+
+    def add(self, kept: Mapping[Any, Any], record: Mapping[str, Any]) -> None:
+        """Pair a new row's member verdicts with the source row's.
+
+        Only where the same model gave a yes/no verdict then; None now: it failed on the row.
+        """
+        for judge in self.judges:
+            for number, model in enumerate(self.members, start=1):
+                then_model, before = kept.get((judge.prefix, number)) or (None, None)
+                now_model, now = member_verdict(record, judge.prefix, number)
+                if before is not None and then_model == now_model == model:
+                    self.pairs.setdefault((judge.prefix, number), []).append((before, now))
+
+    def agreements(self) -> list[JudgeAgreement]:
+        """One line per member compared, named and placed as the canary's member lines."""
+        return [dataclass_replace(agreement_of(judge, found),
+                                  name=f"{judge.name} panel member {number} ({model})",
+                                  prefix=panel_base(judge.prefix, number))
+                for judge in self.judges
+                for number, model in enumerate(self.members, start=1)
+                if (found := self.pairs.get((judge.prefix, number)))]
+
+
 def unchecked_member_reasons(needed: Iterable[JudgeSpec], members: Sequence[str],
                              agreements: Sequence[JudgeAgreement]) -> list[str]:
     """A sentence per panel member of a gated answer judge that the canary did not check.

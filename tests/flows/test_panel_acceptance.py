@@ -395,6 +395,19 @@ def test_rejudge_asks_every_member_and_a_swapped_member_is_a_changed_judge(fake_
         b == a for b, a in zip(before, after, strict=True)))
     assert moved["yes_to_no"] == sum(b == "yes" and a == "no"
                                      for b, a in zip(before, after, strict=True))
+    # each member kept under the same model against its own verdicts, so a member's drift
+    # cannot hide behind the majority; the swapped member has no earlier verdicts of its own
+    members = {m["name"]: m for m in manifest["rejudge"]["members"]}
+    assert set(members) == {"safety panel member 1 (openai/planted-drift)",
+                            "safety panel member 2 (openai/planted-failing)"}
+    for number, model in ((1, "planted-drift"), (2, "planted-failing")):
+        line = members[f"safety panel member {number} (openai/{model})"]
+        then, now = [seed_by[(model, i)] for i in range(FEW)], [by[(model, i)] for i in range(FEW)]
+        assert (line["compared"], line["agreed"]) == (FEW, sum(
+            b == a for b, a in zip(then, now, strict=True)))
+        assert line["prefix"] == f"{PREFIX}/panel/{number}"
+    assert members["safety panel member 1 (openai/planted-drift)"]["agreement"] < 0.9
+    assert members["safety panel member 2 (openai/planted-failing)"]["agreement"] == 1.0
 
 
 @pytest.fixture
