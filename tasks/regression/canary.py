@@ -97,7 +97,8 @@ class MemberMoves:
     """
 
     def __init__(self, judges: Sequence[JudgeSpec], members: Sequence[str]):
-        self.judges = [j for j in judges if j.mode == "answer"] if len(members) > 1 else []
+        self.judges = ([j for j in judges if j.mode == "answer" and j.samples == 1]
+                       if len(members) > 1 else [])
         self.members = list(members)
         self.pairs: dict[tuple[str, int], list[tuple[str, str | None]]] = {}
 
@@ -132,6 +133,9 @@ def unchecked_member_reasons(needed: Iterable[JudgeSpec], members: Sequence[str]
                              agreements: Sequence[JudgeAgreement]) -> list[str]:
     """A sentence per panel member of a gated answer judge that the canary did not check.
 
+    Members are compared one by one where the judge asks once a row (`member_agreements`); a
+    judge of chunks, turns or samples is checked as a whole.
+
     The baseline's sampled rows hold none of that member's own verdicts (it failed on all of
     them, or another model had its place). A member's drift hides behind a steady majority, so
     a member the canary cannot see is a gate it cannot vouch for.
@@ -147,7 +151,7 @@ def unchecked_member_reasons(needed: Iterable[JudgeSpec], members: Sequence[str]
     return [f"the judge drift canary did not check {j.name} panel member {number} ({model}): "
             "none of the baseline's sampled rows has that member's own verdicts, so its drift "
             "cannot be told from the candidate's change"
-            for j in needed if j.mode == "answer" and j.prefix in checked
+            for j in needed if j.mode == "answer" and j.samples == 1 and j.prefix in checked
             for number, model in enumerate(members, start=1)
             if panel_base(j.prefix, number) not in checked]
 
