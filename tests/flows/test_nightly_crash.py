@@ -288,8 +288,8 @@ def test_a_killed_night_is_run_again_as_the_same_run_and_published_once(
 
 # ---- the machine dies: worker and flow run killed together --------------------------------------
 
-HEARTBEAT_SECONDS = "3"  # the run's own heartbeat (flows/run/heartbeat.py), short for the test
-HEARTBEAT_WINDOW = "30"  # ten heartbeats: a loaded machine delivers some late
+HEARTBEAT_SECONDS = "2"  # the run's own heartbeat (flows/run/heartbeat.py), short for the test
+HEARTBEAT_WINDOW = "20"  # ten heartbeats: a loaded machine delivers some late
 
 
 def test_the_zombie_automation_marks_silent_tagged_runs_crashed():
