@@ -22,8 +22,9 @@ import pytest  # noqa: E402
 
 from tests.fake_llm import FakeLLMServer, Reply  # noqa: E402
 
-# The tiers (pure, flow, process), the session's checks of them and the tier durations.
-pytest_plugins = ["tests.tier_plugin"]
+# The tiers (pure, flow, process), the session's checks of them and the tier durations; the
+# session's `mlflow server` (the fixture `mlflow_server`).
+pytest_plugins = ["tests.tier_plugin", "tests.mlflow_server"]
 
 _real_connect = socket.socket.connect
 
