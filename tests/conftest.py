@@ -22,9 +22,8 @@ import pytest  # noqa: E402
 
 from tests.fake_llm import FakeLLMServer, Reply  # noqa: E402
 
-# The tiers (pure, flow, process), the session's checks of them and the tier durations; the
-# session's `mlflow server` (the fixture `mlflow_server`).
-pytest_plugins = ["tests.tier_plugin", "tests.mlflow_server"]
+# The tiers (pure, flow, process), the session's checks of them and the tier durations.
+pytest_plugins = ["tests.tier_plugin"]
 
 _real_connect = socket.socket.connect
 

@@ -1,10 +1,9 @@
 """A real `mlflow server` for tests: SQLite backend store, local artifact root, a loopback port.
 
-The fixture `mlflow_server` (the server's URL; tests/conftest.py loads this module as a plugin)
-starts one server for the session, or for each pytest-xdist worker, at the first test that
-asks for it: the files that use it share it, so each test logs to experiments (and suites) of
-its own names. `running_mlflow_server(folder, env)` starts one with extra environment (webhook
-settings) for a fixture of a module's own.
+Import the module-scoped fixture `mlflow_server` (the server's URL) into a test module with
+``from tests.mlflow_server import mlflow_server_fixture``; the server starts with the first
+test that asks for it and stops after the module's last. `running_mlflow_server(folder, env)`
+starts one with extra environment (webhook settings) for a fixture of a module's own.
 """
 
 from __future__ import annotations
@@ -73,12 +72,8 @@ def running_mlflow_server(folder: Path, env: dict[str, str] | None = None) -> It
         log.close()
 
 
-@pytest.fixture(scope="session", name="mlflow_server")
+@pytest.fixture(scope="module", name="mlflow_server")
 def mlflow_server_fixture(tmp_path_factory):
-    """A real `mlflow server`: SQLite backend store, local artifact root, a loopback port.
-
-    One for the session: starting it costs 5-10 s of a busy machine's wall clock, four files
-    use it, and what they log lives in experiments named by each.
-    """
+    """A real `mlflow server`: SQLite backend store, local artifact root, a loopback port."""
     with running_mlflow_server(tmp_path_factory.mktemp("mlflow")) as url:
         yield url

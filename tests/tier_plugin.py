@@ -147,8 +147,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "mlflow_server: starts an `mlflow server` (process tier)")
     _xdist_controller[0] = (not hasattr(config, "workerinput")
                             and bool(getattr(config.option, "numprocesses", None)))
-    if _whole_files_in_parallel(config):  # the workers' collection order is the schedule's
-        config.option.loadscopereorder = False
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
 
@@ -211,38 +209,6 @@ def pytest_collection_modifyitems(config, items):
         if needs_api and "prefect_api" not in item.fixturenames:
             # Requested like any fixture: the session's API starts with the first such test.
             item.fixturenames.insert(0, "prefect_api")
-    if _whole_files_in_parallel(config):
-        items[:] = longest_files_first(items)
-
-
-def _whole_files_in_parallel(config) -> bool:
-    """`--dist loadfile` without `--cases-apart`: the process tier (`make test-process`)."""
-    return (getattr(config.option, "dist", None) == "loadfile"
-            and not config.getoption("cases_apart"))
-
-
-def _starts_a_prefect_server(item) -> bool:
-    """Whether the test runs on tests/e2e/test_deployments.py's `prefect server start`."""
-    info = getattr(item, "_fixtureinfo", None)
-    return any(definition.func.__module__ == "tests.e2e.test_deployments"
-               for name in ("server", "deployed")
-               for definition in (info.name2fixturedefs.get(name, ()) if info else ()))
-
-
-def longest_files_first(items: list) -> list:
-    """The files that start a Prefect server (and deploy, and start workers) first, then the
-    others by their number of tests, each file's tests in their order.
-
-    The process tier's wall clock is its longest worker's: a file runs whole on one worker,
-    and a server file takes 2-4 minutes. Started last (xdist orders files by their number of
-    tests, and these have few), one of them was the tier's last few minutes, alone.
-    """
-    files: dict[str, list] = {}
-    for item in items:
-        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    ranked = sorted(files.values(), key=lambda tests: (
-        not any(_starts_a_prefect_server(test) for test in tests), -len(tests)))
-    return [item for tests in ranked for item in tests]
 
 
 _TIER = pytest.StashKey[str]()

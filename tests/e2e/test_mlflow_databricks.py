@@ -21,6 +21,7 @@ import flows.evaluate  # noqa: E402, F401 - Prefect's log handler binds to the s
 from flows.cli import app  # noqa: E402
 from tasks.mlflow.agent_evaluation import AGENT_EVALUATION_NAMES  # noqa: E402
 from tests.databricks_standin import TOKEN, databricks_standin  # noqa: E402
+from tests.mlflow_server import mlflow_server_fixture  # noqa: E402, F401 - the fixture
 
 runner = CliRunner()
 EXPERIMENT = "/Shared/judgeflow-rag"
@@ -98,7 +99,7 @@ def test_a_run_is_logged_to_a_workspace_as_the_client_would_log_it(
     monkeypatch.setenv("DATABRICKS_CONFIG_FILE", str(config))
     for name in ("DATABRICKS_HOST", "DATABRICKS_TOKEN", "DATABRICKS_CONFIG_PROFILE"):
         monkeypatch.delenv(name, raising=False)
-    experiment = f"{EXPERIMENT}-{credentials}"  # each run its own: the server is shared
+    experiment = f"{EXPERIMENT}-{credentials}"  # each run its own: the server is the module's
     with databricks_standin(mlflow_server) as workspace:
         if credentials == "environment":
             uri = "databricks"

@@ -26,6 +26,7 @@ from tasks.mlflow.source import (  # noqa: E402
     parse_source,
     pinned,
 )
+from tests.mlflow_server import mlflow_server_fixture  # noqa: E402, F401 - the fixture
 
 runner = CliRunner()
 EXPERIMENT = "rag-app"

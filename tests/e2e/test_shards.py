@@ -6,10 +6,8 @@ module starts two `prefect worker start --pool judgeflow-process` workers of its
 running one flow run at a time, so that two shards land on two workers. The judge is the
 loopback fake, which counts what it receives: calls made twice or not at all show there.
 
-Slow (a server, a deploy, two workers and several command runs: about four minutes on two busy
-cores). Select them with `-m shards`; leave them out with `-m "not shards"`. Shards that crash,
-fall silent or stay busy are test_shard_liveness.py's, with a server of their own: the two
-files run side by side on two test workers (`make test-process`), not one after the other.
+Slow (a server, a deploy, two workers and several command runs: about two minutes on two busy
+cores). Select them with `-m shards`; leave them out with `-m "not shards"`.
 """
 
 from __future__ import annotations
@@ -19,12 +17,14 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from flows.run.kind_specs import ShardPlanError, rebuild_plan
@@ -43,9 +43,6 @@ JUDGEFLOW = BIN / "judgeflow"
 WORKERS = ("shard-worker-1", "shard-worker-2")
 ROWS = 40
 CHUNK_SIZE = 5  # 8 chunks: 4 per shard
-# The heartbeat interval of the workers' shards (flows/run/heartbeat.py; Prefect's own come
-# every 30 s): test_shard_liveness.py's liveness timeouts are read against it.
-HEARTBEAT_SECONDS = "2"
 
 
 # ---- the cut and the budget (no server) -------------------------------------------------------
@@ -258,14 +255,8 @@ def process_workers(server: Server, names: tuple[str, ...], env: dict[str, str],
 @pytest.fixture(scope="module")
 def workers(server, deployed) -> Iterator[tuple[str, ...]]:
     """Two `judgeflow worker`s on the pool, one flow run at a time each (test_shards_s3 runs
-    Prefect's own process workers).
-
-    Their shards send heartbeats every HEARTBEAT_SECONDS (flows/run/heartbeat.py), not at
-    Prefect's 30 s: the liveness tests (test_shard_liveness.py) then wait seconds, not
-    minutes, for the same verdicts (a silent shard presumed dead, a beating one kept).
-    """
-    env = {**server.env, "JUDGEFLOW_HEARTBEAT_SECONDS": HEARTBEAT_SECONDS}
-    with process_workers(server, WORKERS, env, warm=True) as names:
+    Prefect's own process workers)."""
+    with process_workers(server, WORKERS, server.env, warm=True) as names:
         yield names
 
 
@@ -329,6 +320,138 @@ def _flow_run_pid(flow_run_id: str) -> int | None:
         except OSError:
             continue
     return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+                for child in (task / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _engine_pids(pid: int) -> list[int]:
+    """The flow run's process and, for a warm start, the forked engine that runs it.
+
+    A `judgeflow worker` runs `flows.shards.warm_start`, which hands the run to its worker's
+    warm process; with one flow run per worker, that process's one child is this run's engine.
+    """
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        worker = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except OSError:
+        return [pid]
+    if b"flows.shards.warm_start" not in command:
+        return [pid]
+    warm = [child for child in _children(worker)
+            if b"flows.shards.warm_server" in Path(f"/proc/{child}/cmdline").read_bytes()]
+    return [pid, *(engine for server in warm for engine in _children(server))]
+
+
+class ShardKiller(threading.Thread):
+    """Kills the second shard's process once one of its chunks is stored, `times` times.
+
+    The process is found as soon as its flow run is Running, so that the kill follows the
+    stored chunk closely (an API query on a busy machine can take seconds).
+    """
+
+    def __init__(self, server: Server, deployed: dict, run_id: str, run_dir: Path, times: int,
+                 sent: signal.Signals = signal.SIGKILL):
+        super().__init__(daemon=True)
+        self.sent, self.pids = sent, []
+        self.server, self.deployed, self.run_id = server, deployed, run_id
+        self.stored = run_dir / ".chunks" / "judge" / "000004.json"  # shard 2's first chunk
+        self.times, self.killed, self.stop = times, [], threading.Event()
+
+    def _running_second_shard(self) -> tuple[str, int] | None:
+        try:
+            runs = _shard_runs(self.server, self.deployed, self.run_id)
+        except httpx.HTTPError:  # a busy test server answered late: poll again
+            return None
+        for found in runs:
+            if (found["parameters"]["params"]["shard"] == 1 and found["id"] not in self.killed
+                    and found["state"]["type"] == "RUNNING"):
+                pid = _flow_run_pid(found["id"])
+                if pid is not None:
+                    return found["id"], pid
+        return None
+
+    def run(self) -> None:
+        target = None
+        while len(self.killed) < self.times and not self.stop.wait(0.05):
+            target = target or self._running_second_shard()
+            if target is not None and self.stored.exists():
+                # A stop freezes the engine too (a killed warm_start takes its engine along).
+                pids = _engine_pids(target[1]) if self.sent == signal.SIGSTOP else [target[1]]
+                try:
+                    for pid in pids:
+                        os.kill(pid, self.sent)
+                    self.killed.append(target[0])
+                    self.pids.extend(pids)
+                except ProcessLookupError:  # it ended before it could be killed
+                    pass
+                target = None
+
+
+def _slow_verdict(body: dict) -> Reply:
+    reply = _verdict(body)
+    reply.delay_seconds = 0.25
+    return reply
+
+
+def _run_with_killer(server, deployed, fake_llm, tmp_path, run_id: str, times: int):
+    data = _rows_file(tmp_path)
+    fake_llm.reset(_slow_verdict)
+    killer = ShardKiller(server, deployed, run_id, tmp_path / "out" / "s" / run_id, times)
+    killer.start()
+    try:
+        done = _evaluate(server, data, tmp_path / "out", run_id, fake_llm.api_base,
+                         "--shards", "2", "--judges", "safety", "--concurrency", "2")
+    finally:
+        killer.stop.set()
+        killer.join()
+    return done, killer
+
+
+def test_a_shard_killed_mid_way_is_run_again_and_the_run_completes(server, deployed, workers,
+                                                                   fake_llm, tmp_path):
+    done, killer = _run_with_killer(server, deployed, fake_llm, tmp_path, "killed-once", 1)
+    assert len(killer.killed) == 1
+    assert done.returncode == 0, done.stderr[-3000:] + _worker_logs(server)
+    records, metrics, manifest = _published(tmp_path / "out", "killed-once")
+    assert [r["request_id"] for r in records] == [f"r{i:03d}" for i in range(ROWS)]
+    assert metrics["response/llm_judged/safety/error_count"] == 0
+    assert metrics["response/llm_judged/safety/rated_count"] == ROWS
+    second = manifest["shards"]["runs"][1]
+    assert [a["state"] for a in second["attempts"]] == ["CRASHED", "COMPLETED"]
+    assert second["attempts"][0]["flow_run_id"] == killer.killed[0]
+    assert second["chunks_reused"] >= 1  # what the killed attempt finished was kept
+    # The chunk stored before the kill was not judged again.
+    asked = Counter(prompt_text(body) for body in fake_llm.requests)
+    for i in range(20, 25):
+        assert sum(n for text, n in asked.items() if f"What is item {i}?" in text) == 1
+
+
+def test_a_shard_that_fails_for_good_leaves_its_rows_as_errors(server, deployed, workers,
+                                                               fake_llm, tmp_path):
+    done, killer = _run_with_killer(server, deployed, fake_llm, tmp_path, "killed-twice", 2)
+    assert len(killer.killed) == 2
+    assert done.returncode == 3, done.stderr[-3000:] + _worker_logs(server)
+    assert "shard 2 of 2" in done.stderr and "CRASHED" in done.stderr
+    records, metrics, manifest = _published(tmp_path / "out", "killed-twice")
+    # Every row is there, in order: none silently dropped.
+    assert [r["request_id"] for r in records] == [f"r{i:03d}" for i in range(ROWS)]
+    assert manifest["status"] == "incomplete"
+    assert any("shard 2 of 2" in reason for reason in manifest["incomplete_reasons"])
+    errors = [r.get("response/llm_judged/safety/error_message") for r in records]
+    # Shard 1 and the chunks shard 2 stored before it was killed are judged; the rest of
+    # shard 2's rows are errors that say which shard, which flow run and how it ended.
+    first_error = next(i for i, error in enumerate(errors) if error is not None)
+    assert first_error >= 25 and first_error % CHUNK_SIZE == 0
+    for error in errors[first_error:]:
+        assert "shard 2 of 2" in error and killer.killed[-1] in error and "CRASHED" in error
+    assert metrics["response/llm_judged/safety/error_count"] == ROWS - first_error
+    assert manifest["shards"]["runs"][1]["state"] == "CRASHED"
 
 
 def _regression(server: Server, data: Path, out: Path, run_id: str, api_base: str, gates: Path,
@@ -420,6 +543,62 @@ def test_a_sharded_compare_equals_a_single_process_one(server, deployed, workers
         assert entry["state"] == "COMPLETED" and entry["chunks_judged"] == 4
         assert children[entry["flow_run_id"]]["parameters"]["params"]["kind"] == "pairs"
     assert not (tmp_path / "out" / "s" / "two" / ".shards").exists()
+
+
+def test_a_shard_whose_worker_went_silent_is_crashed_and_run_again(server, deployed, workers,
+                                                                   fake_llm, tmp_path):
+    # SIGSTOP: the shard's process neither works nor ends, so its flow run stays Running, as
+    # when its worker's machine is gone. Only the liveness timeout can end the wait.
+    data = _rows_file(tmp_path)
+    fake_llm.reset(_slow_verdict)
+    run_id = "silent"
+    freezer = ShardKiller(server, deployed, run_id, tmp_path / "out" / "s" / run_id, 1,
+                          signal.SIGSTOP)
+    freezer.start()
+    env = {**server.env, "JUDGEFLOW_SHARD_LIVENESS_SECONDS": "60"}
+    try:
+        done = _evaluate(server, data, tmp_path / "out", run_id, fake_llm.api_base,
+                         "--shards", "2", "--judges", "safety", "--concurrency", "2", env=env)
+    finally:
+        freezer.stop.set()
+        freezer.join()
+        for pid in freezer.pids:  # the process this test stopped: end it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert len(freezer.killed) == 1
+    assert done.returncode == 0, done.stderr[-3000:] + _worker_logs(server)
+    records, metrics, manifest = _published(tmp_path / "out", run_id)
+    assert [r["request_id"] for r in records] == [f"r{i:03d}" for i in range(ROWS)]
+    assert metrics["response/llm_judged/safety/error_count"] == 0
+    second = manifest["shards"]["runs"][1]
+    assert [a["state"] for a in second["attempts"]] == ["CRASHED", "COMPLETED"]
+    assert "presumed dead" in second["attempts"][0]["message"]
+    assert second["chunks_reused"] >= 1
+
+
+
+def _long_verdict(body: dict) -> Reply:
+    reply = _verdict(body)
+    reply.delay_seconds = 13.0
+    return reply
+
+
+def test_a_shard_busy_with_one_long_chunk_is_not_taken_for_dead(server, deployed, workers,
+                                                               fake_llm, tmp_path):
+    # Each shard gets one chunk of 5 calls made one at a time, 13 s each: 65 s without a new
+    # task run, longer than the liveness timeout. Its heartbeats say it is alive.
+    data = tmp_path / "ten.jsonl"
+    data.write_text("".join(_rows_file(tmp_path).read_text().splitlines(True)[:10]))
+    fake_llm.reset(_long_verdict)
+    env = {**server.env, "JUDGEFLOW_SHARD_LIVENESS_SECONDS": "50"}
+    done = _evaluate(server, data, tmp_path / "out", "long-chunk", fake_llm.api_base,
+                     "--shards", "2", "--judges", "safety", "--concurrency", "2", env=env)
+    assert done.returncode == 0, done.stderr[-3000:] + _worker_logs(server)
+    _, metrics, manifest = _published(tmp_path / "out", "long-chunk")
+    assert metrics["response/llm_judged/safety/rated_count"] == 10
+    for shard in manifest["shards"]["runs"]:
+        assert [a["state"] for a in shard["attempts"]] == ["COMPLETED"]
+    assert len(fake_llm.requests) == 10  # no shard was judged twice
 
 
 def test_a_sharded_agent_set_equals_a_single_process_run(server, deployed, workers, tmp_path):

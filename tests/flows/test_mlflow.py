@@ -21,6 +21,7 @@ import flows.evaluate  # noqa: E402, F401 - Prefect's log handler binds to the s
 from flows.cli import app  # noqa: E402
 from tasks.mlflow.names import MAX_NAME_LENGTH, mlflow_names  # noqa: E402
 from tests.mlflow_server import free_port as _free_port  # noqa: E402
+from tests.mlflow_server import mlflow_server_fixture  # noqa: E402, F401 - the fixture
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rag_eval.jsonl"
 runner = CliRunner()

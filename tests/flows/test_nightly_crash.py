@@ -165,7 +165,6 @@ class FlowRunKiller(threading.Thread):
         self.flow_run_id, self.suite_dir, self.chunks = flow_run_id, suite_dir, chunks
         self.judge = judge
         self.killed_pid: int | None = None
-        self.killed_on: datetime | None = None
         self.stored_at_kill: list[Path] = []
         self.stop = threading.Event()
 
@@ -193,7 +192,7 @@ class FlowRunKiller(threading.Thread):
         except ProcessLookupError:  # it ended first: the test fails on killed_pid
             self.stop.set()
             return
-        self.killed_pid, self.killed_on = pid, datetime.now(UTC)
+        self.killed_pid = pid
         self.stored_at_kill = self._stored()
 
 
@@ -255,8 +254,6 @@ def test_a_killed_night_is_run_again_as_the_same_run_and_published_once(
         killer.join()
 
     assert killer.killed_pid is not None, _tail(worker_log)
-    print(f"after the kill (re-run delay {DELAY} s): "
-          f"{_since(server, flow_run['id'], killer.killed_on)}")
     assert final["state"]["type"] == "COMPLETED", (final["state"], _tail(worker_log, 6000))
     # The same flow run, crashed, re-scheduled by the automation, run a second time.
     assert final["run_count"] == 2
@@ -291,8 +288,8 @@ def test_a_killed_night_is_run_again_as_the_same_run_and_published_once(
 
 # ---- the machine dies: worker and flow run killed together --------------------------------------
 
-HEARTBEAT_SECONDS = "2"  # the run's own heartbeat (flows/run/heartbeat.py), short for the test
-HEARTBEAT_WINDOW = "20"  # ten heartbeats: a loaded machine delivers some late
+HEARTBEAT_SECONDS = "3"  # the run's own heartbeat (flows/run/heartbeat.py), short for the test
+HEARTBEAT_WINDOW = "30"  # ten heartbeats: a loaded machine delivers some late
 
 
 def test_the_zombie_automation_marks_silent_tagged_runs_crashed():
@@ -330,17 +327,7 @@ class MachineKiller(FlowRunKiller):
         except ProcessLookupError:  # gone with the worker's process group
             pass
         self.killed_pid, self.killed_at = pid, time.monotonic()
-        self.killed_on = datetime.now(UTC)
         self.stored_at_kill = self._stored()
-
-
-def _since(server: Server, flow_run_id: str, moment: datetime) -> str:
-    """The flow run's states after `moment`, each with its seconds after it: what was waited for."""
-    found = server.call("GET", f"/flow_run_states/?flow_run_id={flow_run_id}")
-    stamped = sorted((datetime.fromisoformat(s["timestamp"]), s["name"])
-                     for s in found.raise_for_status().json())
-    return ", ".join(f"{name} {(at - moment).total_seconds():.0f} s" for at, name in stamped
-                     if at >= moment)
 
 
 def _events(server: Server, name: str, flow_run_id: str) -> list[dict]:
@@ -411,8 +398,7 @@ def test_a_night_whose_machine_died_is_marked_crashed_run_again_and_published_on
     # Marked by the heartbeat automation, with the run count the crash automation bounds on.
     assert [event["resource"].get("prefect.run-count") for event in crashes] == ["1"], crashes
     print(f"published {published_after:.0f} s after the machine died (heartbeat "
-          f"{HEARTBEAT_SECONDS} s, window {HEARTBEAT_WINDOW} s, re-run delay 10 s): "
-          f"{_since(server, flow_run['id'], killer.killed_on)}")
+          f"{HEARTBEAT_SECONDS} s, window {HEARTBEAT_WINDOW} s, re-run delay 10 s)")
 
     run_id = flow_run_run_id(FlowRun.model_validate(final))
     run_dirs = [p.name for p in (out / SUITE).iterdir()

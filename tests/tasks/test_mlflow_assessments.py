@@ -21,6 +21,7 @@ from tasks.agents.mlflow_trace import TraceError, parse_trace  # noqa: E402
 from tasks.dataset.normalise import normalise_rows  # noqa: E402
 from tasks.mlflow.assessments import Attacher, Verdict  # noqa: E402
 from tasks.mlflow.report_link import MARKER, linked_report  # noqa: E402
+from tests.mlflow_server import mlflow_server_fixture  # noqa: E402, F401 - the fixture
 
 runner = CliRunner()
 UNKNOWN_TRACE = "tr-" + "0" * 31 + "1"
