@@ -165,8 +165,12 @@ def test_an_experiments_traces_are_read_from_a_local_store(store, tmp_path):
     client = MlflowClient(tracking_uri=store["uri"])
     oldest_first = sorted(store["ids"], key=lambda t: (client.get_trace(t).info.request_time, t))
     assert [r["request_id"] for r in rows] == oldest_first
-    assert [r["response"] for r in rows] == [q[1] for q in QUESTIONS]
-    assert [r["retrieved_context"][0]["doc_uri"] for r in rows] == [q[3] for q in QUESTIONS]
+    # each trace's question (traces begun in the same millisecond come in trace-id order, which
+    # need not be the order they were logged in)
+    question_of = dict(zip(store["ids"], QUESTIONS, strict=True))
+    assert [r["response"] for r in rows] == [question_of[t][1] for t in oldest_first]
+    assert [r["retrieved_context"][0]["doc_uri"] for r in rows] == [
+        question_of[t][3] for t in oldest_first]
     section = _published(out, "read", "manifest.json")["dataset"]["mlflow"]
     assert section["tracking_uri"] == store["uri"] and section["count"] == 2
     _, run = _logged_run(store["uri"], "judged")  # and logged to the same store
