@@ -72,12 +72,23 @@ def litellm_providers() -> frozenset[str]:
     source = Path(next(iter(spec.submodule_search_locations))) / "types" / "utils.py"
     try:
         text = source.read_text(encoding="utf-8")
-        # On a fresh thread's shallow stack: from deep inside a flow run, CPython 3.11 before
-        # 3.11.8 fails to parse a file this large ("AST constructor recursion depth
-        # mismatch", gh-106905).
-        with ThreadPoolExecutor(max_workers=1) as thread:
-            tree = thread.submit(ast.parse, text).result()
-    except (OSError, SyntaxError, ValueError, SystemError):
+    except OSError:
+        return frozenset()
+    tree = None
+    # On a fresh thread's shallow stack: from deep inside a flow run, CPython 3.11 before
+    # 3.11.8 fails to parse a file this large ("AST constructor recursion depth mismatch",
+    # gh-106905); its depth count is shared by the interpreter's threads, so another thread
+    # parsing at the same moment fails it too: a second try is not met by the same race.
+    for _ in range(3):
+        try:
+            with ThreadPoolExecutor(max_workers=1) as thread:
+                tree = thread.submit(ast.parse, text).result()
+            break
+        except SystemError:
+            continue
+        except (SyntaxError, ValueError):
+            return frozenset()
+    if tree is None:
         return frozenset()
     enum = next((node for node in tree.body
                  if isinstance(node, ast.ClassDef) and node.name == "LlmProviders"), None)
